@@ -1,0 +1,45 @@
+#pragma once
+// Runs the GPT graph for one step of one sequence: a prefill of T tokens or
+// a decode step of one, appending their keys and values to the KV cache.
+// One Executor per concurrent session (it owns the activation arena); the
+// Model it reads is shared and never written.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "engine/graph.hpp"
+#include "engine/kv_cache.hpp"
+#include "engine/model.hpp"
+
+namespace mmgpt {
+
+class Executor {
+ public:
+  explicit Executor(std::shared_ptr<const Model> model);
+
+  const Model& model() const { return *model_; }
+  const Graph& graph() const { return graph_; }
+
+  // Feeds `ids` at positions cache.length() .. cache.length()+T-1 and returns
+  // the logits of the last `logit_rows` of them, row-major [logit_rows, vocab].
+  // Throws mmgpt::Error for an id outside the vocabulary or a step that would
+  // run past the context length. The span stays valid until the next run().
+  std::span<const float> run(std::span<const int32_t> ids, KVCache& cache, size_t logit_rows = 1);
+
+ private:
+  float* buffer(int id) { return reinterpret_cast<float*>(arena_.data() + plan_->offsets[id]); }
+  void run_op(const Op& op, std::span<const int32_t> ids, KVCache& cache, size_t tokens, size_t logit_rows);
+
+  std::shared_ptr<const Model> model_;
+  Graph graph_;
+  std::map<std::pair<size_t, size_t>, BufferPlan> plans_;  // by (tokens, logit rows)
+  const BufferPlan* plan_ = nullptr;
+  struct alignas(64) Line { std::byte bytes[64]; };
+  std::vector<Line> arena_storage_;
+  std::span<std::byte> arena_;
+};
+
+}  // namespace mmgpt

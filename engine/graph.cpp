@@ -1,0 +1,174 @@
+#include "engine/graph.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+#include "engine/model.hpp"
+#include "formats/error.hpp"
+
+namespace mmgpt {
+
+namespace {
+
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(const Model& model) : model_(model) {}
+
+  int buffer(std::string name, Rows rows, size_t width) {
+    graph_.buffers.push_back({std::move(name), rows, width});
+    return static_cast<int>(graph_.buffers.size()) - 1;
+  }
+
+  Op& op(OpKind kind, std::string label, int input, int output) {
+    Op o{kind, std::move(label)};
+    o.input = input;
+    o.output = output;
+    graph_.ops.push_back(std::move(o));
+    return graph_.ops.back();
+  }
+
+  void weights(Op& o, const std::string& w, const std::string& b) {
+    o.weight = w;
+    o.w = model_.weight(w);
+    if (!b.empty()) {
+      o.bias = b;
+      o.b = model_.weight(b);
+    }
+  }
+
+  int layernorm(const std::string& name, int input, bool has_bias) {
+    int out = buffer(name, graph_.buffers[input].rows, graph_.buffers[input].width);
+    Op& o = op(OpKind::LayerNorm, name, input, out);
+    weights(o, name + ".weight", has_bias ? name + ".bias" : "");
+    return out;
+  }
+
+  int matmul(const std::string& name, int input, size_t in, size_t out_features, bool has_bias,
+             const std::string& weight_name = "") {
+    int out = buffer(name, graph_.buffers[input].rows, out_features);
+    Op& o = op(OpKind::MatMul, name, input, out);
+    weights(o, weight_name.empty() ? name + ".weight" : weight_name, has_bias ? name + ".bias" : "");
+    o.in_features = in;
+    o.out_features = out_features;
+    return out;
+  }
+
+  Graph finish() { return std::move(graph_); }
+  Graph& graph() { return graph_; }
+
+ private:
+  const Model& model_;
+  Graph graph_;
+};
+
+}  // namespace
+
+Graph build_gpt_graph(const Model& model) {
+  const ModelConfig& c = model.config();
+  const size_t d = c.n_embd, ff = c.n_ff;
+  GraphBuilder g(model);
+
+  // The residual stream: written by Embed, updated in place by each block.
+  const int x = g.buffer("x", Rows::Tokens, d);
+  {
+    Op& e = g.op(OpKind::Embed, "embed", -1, x);
+    g.weights(e, "wte", "");
+    e.bias = "wpe";  // position table rides in the bias slot of the embed op
+    e.b = model.weight("wpe");
+  }
+
+  for (uint32_t layer = 0; layer < c.n_layer; ++layer) {
+    const std::string p = "h." + std::to_string(layer) + ".";
+    int h = g.layernorm(p + "ln_1", x, c.norm_bias);
+    int qkv = g.matmul(p + "attn.qkv", h, d, 3 * d, c.qkv_bias);
+    int att = g.buffer(p + "attn.out", Rows::Tokens, d);
+    g.op(OpKind::Attention, p + "attn", qkv, att).layer = static_cast<int>(layer);
+    int proj = g.matmul(p + "attn.proj", att, d, d, c.linear_bias);
+    g.op(OpKind::AddInPlace, p + "attn.residual", proj, x);
+    int h2 = g.layernorm(p + "ln_2", x, c.norm_bias);
+    int fc = g.matmul(p + "mlp.fc", h2, d, ff, c.linear_bias);
+    g.op(OpKind::Gelu, p + "mlp.gelu", fc, fc);
+    int mproj = g.matmul(p + "mlp.proj", fc, ff, d, c.linear_bias);
+    g.op(OpKind::AddInPlace, p + "mlp.residual", mproj, x);
+  }
+
+  int hf = g.layernorm("ln_f", x, c.norm_bias);
+  // Only the rows whose logits are wanted go through the (large) LM head.
+  int sel = g.buffer("ln_f.selected", Rows::LogitRows, d);
+  g.op(OpKind::SelectRows, "select", hf, sel);
+  int logits = g.matmul("lm_head", sel, d, c.vocab_size, false, c.tied_lm_head ? "wte" : "lm_head.weight");
+
+  Graph graph = g.finish();
+  graph.logits = logits;
+  return graph;
+}
+
+std::string Graph::to_string() const {
+  static const char* kNames[] = {"embed", "layernorm", "matmul", "attention", "add", "gelu", "select_rows"};
+  auto shape = [&](int b) {
+    if (b < 0) return std::string("ids");
+    const BufferSpec& s = buffers[b];
+    return s.name + "[" + (s.rows == Rows::Tokens ? "T" : "R") + "," + std::to_string(s.width) + "]";
+  };
+  std::ostringstream out;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& o = ops[i];
+    out << i << ": " << kNames[static_cast<int>(o.kind)] << " " << o.label << "  " << shape(o.input) << " -> "
+        << shape(o.output);
+    if (!o.weight.empty()) out << "  w=" << o.weight;
+    if (!o.bias.empty()) out << " b=" << o.bias;
+    out << "\n";
+  }
+  return out.str();
+}
+
+BufferPlan plan_buffers(const Graph& graph, size_t tokens, size_t logit_rows) {
+  const size_t n = graph.buffers.size();
+  constexpr size_t kAlign = 64;
+  BufferPlan plan;
+  plan.offsets.assign(n, 0);
+  plan.sizes.assign(n, 0);
+
+  // Lifetime of each buffer in op indices: [first use, last use].
+  std::vector<size_t> first(n, SIZE_MAX), last(n, 0);
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    for (int b : {graph.ops[i].input, graph.ops[i].output}) {
+      if (b < 0) continue;
+      first[b] = std::min(first[b], i);
+      last[b] = std::max(last[b], i);
+    }
+  }
+  if (graph.logits >= 0) last[graph.logits] = graph.ops.size();  // read by the caller after the run
+
+  for (size_t b = 0; b < n; ++b) {
+    size_t rows = graph.buffers[b].rows == Rows::Tokens ? tokens : logit_rows;
+    size_t bytes = rows * graph.buffers[b].width * sizeof(float);
+    plan.sizes[b] = (bytes + kAlign - 1) / kAlign * kAlign;
+  }
+
+  // Greedy first fit, largest first: place each buffer at the lowest offset
+  // that does not collide with an already placed buffer alive at the same time.
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return plan.sizes[a] > plan.sizes[b]; });
+  std::vector<size_t> placed;
+  for (size_t b : order) {
+    if (first[b] == SIZE_MAX) continue;  // unused buffer
+    std::vector<std::pair<size_t, size_t>> busy;
+    for (size_t p : placed)
+      if (first[p] <= last[b] && first[b] <= last[p]) busy.push_back({plan.offsets[p], plan.offsets[p] + plan.sizes[p]});
+    std::sort(busy.begin(), busy.end());
+    size_t offset = 0;
+    for (auto [lo, hi] : busy) {
+      if (offset + plan.sizes[b] <= lo) break;
+      offset = std::max(offset, hi);
+    }
+    plan.offsets[b] = offset;
+    plan.arena_bytes = std::max(plan.arena_bytes, offset + plan.sizes[b]);
+    placed.push_back(b);
+  }
+  return plan;
+}
+
+}  // namespace mmgpt

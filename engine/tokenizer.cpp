@@ -1,0 +1,144 @@
+#include "engine/tokenizer.hpp"
+
+#include <array>
+#include <cstdio>
+
+#include "formats/error.hpp"
+
+namespace mmgpt {
+
+namespace {
+
+// Length of the UTF-8 sequence starting with lead byte c, or 0 if c cannot start one.
+size_t utf8_length(unsigned char c) {
+  if (c < 0x80) return 1;
+  if ((c & 0xE0) == 0xC0) return 2;
+  if ((c & 0xF0) == 0xE0) return 3;
+  if ((c & 0xF8) == 0xF0) return 4;
+  return 0;
+}
+
+// Decodes a UTF-8 string into code points; returns false on malformed input.
+bool decode_utf8(std::string_view s, std::vector<uint32_t>& out) {
+  out.clear();
+  for (size_t i = 0; i < s.size();) {
+    size_t n = utf8_length(static_cast<unsigned char>(s[i]));
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? static_cast<unsigned char>(s[i]) : (static_cast<unsigned char>(s[i]) & (0x7F >> n));
+    for (size_t k = 1; k < n; ++k) {
+      unsigned char c = static_cast<unsigned char>(s[i + k]);
+      if ((c & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    out.push_back(cp);
+    i += n;
+  }
+  return true;
+}
+
+// GPT-2's bytes_to_unicode(): printable bytes map to themselves, the others to
+// code points 256+n. Inverted here: code point -> byte.
+std::array<int, 512> gpt2_unicode_to_byte() {
+  std::array<int, 512> inv;
+  inv.fill(-1);
+  auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+  int n = 0;
+  for (int b = 0; b < 256; ++b) {
+    if (printable(b))
+      inv[b] = b;
+    else
+      inv[256 + n++] = b;
+  }
+  return inv;
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(const TokenizerData& data) : kind_(data.kind), eos_id_(data.eos_id) {
+  token_bytes_.reserve(data.tokens.size());
+  if (kind_ == TokenizerKind::Gpt2Bpe) {
+    static const std::array<int, 512> inv = gpt2_unicode_to_byte();
+    std::vector<uint32_t> cps;
+    for (const std::string& tok : data.tokens) {
+      std::string bytes;
+      // Special tokens such as <|endoftext|> are plain printable ASCII, so they map to themselves.
+      if (decode_utf8(tok, cps)) {
+        for (uint32_t cp : cps) {
+          if (cp >= inv.size() || inv[cp] < 0) {
+            bytes = tok;  // not a byte-level token: keep its text
+            break;
+          }
+          bytes.push_back(static_cast<char>(inv[cp]));
+        }
+      } else {
+        bytes = tok;
+      }
+      token_bytes_.push_back(std::move(bytes));
+    }
+  } else {
+    token_bytes_ = data.tokens;
+    for (size_t i = 0; i < token_bytes_.size(); ++i) char_to_id_.emplace(token_bytes_[i], static_cast<int32_t>(i));
+  }
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  if (kind_ == TokenizerKind::None)
+    throw Error("the model has no tokenizer: give the prompt as token ids with --ids");
+  if (kind_ == TokenizerKind::Gpt2Bpe)
+    throw Error("encoding text with the GPT-2 BPE tokenizer is not available yet: give the prompt as token ids with --ids");
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < text.size();) {
+    size_t n = utf8_length(static_cast<unsigned char>(text[i]));
+    if (n == 0 || i + n > text.size())
+      throw Error("prompt is not valid UTF-8 at byte " + std::to_string(i));
+    std::string ch(text.substr(i, n));
+    auto it = char_to_id_.find(ch);
+    if (it == char_to_id_.end()) {
+      std::vector<uint32_t> cp;
+      char code[16] = "?";
+      if (decode_utf8(ch, cp) && cp.size() == 1) std::snprintf(code, sizeof code, "U+%04X", cp[0]);
+      std::string shown = (ch == "\n") ? "\\n" : (ch == "\t") ? "\\t" : ch;
+      throw Error("prompt character '" + shown + "' (" + code + ") at byte " + std::to_string(i) +
+                  " is not in the model's vocabulary");
+    }
+    ids.push_back(it->second);
+    i += n;
+  }
+  return ids;
+}
+
+const std::string& Tokenizer::token_bytes(int32_t id) const {
+  static const std::string empty;
+  if (id < 0 || static_cast<size_t>(id) >= token_bytes_.size()) return empty;
+  return token_bytes_[static_cast<size_t>(id)];
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string out;
+  for (int32_t id : ids) out += token_bytes(id);
+  return out;
+}
+
+std::string Utf8Stream::push(std::string_view bytes) {
+  pending_.append(bytes);
+  // Find the start of a possibly incomplete final sequence (at most 3 bytes back).
+  size_t keep_from = pending_.size();
+  for (size_t back = 1; back <= 3 && back <= pending_.size(); ++back) {
+    unsigned char c = static_cast<unsigned char>(pending_[pending_.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
+    size_t n = utf8_length(c);
+    if (n > back) keep_from = pending_.size() - back;  // lead byte whose sequence is not complete yet
+    break;
+  }
+  std::string ready = pending_.substr(0, keep_from);
+  pending_.erase(0, keep_from);
+  return ready;
+}
+
+std::string Utf8Stream::flush() {
+  std::string rest;
+  rest.swap(pending_);
+  return rest;
+}
+
+}  // namespace mmgpt

@@ -1,0 +1,115 @@
+// ModelFile: maps a .mmgpt file read-only and hands out views into the
+// mapping. Parsing and validation live in mmgpt_file_parse.cpp; writing in
+// mmgpt_file_writer.cpp.
+#include "formats/mmgpt_file.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "formats/error.hpp"
+#include "formats/mmgpt_file_parse.hpp"
+
+namespace mmgpt {
+namespace {
+
+// Closes the descriptor on every path out of open(); the mapping outlives it.
+struct FdGuard {
+  int fd;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+ModelFile ModelFile::open(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO by mistake must fail fast, not hang.
+  FdGuard guard{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  if (guard.fd < 0) throw Error(path + ": cannot open model file (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(guard.fd, &st) != 0) throw Error(path + ": cannot stat model file (" + std::strerror(errno) + ")");
+  if (S_ISDIR(st.st_mode)) throw Error(path + ": is a directory, not a .mmgpt file");
+  if (!S_ISREG(st.st_mode)) throw Error(path + ": is not a regular file");
+  if (st.st_size == 0) throw Error(path + ": file is empty (0 bytes), not a .mmgpt file");
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if constexpr (sizeof(size_t) < sizeof(uint64_t)) {
+    if (size > SIZE_MAX) throw Error(path + ": file of " + std::to_string(size) + " bytes is too large to map");
+  }
+
+  void* map = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, guard.fd, 0);
+  if (map == MAP_FAILED) throw Error(path + ": cannot map model file (" + std::strerror(errno) + ")");
+  ModelFile file;  // owns the mapping from here on: its destructor unmaps on a parse error
+  file.map_ = map;
+  file.size_ = size;
+  file.owns_map_ = true;
+  file.path_ = path;
+  mmgpt_file::ParsedImage parsed = mmgpt_file::parse_image(static_cast<const unsigned char*>(map), size, path);
+  file.version_ = parsed.version;
+  file.config_ = parsed.config;
+  file.tokenizer_ = std::move(parsed.tokenizer);
+  file.tensors_ = std::move(parsed.tensors);
+  return file;
+}
+
+ModelFile parse_model_file_for_test(const void* bytes, uint64_t size, const std::string& path) {
+  mmgpt_file::ParsedImage parsed = mmgpt_file::parse_image(static_cast<const unsigned char*>(bytes), size, path);
+  ModelFile file;
+  file.path_ = path;
+  file.map_ = bytes;
+  file.size_ = size;
+  file.owns_map_ = false;
+  file.version_ = parsed.version;
+  file.config_ = parsed.config;
+  file.tokenizer_ = std::move(parsed.tokenizer);
+  file.tensors_ = std::move(parsed.tensors);
+  return file;
+}
+
+ModelFile::ModelFile(ModelFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      version_(other.version_),
+      map_(std::exchange(other.map_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      owns_map_(std::exchange(other.owns_map_, false)),
+      config_(other.config_),
+      tokenizer_(std::move(other.tokenizer_)),
+      tensors_(std::move(other.tensors_)) {}
+
+ModelFile& ModelFile::operator=(ModelFile&& other) noexcept {
+  if (this != &other) {
+    if (owns_map_ && map_) ::munmap(const_cast<void*>(map_), static_cast<size_t>(size_));
+    path_ = std::move(other.path_);
+    version_ = other.version_;
+    map_ = std::exchange(other.map_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    owns_map_ = std::exchange(other.owns_map_, false);
+    config_ = other.config_;
+    tokenizer_ = std::move(other.tokenizer_);
+    tensors_ = std::move(other.tensors_);
+  }
+  return *this;
+}
+
+ModelFile::~ModelFile() {
+  if (owns_map_ && map_) ::munmap(const_cast<void*>(map_), static_cast<size_t>(size_));
+}
+
+const TensorView* ModelFile::find(std::string_view name) const {
+  for (const TensorView& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+const TensorView& ModelFile::tensor(std::string_view name) const {
+  if (const TensorView* t = find(name)) return *t;
+  throw Error(path_ + ": no tensor named '" + std::string(name) + "'");
+}
+
+}  // namespace mmgpt

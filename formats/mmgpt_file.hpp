@@ -1,0 +1,89 @@
+#pragma once
+// The .mmgpt weight file: writer and memory-mapped, validating reader.
+// The byte-level specification is docs/format.md; this header is its C++ face.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/model_config.hpp"
+
+namespace mmgpt {
+
+inline constexpr uint32_t kFormatVersion = 1;
+
+// One tensor inside a mapped file. `data` points into the read-only mapping:
+// weights are never copied.
+struct TensorView {
+  std::string name;
+  DType dtype = DType::F32;
+  Layout layout = Layout::RowMajor;
+  std::vector<uint64_t> shape;
+  uint64_t offset = 0;   // from the start of the file
+  uint64_t nbytes = 0;
+  const void* data = nullptr;
+
+  const float* f32() const { return static_cast<const float*>(data); }
+  uint64_t numel() const {
+    uint64_t n = 1;
+    for (uint64_t s : shape) n *= s;
+    return n;
+  }
+};
+
+class ModelFile {
+ public:
+  // Maps `path` read-only and validates every field before any pointer is
+  // formed. Throws mmgpt::Error naming the file, the field and the bad value.
+  static ModelFile open(const std::string& path);
+
+  ModelFile(ModelFile&&) noexcept;
+  ModelFile& operator=(ModelFile&&) noexcept;
+  ModelFile(const ModelFile&) = delete;
+  ModelFile& operator=(const ModelFile&) = delete;
+  ~ModelFile();
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  uint64_t file_size() const { return size_; }
+  const ModelConfig& config() const { return config_; }
+  const TokenizerData& tokenizer() const { return tokenizer_; }
+  const std::vector<TensorView>& tensors() const { return tensors_; }
+  const TensorView* find(std::string_view name) const;  // nullptr if absent
+  const TensorView& tensor(std::string_view name) const; // throws mmgpt::Error if absent
+
+ private:
+  ModelFile() = default;
+  friend ModelFile parse_model_file_for_test(const void* bytes, uint64_t size, const std::string& path);
+  std::string path_;
+  uint32_t version_ = 0;
+  const void* map_ = nullptr;  // mmap base (or borrowed bytes in tests)
+  uint64_t size_ = 0;
+  bool owns_map_ = false;
+  ModelConfig config_;
+  TokenizerData tokenizer_;
+  std::vector<TensorView> tensors_;
+};
+
+// Validates an in-memory image exactly as open() validates a file (the bytes
+// must outlive the result). For tests and fuzzing.
+ModelFile parse_model_file_for_test(const void* bytes, uint64_t size, const std::string& path);
+
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::F32;
+  Layout layout = Layout::RowMajor;
+  std::vector<uint64_t> shape;
+  const void* data = nullptr;  // nbytes bytes, laid out as `layout` says
+  uint64_t nbytes = 0;
+};
+
+// Writes a complete .mmgpt file. It is written to a temporary file beside
+// `path` and renamed into place only once complete and flushed; on any failure
+// the temporary is removed and an existing file at `path` is left untouched.
+// Refuses (mmgpt::Error) inputs the reader would refuse: the file written is
+// always one that open() accepts.
+void write_model_file(const std::string& path, const ModelConfig& config, const TokenizerData& tokenizer,
+                      const std::vector<TensorToWrite>& tensors);
+
+}  // namespace mmgpt

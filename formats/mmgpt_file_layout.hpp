@@ -1,0 +1,71 @@
+#pragma once
+// Byte-level constants of the .mmgpt format, shared by the reader, the writer
+// and the tests that forge corrupt files. docs/format.md is the specification;
+// every number here appears there.
+#include <cstdint>
+
+namespace mmgpt::mmgpt_file {
+
+// --- fixed header, at offset 0 ------------------------------------------------
+// "MMGPT\r\n\x1a": CR LF catches text-mode line-ending conversion, 0x1a stops
+// `type` on Windows, and the ASCII prefix makes `head -c 5` readable.
+inline constexpr unsigned char kMagic[8] = {'M', 'M', 'G', 'P', 'T', '\r', '\n', 0x1a};
+// Written as a little-endian u32; a big-endian writer would produce 01 02 03 04.
+inline constexpr uint32_t kByteOrderMark = 0x01020304u;
+inline constexpr uint64_t kHeaderSize = 64;  // bytes the v1 header occupies (header_size may be larger)
+
+inline constexpr uint64_t kOffMagic = 0;          // u8[8]
+inline constexpr uint64_t kOffVersion = 8;        // u32
+inline constexpr uint64_t kOffByteOrder = 12;     // u32
+inline constexpr uint64_t kOffHeaderSize = 16;    // u32
+inline constexpr uint64_t kOffSectionCount = 20;  // u32
+inline constexpr uint64_t kOffSectionTable = 24;  // u64
+inline constexpr uint64_t kOffFileSize = 32;      // u64
+// 40..63: reserved, written as zero, ignored by readers.
+
+// --- section table: section_count entries of 32 bytes ------------------------
+inline constexpr uint64_t kSectionEntrySize = 32;  // u32 kind, u32 flags, u64 offset, u64 size, u64 reserved
+inline constexpr uint32_t kMaxSections = 64;
+inline constexpr uint32_t kSectionConfig = 1;
+inline constexpr uint32_t kSectionTokenizer = 2;
+inline constexpr uint32_t kSectionTensors = 3;
+// A reader that meets an unknown section kind skips it, unless this flag is set.
+inline constexpr uint32_t kSectionFlagRequired = 1;
+
+// --- config section (exactly 40 bytes in version 1) --------------------------
+inline constexpr uint64_t kConfigSize = 40;
+inline constexpr uint64_t kCfgNLayer = 0;       // u32
+inline constexpr uint64_t kCfgNHead = 4;        // u32
+inline constexpr uint64_t kCfgNEmbd = 8;        // u32
+inline constexpr uint64_t kCfgNFf = 12;         // u32
+inline constexpr uint64_t kCfgNCtx = 16;        // u32
+inline constexpr uint64_t kCfgVocab = 20;       // u32
+inline constexpr uint64_t kCfgNormEps = 24;     // f32 (IEEE 754 binary32)
+inline constexpr uint64_t kCfgGelu = 28;        // u32
+inline constexpr uint64_t kCfgPosEmb = 32;      // u32
+inline constexpr uint64_t kCfgQkvBias = 36;     // u8 0/1
+inline constexpr uint64_t kCfgLinearBias = 37;  // u8 0/1
+inline constexpr uint64_t kCfgNormBias = 38;    // u8 0/1
+inline constexpr uint64_t kCfgTiedHead = 39;    // u8 0/1
+
+// --- tokenizer section --------------------------------------------------------
+inline constexpr uint64_t kTokFixedSize = 32;  // u32 kind, u32 reserved, i64 eos_id, u64 token_count, u64 merge_count
+inline constexpr uint32_t kMaxStringBytes = 4096;  // one token or one merge half
+inline constexpr uint64_t kMaxMerges = 1u << 24;
+
+// --- tensor directory section ------------------------------------------------
+inline constexpr uint32_t kMaxNameBytes = 256;
+inline constexpr uint32_t kMaxDims = 8;
+// Smallest possible entry: u32 name_len + 1 name byte + u32 dtype + u32 layout + u32 ndim + u64 offset + u64 nbytes.
+inline constexpr uint64_t kMinTensorEntrySize = 4 + 1 + 4 + 4 + 4 + 8 + 8;
+
+// --- tensor data ----------------------------------------------------------------
+inline constexpr uint64_t kDataAlignment = 64;          // every tensor: widest vector load, cache line
+inline constexpr uint64_t kPageAlignment = 4096;        // large tensors: mmap hands them out page-aligned
+inline constexpr uint64_t kLargeTensorBytes = 1u << 20;  // "large" = at least 1 MiB
+
+inline uint64_t required_alignment(uint64_t nbytes) {
+  return nbytes >= kLargeTensorBytes ? kPageAlignment : kDataAlignment;
+}
+
+}  // namespace mmgpt::mmgpt_file

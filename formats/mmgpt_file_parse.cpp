@@ -1,0 +1,271 @@
+// The validating .mmgpt parser. Order matters: each stage only trusts what an
+// earlier stage checked, and every count read from the file is bounded by the
+// bytes that could hold it before anything is allocated for it.
+#include "formats/mmgpt_file_parse.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "formats/error.hpp"
+#include "formats/mmgpt_file_bytes.hpp"
+#include "formats/mmgpt_file_layout.hpp"
+#include "formats/mmgpt_file_rules.hpp"
+
+namespace mmgpt::mmgpt_file {
+namespace {
+
+std::string hex32(uint32_t v) {
+  static const char* digits = "0123456789abcdef";
+  std::string s = "0x";
+  for (int i = 7; i >= 0; --i) s += digits[(v >> (4 * i)) & 0xF];
+  return s;
+}
+
+// A byte range [begin, end) of the file that something claims.
+struct Region {
+  std::string what;
+  uint64_t begin, end;
+};
+
+struct SectionRef {
+  uint64_t offset = 0, size = 0;
+  bool present = false;
+};
+
+struct Sections {
+  SectionRef config, tokenizer, tensors;
+};
+
+void check_header(const unsigned char* p, uint64_t size, const std::string& path) {
+  if (size == 0) throw Error(path + ": file is empty (0 bytes), not a .mmgpt file");
+  if (size < sizeof(kMagic) || std::memcmp(p + kOffMagic, kMagic, sizeof(kMagic)) != 0)
+    throw Error(path + ": not a .mmgpt file (bad magic; expected \"MMGPT\\r\\n\\x1a\" at offset 0)");
+  if (size < kHeaderSize)
+    throw Error(path + ": file is " + std::to_string(size) + " bytes, smaller than the " +
+                std::to_string(kHeaderSize) + "-byte header (truncated)");
+  const uint32_t bom = load_u32(p + kOffByteOrder);
+  if (bom != kByteOrderMark)
+    throw Error(path + ": byte-order mark is " + hex32(bom) + " (expected " + hex32(kByteOrderMark) +
+                "; the file is not little-endian .mmgpt or is corrupt)");
+  const uint32_t version = load_u32(p + kOffVersion);
+  if (version == 0 || version > kFormatVersion)
+    throw Error(path + ": format version " + std::to_string(version) + " is not supported (this mmgpt reads 1 to " +
+                std::to_string(kFormatVersion) + ")");
+  const uint64_t declared = load_u64(p + kOffFileSize);
+  if (declared != size)
+    throw Error(path + ": header field file_size is " + std::to_string(declared) + " but the file is " +
+                std::to_string(size) + " bytes (truncated or corrupt)");
+  const uint32_t header_size = load_u32(p + kOffHeaderSize);
+  if (header_size < kHeaderSize || header_size > size)
+    throw Error(path + ": header field header_size is " + std::to_string(header_size) + " (must be " +
+                std::to_string(kHeaderSize) + " to the file size " + std::to_string(size) + ")");
+}
+
+// Checks that [offset, offset + length) lies inside the file, overflow-safely.
+void check_in_file(const std::string& what, uint64_t offset, uint64_t length, uint64_t size) {
+  uint64_t end;
+  if (__builtin_add_overflow(offset, length, &end) || end > size)
+    throw Error(what + ": offset " + std::to_string(offset) + " + size " + std::to_string(length) +
+                " exceeds file size " + std::to_string(size));
+}
+
+Sections read_section_table(const unsigned char* p, uint64_t size, const std::string& path,
+                            std::vector<Region>& regions) {
+  const uint32_t header_size = load_u32(p + kOffHeaderSize);
+  const uint32_t count = load_u32(p + kOffSectionCount);
+  const uint64_t table = load_u64(p + kOffSectionTable);
+  if (count == 0 || count > kMaxSections)
+    throw Error(path + ": header field section_count is " + std::to_string(count) + " (must be 1 to " +
+                std::to_string(kMaxSections) + ")");
+  if (table < header_size)
+    throw Error(path + ": header field section_table_offset " + std::to_string(table) +
+                " points inside the header (header_size " + std::to_string(header_size) + ")");
+  const uint64_t table_bytes = uint64_t(count) * kSectionEntrySize;  // <= 64 * 32: cannot overflow
+  check_in_file(path + ": section table", table, table_bytes, size);
+  regions.push_back({"header", 0, header_size});
+  regions.push_back({"section table", table, table + table_bytes});
+
+  Sections s;
+  for (uint32_t i = 0; i < count; ++i) {
+    const unsigned char* e = p + table + uint64_t(i) * kSectionEntrySize;
+    const uint32_t kind = load_u32(e), flags = load_u32(e + 4);
+    const uint64_t offset = load_u64(e + 8), length = load_u64(e + 16);
+    const std::string what = path + ": section " + std::to_string(i) + " (kind " + std::to_string(kind) + ")";
+    check_in_file(what, offset, length, size);
+    regions.push_back({"section kind " + std::to_string(kind), offset, offset + length});
+    SectionRef* slot = kind == kSectionConfig      ? &s.config
+                       : kind == kSectionTokenizer ? &s.tokenizer
+                       : kind == kSectionTensors   ? &s.tensors
+                                                   : nullptr;
+    if (!slot) {
+      if (flags & kSectionFlagRequired)
+        throw Error(what + ": unknown section kind " + std::to_string(kind) +
+                    " is marked required (the file needs a newer mmgpt)");
+      continue;  // optional extension from a later writer: skipped unread
+    }
+    if (slot->present) throw Error(what + ": section kind " + std::to_string(kind) + " appears more than once");
+    *slot = {offset, length, true};
+  }
+  if (!s.config.present) throw Error(path + ": missing config section (kind 1)");
+  if (!s.tokenizer.present) throw Error(path + ": missing tokenizer section (kind 2)");
+  if (!s.tensors.present) throw Error(path + ": missing tensor directory section (kind 3)");
+  return s;
+}
+
+bool read_bool(ByteCursor& c, const char* field) {
+  const uint8_t v = c.u8(field);
+  if (v > 1) throw Error(c.where() + ": field " + field + " is " + std::to_string(v) + " (must be 0 or 1)");
+  return v == 1;
+}
+
+ModelConfig read_config(const unsigned char* p, SectionRef ref, const std::string& path) {
+  if (ref.size != kConfigSize)
+    throw Error(path + ": config section size is " + std::to_string(ref.size) + " (version 1 requires " +
+                std::to_string(kConfigSize) + ")");
+  ByteCursor c(p, ref.offset, ref.offset + ref.size, path + ": config section");
+  ModelConfig cfg;
+  cfg.n_layer = c.u32("n_layer");
+  cfg.n_head = c.u32("n_head");
+  cfg.n_embd = c.u32("n_embd");
+  cfg.n_ff = c.u32("n_ff");
+  cfg.n_ctx = c.u32("n_ctx");
+  cfg.vocab_size = c.u32("vocab_size");
+  cfg.norm_eps = c.f32("norm_eps");
+  // Enum-class values with a fixed uint32_t base may hold any id; validate_config names unknown ones.
+  cfg.gelu = static_cast<GeluKind>(c.u32("gelu"));
+  cfg.pos_embedding = static_cast<PosEmbedding>(c.u32("pos_embedding"));
+  cfg.qkv_bias = read_bool(c, "qkv_bias");
+  cfg.linear_bias = read_bool(c, "linear_bias");
+  cfg.norm_bias = read_bool(c, "norm_bias");
+  cfg.tied_lm_head = read_bool(c, "tied_lm_head");
+  validate_config(cfg, path);
+  return cfg;
+}
+
+std::string read_string(ByteCursor& c, const std::string& field) {
+  const uint32_t len = c.u32(field + " length");
+  if (len > kMaxStringBytes)
+    throw Error(c.where() + ": " + field + " length " + std::to_string(len) + " exceeds limit " +
+                std::to_string(kMaxStringBytes));
+  return c.bytes(len, field);
+}
+
+void require_consumed(const ByteCursor& c) {
+  if (c.remaining() != 0)
+    throw Error(c.where() + ": " + std::to_string(c.remaining()) + " unexpected trailing bytes at offset " +
+                std::to_string(c.pos()));
+}
+
+TokenizerData read_tokenizer(const unsigned char* p, SectionRef ref, const ModelConfig& cfg,
+                             const std::string& path) {
+  ByteCursor c(p, ref.offset, ref.offset + ref.size, path + ": tokenizer section");
+  TokenizerData tok;
+  tok.kind = static_cast<TokenizerKind>(c.u32("kind"));
+  c.u32("reserved");
+  tok.eos_id = c.i64("eos_id");
+  const uint64_t n_tokens = c.u64("token_count");
+  const uint64_t n_merges = c.u64("merge_count");
+  // Bound the counts before allocating: by the config, and by the bytes left
+  // (each token needs >= 4 bytes, each merge >= 8).
+  if (n_tokens > cfg.vocab_size)
+    throw Error(c.where() + ": token_count " + std::to_string(n_tokens) + " exceeds config vocab_size " +
+                std::to_string(cfg.vocab_size));
+  if (n_tokens > c.remaining() / 4)
+    throw Error(c.where() + ": token_count " + std::to_string(n_tokens) + " cannot fit in the " +
+                std::to_string(c.remaining()) + " bytes left in the section");
+  if (n_merges > kMaxMerges || n_merges > (c.remaining() - 4 * n_tokens) / 8)
+    throw Error(c.where() + ": merge_count " + std::to_string(n_merges) + " cannot fit in the section (" +
+                std::to_string(c.remaining()) + " bytes left)");
+  tok.tokens.reserve(n_tokens);
+  for (uint64_t i = 0; i < n_tokens; ++i) tok.tokens.push_back(read_string(c, "token " + std::to_string(i)));
+  tok.merges.reserve(n_merges);
+  for (uint64_t i = 0; i < n_merges; ++i) {
+    std::string a = read_string(c, "merge " + std::to_string(i) + " left part");
+    std::string b = read_string(c, "merge " + std::to_string(i) + " right part");
+    tok.merges.emplace_back(std::move(a), std::move(b));
+  }
+  require_consumed(c);
+  check_tokenizer(tok, cfg, path);
+  return tok;
+}
+
+std::vector<TensorView> read_directory(const unsigned char* p, uint64_t size, SectionRef ref,
+                                       const std::string& path, std::vector<Region>& regions) {
+  ByteCursor c(p, ref.offset, ref.offset + ref.size, path + ": tensor directory");
+  const uint64_t count = c.u64("tensor_count");
+  if (count > c.remaining() / kMinTensorEntrySize)
+    throw Error(c.where() + ": tensor_count " + std::to_string(count) + " cannot fit in the " +
+                std::to_string(c.remaining()) + " bytes left in the section");
+  std::vector<TensorView> out;
+  out.reserve(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    const std::string entry = "entry " + std::to_string(i);
+    const uint32_t name_len = c.u32(entry + " name length");
+    if (name_len == 0 || name_len > kMaxNameBytes)
+      throw Error(c.where() + ": " + entry + " name length " + std::to_string(name_len) + " is out of range (1 to " +
+                  std::to_string(kMaxNameBytes) + ")");
+    TensorView t;
+    t.name = c.bytes(name_len, entry + " name");
+    const std::string field = "tensor '" + t.name + "'";
+    const uint32_t dtype = c.u32(field + " dtype");
+    const uint32_t layout = c.u32(field + " layout");
+    const uint32_t ndim = c.u32(field + " ndim");
+    if (ndim > kMaxDims)
+      throw Error(path + ": " + field + ": ndim " + std::to_string(ndim) + " exceeds limit " +
+                  std::to_string(kMaxDims));
+    for (uint32_t d = 0; d < ndim; ++d) t.shape.push_back(c.u64(field + " dim " + std::to_string(d)));
+    t.offset = c.u64(field + " offset");
+    t.nbytes = c.u64(field + " nbytes");
+    check_tensor_entry(t.name, dtype, layout, t.shape, t.nbytes, path);
+    t.dtype = static_cast<DType>(dtype);
+    t.layout = static_cast<Layout>(layout);
+    const uint64_t align = required_alignment(t.nbytes);
+    if (t.offset % align != 0)
+      throw Error(path + ": " + field + ": offset " + std::to_string(t.offset) + " is not a multiple of " +
+                  std::to_string(align) + " (required for a tensor of " + std::to_string(t.nbytes) + " bytes)");
+    check_in_file(path + ": " + field, t.offset, t.nbytes, size);
+    regions.push_back({field, t.offset, t.offset + t.nbytes});
+    out.push_back(std::move(t));
+  }
+  require_consumed(c);
+  return out;
+}
+
+// No byte of the file may be claimed twice (header, section table, sections, tensors).
+void check_no_overlap(std::vector<Region>& regions, const std::string& path) {
+  std::erase_if(regions, [](const Region& r) { return r.begin == r.end; });
+  std::stable_sort(regions.begin(), regions.end(), [](const Region& a, const Region& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < regions.size(); ++i) {
+    const Region &a = regions[i - 1], &b = regions[i];
+    if (b.begin < a.end)
+      throw Error(path + ": " + b.what + " [" + std::to_string(b.begin) + ", " + std::to_string(b.end) +
+                  ") overlaps " + a.what + " [" + std::to_string(a.begin) + ", " + std::to_string(a.end) + ")");
+  }
+}
+
+}  // namespace
+
+ParsedImage parse_image(const unsigned char* p, uint64_t size, const std::string& path) {
+  check_header(p, size, path);
+  std::vector<Region> regions;
+  const Sections s = read_section_table(p, size, path, regions);
+  {
+    std::vector<Region> sections = regions;  // sections must not overlap before their contents are read
+    check_no_overlap(sections, path);
+  }
+  ParsedImage out;
+  out.version = load_u32(p + kOffVersion);
+  out.config = read_config(p, s.config, path);
+  out.tokenizer = read_tokenizer(p, s.tokenizer, out.config, path);
+  out.tensors = read_directory(p, size, s.tensors, path, regions);
+  check_no_overlap(regions, path);
+  std::vector<NamedShape> named;
+  named.reserve(out.tensors.size());
+  for (const TensorView& t : out.tensors) named.push_back({&t.name, &t.shape});
+  check_tensor_set(named, out.config, path);
+  // Everything is checked: only now form pointers into the image.
+  for (TensorView& t : out.tensors) t.data = p + t.offset;
+  return out;
+}
+
+}  // namespace mmgpt::mmgpt_file

@@ -1,0 +1,166 @@
+// Shared .mmgpt validation rules (see mmgpt_file_rules.hpp and docs/format.md).
+#include "formats/mmgpt_file_rules.hpp"
+
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "formats/error.hpp"
+#include "formats/mmgpt_file_layout.hpp"
+
+namespace mmgpt::mmgpt_file {
+namespace {
+
+// Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF.
+bool valid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (s.size() - i < len) return false;
+    for (size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    static constexpr uint32_t kMinForLen[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMinForLen[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
+void check_string(const std::string& s, const std::string& what, const std::string& source) {
+  if (s.empty()) throw Error(source + ": " + what + " is empty");
+  if (s.size() > kMaxStringBytes)
+    throw Error(source + ": " + what + " is " + std::to_string(s.size()) + " bytes (limit " +
+                std::to_string(kMaxStringBytes) + ")");
+  if (!valid_utf8(s)) throw Error(source + ": " + what + " is not valid UTF-8");
+}
+
+const char* tokenizer_kind_name(uint32_t kind) {
+  switch (kind) {
+    case static_cast<uint32_t>(TokenizerKind::None): return "none";
+    case static_cast<uint32_t>(TokenizerKind::Char): return "char";
+    case static_cast<uint32_t>(TokenizerKind::Gpt2Bpe): return "gpt2-bpe";
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+uint64_t dtype_size(uint32_t dtype_id) {
+  switch (dtype_id) {
+    case static_cast<uint32_t>(DType::F32): return 4;
+    default: return 0;
+  }
+}
+
+bool layout_known(uint32_t layout_id) { return layout_id == static_cast<uint32_t>(Layout::RowMajor); }
+
+std::string shape_string(const std::vector<uint64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+void check_tokenizer(const TokenizerData& tok, const ModelConfig& config, const std::string& source) {
+  const auto kind = static_cast<uint32_t>(tok.kind);
+  const char* kind_name = tokenizer_kind_name(kind);
+  if (!kind_name)
+    throw Error(source + ": tokenizer kind has unknown id " + std::to_string(kind) +
+                " (known: 0 = none, 1 = char, 2 = gpt2-bpe)");
+  const std::string where = source + ": tokenizer (" + kind_name + ")";
+  const uint64_t n_tokens = tok.tokens.size();
+  if (tok.kind == TokenizerKind::None) {
+    if (n_tokens != 0) throw Error(where + ": token_count is " + std::to_string(n_tokens) + " (must be 0)");
+  } else {
+    if (n_tokens == 0) throw Error(where + ": token_count is 0 (must be at least 1)");
+    if (n_tokens > config.vocab_size)
+      throw Error(where + ": token_count " + std::to_string(n_tokens) + " exceeds config vocab_size " +
+                  std::to_string(config.vocab_size));
+  }
+  if (tok.kind != TokenizerKind::Gpt2Bpe && !tok.merges.empty())
+    throw Error(where + ": merge_count is " + std::to_string(tok.merges.size()) +
+                " (merges are only allowed for gpt2-bpe)");
+  if (tok.merges.size() > kMaxMerges)
+    throw Error(where + ": merge_count " + std::to_string(tok.merges.size()) + " exceeds limit " +
+                std::to_string(kMaxMerges));
+  // For kind none the eos id still names a row of the vocabulary (runs on ids).
+  const uint64_t id_limit = tok.kind == TokenizerKind::None ? config.vocab_size : n_tokens;
+  if (tok.eos_id < -1 || (tok.eos_id >= 0 && static_cast<uint64_t>(tok.eos_id) >= id_limit))
+    throw Error(where + ": eos_id " + std::to_string(tok.eos_id) + " is out of range (must be -1 or below " +
+                std::to_string(id_limit) + ")");
+  for (size_t i = 0; i < tok.tokens.size(); ++i) check_string(tok.tokens[i], "tokenizer token " + std::to_string(i), source);
+  for (size_t i = 0; i < tok.merges.size(); ++i) {
+    check_string(tok.merges[i].first, "tokenizer merge " + std::to_string(i) + " left part", source);
+    check_string(tok.merges[i].second, "tokenizer merge " + std::to_string(i) + " right part", source);
+  }
+}
+
+void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t layout_id,
+                        const std::vector<uint64_t>& shape, uint64_t nbytes, const std::string& source) {
+  if (name.empty() || name.size() > kMaxNameBytes)
+    throw Error(source + ": tensor name length " + std::to_string(name.size()) + " is out of range (1 to " +
+                std::to_string(kMaxNameBytes) + ")");
+  for (unsigned char ch : name)
+    if (ch < 0x21 || ch > 0x7e)
+      throw Error(source + ": tensor name contains byte " + std::to_string(ch) +
+                  " (names are printable ASCII without spaces)");
+  const std::string where = source + ": tensor '" + name + "'";
+  const uint64_t elem = dtype_size(dtype_id);
+  if (elem == 0)
+    throw Error(where + ": unknown dtype id " + std::to_string(dtype_id) +
+                " (this reader knows 0 = f32; the file needs a newer mmgpt)");
+  if (!layout_known(layout_id))
+    throw Error(where + ": unknown layout id " + std::to_string(layout_id) +
+                " (this reader knows 0 = row-major; the file needs a newer mmgpt)");
+  if (shape.size() > kMaxDims)
+    throw Error(where + ": ndim " + std::to_string(shape.size()) + " exceeds limit " + std::to_string(kMaxDims));
+  uint64_t bytes = elem;
+  for (uint64_t dim : shape)
+    if (__builtin_mul_overflow(bytes, dim, &bytes))
+      throw Error(where + ": shape " + shape_string(shape) + " overflows a 64-bit byte count");
+  if (bytes != nbytes)
+    throw Error(where + ": nbytes " + std::to_string(nbytes) + " does not match shape " + shape_string(shape) +
+                " (expected " + std::to_string(bytes) + ")");
+}
+
+void check_tensor_set(const std::vector<NamedShape>& tensors, const ModelConfig& config, const std::string& source) {
+  std::unordered_map<std::string_view, const std::vector<uint64_t>*> by_name;
+  by_name.reserve(tensors.size());
+  for (const NamedShape& t : tensors)
+    if (!by_name.emplace(*t.name, t.shape).second)
+      throw Error(source + ": tensor '" + *t.name + "' appears more than once");
+  const std::vector<TensorSpec> required = required_tensors(config);
+  std::unordered_set<std::string_view> required_names;
+  required_names.reserve(required.size());
+  for (const TensorSpec& spec : required) {
+    required_names.insert(spec.name);
+    auto it = by_name.find(spec.name);
+    if (it == by_name.end())
+      throw Error(source + ": missing tensor '" + spec.name + "' (shape " + shape_string(spec.shape) +
+                  ") required by the config");
+    if (*it->second != spec.shape)
+      throw Error(source + ": tensor '" + spec.name + "' has shape " + shape_string(*it->second) +
+                  " but the config requires " + shape_string(spec.shape));
+  }
+  for (const NamedShape& t : tensors)
+    if (!required_names.count(*t.name))
+      throw Error(source + ": unexpected tensor '" + *t.name + "' (not required by the config)");
+}
+
+}  // namespace mmgpt::mmgpt_file

@@ -1,0 +1,41 @@
+#pragma once
+// Validation rules of the .mmgpt format that the reader and the writer both
+// apply, so that the writer can never produce a file the reader refuses.
+// Every function throws mmgpt::Error whose message starts with `source`
+// (the file path) and names the field and the bad value.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/model_config.hpp"
+
+namespace mmgpt::mmgpt_file {
+
+// Bytes per element of a known dtype id, or 0 when the id is unknown.
+uint64_t dtype_size(uint32_t dtype_id);
+bool layout_known(uint32_t layout_id);
+
+// Tokenizer sanity against the config: kind known; Char/Gpt2Bpe have 1..vocab_size
+// tokens, None has none; tokens are non-empty valid UTF-8 of at most
+// kMaxStringBytes; merges only for Gpt2Bpe, each half non-empty valid UTF-8;
+// eos_id is -1 or a valid id (of the tokens, or of the vocabulary for None).
+void check_tokenizer(const TokenizerData& tok, const ModelConfig& config, const std::string& source);
+
+// One directory entry on its own: name well-formed, dtype and layout known,
+// at most kMaxDims dims, element count * element size computed without
+// overflow and equal to nbytes. Does not look at offsets.
+void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t layout_id,
+                        const std::vector<uint64_t>& shape, uint64_t nbytes, const std::string& source);
+
+// The set of tensors against required_tensors(config): no duplicate names,
+// every required tensor present with exactly its shape, nothing extra.
+struct NamedShape {
+  const std::string* name;
+  const std::vector<uint64_t>* shape;
+};
+void check_tensor_set(const std::vector<NamedShape>& tensors, const ModelConfig& config, const std::string& source);
+
+// "[1, 2, 3]" for messages.
+std::string shape_string(const std::vector<uint64_t>& shape);
+
+}  // namespace mmgpt::mmgpt_file

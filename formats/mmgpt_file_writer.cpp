@@ -1,0 +1,209 @@
+// write_model_file: validates like the reader, lays the file out, and writes
+// it atomically (temporary beside the target, fsync, rename). Padding is zero
+// so the same model always gives the same bytes.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "formats/error.hpp"
+#include "formats/mmgpt_file.hpp"
+#include "formats/mmgpt_file_bytes.hpp"
+#include "formats/mmgpt_file_layout.hpp"
+#include "formats/mmgpt_file_rules.hpp"
+
+namespace mmgpt {
+namespace {
+using namespace mmgpt_file;
+
+uint64_t checked_add(uint64_t a, uint64_t b, const std::string& path) {
+  uint64_t r;
+  if (__builtin_add_overflow(a, b, &r)) throw Error(path + ": model is too large for a 64-bit file offset");
+  return r;
+}
+
+uint64_t align_up(uint64_t v, uint64_t alignment, const std::string& path) {
+  return checked_add(v, (alignment - v % alignment) % alignment, path);
+}
+
+void validate_inputs(const std::string& path, const ModelConfig& config, const TokenizerData& tokenizer,
+                     const std::vector<TensorToWrite>& tensors) {
+  validate_config(config, path);
+  check_tokenizer(tokenizer, config, path);
+  std::vector<NamedShape> named;
+  named.reserve(tensors.size());
+  for (const TensorToWrite& t : tensors) {
+    check_tensor_entry(t.name, static_cast<uint32_t>(t.dtype), static_cast<uint32_t>(t.layout), t.shape, t.nbytes,
+                       path);
+    if (t.data == nullptr) throw Error(path + ": tensor '" + t.name + "': data is null");
+    named.push_back({&t.name, &t.shape});
+  }
+  check_tensor_set(named, config, path);
+}
+
+std::vector<unsigned char> encode_config(const ModelConfig& c) {
+  ByteSink s;
+  s.u32(c.n_layer), s.u32(c.n_head), s.u32(c.n_embd), s.u32(c.n_ff), s.u32(c.n_ctx), s.u32(c.vocab_size);
+  s.u32(std::bit_cast<uint32_t>(c.norm_eps));
+  s.u32(static_cast<uint32_t>(c.gelu)), s.u32(static_cast<uint32_t>(c.pos_embedding));
+  s.u8(c.qkv_bias), s.u8(c.linear_bias), s.u8(c.norm_bias), s.u8(c.tied_lm_head);
+  return std::move(s.bytes);
+}
+
+std::vector<unsigned char> encode_tokenizer(const TokenizerData& t) {
+  ByteSink s;
+  s.u32(static_cast<uint32_t>(t.kind)), s.u32(0);
+  s.u64(static_cast<uint64_t>(t.eos_id)), s.u64(t.tokens.size()), s.u64(t.merges.size());
+  for (const std::string& tok : t.tokens) s.str(tok);
+  for (const auto& [a, b] : t.merges) s.str(a), s.str(b);
+  return std::move(s.bytes);
+}
+
+// Everything before the first tensor: header, section table, config,
+// tokenizer, directory; each section starts 8-aligned. Fills `offsets` with
+// each tensor's data offset and returns the image with the total file size.
+std::vector<unsigned char> build_metadata(const ModelConfig& config, const TokenizerData& tokenizer,
+                                          const std::vector<TensorToWrite>& tensors, std::vector<uint64_t>& offsets,
+                                          uint64_t& file_size, const std::string& path) {
+  const std::vector<unsigned char> cfg = encode_config(config);
+  const std::vector<unsigned char> tok = encode_tokenizer(tokenizer);
+  const uint64_t table = kHeaderSize, n_sections = 3;
+  const uint64_t cfg_off = table + n_sections * kSectionEntrySize;
+  const uint64_t tok_off = align_up(cfg_off + cfg.size(), 8, path);
+  const uint64_t dir_off = align_up(tok_off + tok.size(), 8, path);
+  uint64_t dir_size = 8;
+  for (const TensorToWrite& t : tensors) dir_size += 4 + t.name.size() + 12 + 8 * t.shape.size() + 16;
+
+  uint64_t cursor = dir_off + dir_size;
+  offsets.clear();
+  for (const TensorToWrite& t : tensors) {
+    cursor = align_up(cursor, required_alignment(t.nbytes), path);
+    offsets.push_back(cursor);
+    cursor = checked_add(cursor, t.nbytes, path);
+  }
+  file_size = cursor;
+
+  ByteSink s;
+  s.bytes.insert(s.bytes.end(), std::begin(kMagic), std::end(kMagic));
+  s.u32(kFormatVersion), s.u32(kByteOrderMark), s.u32(kHeaderSize), s.u32(n_sections);
+  s.u64(table), s.u64(file_size);
+  s.pad_to(kHeaderSize);
+  const std::pair<uint32_t, std::pair<uint64_t, uint64_t>> sections[] = {
+      {kSectionConfig, {cfg_off, cfg.size()}}, {kSectionTokenizer, {tok_off, tok.size()}},
+      {kSectionTensors, {dir_off, dir_size}}};
+  for (const auto& [kind, where] : sections) s.u32(kind), s.u32(kSectionFlagRequired), s.u64(where.first),
+      s.u64(where.second), s.u64(0);
+  s.bytes.insert(s.bytes.end(), cfg.begin(), cfg.end());
+  s.pad_to(8);
+  s.bytes.insert(s.bytes.end(), tok.begin(), tok.end());
+  s.pad_to(8);
+  s.u64(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorToWrite& t = tensors[i];
+    s.str(t.name);
+    s.u32(static_cast<uint32_t>(t.dtype)), s.u32(static_cast<uint32_t>(t.layout)), s.u32(t.shape.size());
+    for (uint64_t d : t.shape) s.u64(d);
+    s.u64(offsets[i]), s.u64(t.nbytes);
+  }
+  return std::move(s.bytes);
+}
+
+// Owns the temporary file until commit(): any exception on the way removes it.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& target) : target_(target) {
+    const size_t slash = target.rfind('/');
+    dir_ = slash == std::string::npos ? "." : slash == 0 ? "/" : target.substr(0, slash);
+    const std::string base = slash == std::string::npos ? target : target.substr(slash + 1);
+    if (base.empty()) throw Error(target + ": output path names a directory, not a file");
+    struct stat st {};
+    if (::stat(dir_.c_str(), &st) != 0)
+      throw Error(target + ": output directory '" + dir_ + "' does not exist (" + std::strerror(errno) + ")");
+    if (!S_ISDIR(st.st_mode)) throw Error(target + ": output directory '" + dir_ + "' is not a directory");
+    if (::stat(target.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      throw Error(target + ": output path is a directory");
+    std::string tmpl = dir_ + "/." + base + ".tmp.XXXXXX";
+    fd_ = ::mkostemp(tmpl.data(), O_CLOEXEC);
+    if (fd_ < 0)
+      throw Error(target + ": cannot create a temporary file in '" + dir_ + "' (" + std::strerror(errno) + ")");
+    tmp_ = tmpl;
+    // mkstemp creates 0600; a model file is ordinary data others may read.
+    ::fchmod(fd_, 0644);
+  }
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+
+  void write(const void* data, uint64_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const size_t chunk = n > (1u << 30) ? (1u << 30) : static_cast<size_t>(n);
+      const ssize_t w = ::write(fd_, p, chunk);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) fail("cannot write", w < 0 ? errno : ENOSPC);
+      p += w;
+      n -= static_cast<uint64_t>(w);
+    }
+  }
+  void zeros(uint64_t n) {
+    static const unsigned char kZeros[4096] = {};
+    while (n > 0) {
+      const uint64_t chunk = n < sizeof(kZeros) ? n : sizeof(kZeros);
+      write(kZeros, chunk);
+      n -= chunk;
+    }
+  }
+
+  void commit() {
+    if (::fsync(fd_) != 0) fail("cannot flush", errno);
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail("cannot close", errno);
+    if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail("cannot rename into place", errno);
+    committed_ = true;
+    // Make the rename itself durable; failure here cannot undo a complete file, so it is not fatal.
+    const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const char* what, int err) {
+    throw Error(target_ + ": " + what + " temporary file '" + tmp_ + "' (" + std::strerror(err) +
+                "); the target was left untouched");
+  }
+
+  std::string target_, dir_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+void write_model_file(const std::string& path, const ModelConfig& config, const TokenizerData& tokenizer,
+                      const std::vector<TensorToWrite>& tensors) {
+  validate_inputs(path, config, tokenizer, tensors);
+  std::vector<uint64_t> offsets;
+  uint64_t file_size = 0;
+  const std::vector<unsigned char> meta = build_metadata(config, tokenizer, tensors, offsets, file_size, path);
+
+  TempFile out(path);
+  out.write(meta.data(), meta.size());
+  uint64_t written = meta.size();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    out.zeros(offsets[i] - written);
+    out.write(tensors[i].data, tensors[i].nbytes);
+    written = offsets[i] + tensors[i].nbytes;
+  }
+  out.commit();
+}
+
+}  // namespace mmgpt

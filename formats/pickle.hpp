@@ -1,0 +1,37 @@
+#pragma once
+// A restricted unpickler: a small stack machine for the pickle opcodes of
+// protocols 2 to 5 that torch.save, meta.pkl files and optimizer states use.
+// It executes nothing. GLOBAL/STACK_GLOBAL may only name an allow-listed
+// global (torch tensor rebuild functions, storage types, collections.OrderedDict,
+// ...); any other is refused by name with mmgpt::Error before anything runs.
+#include <cstddef>
+#include <functional>
+#include <string>
+
+#include "formats/pickle_value.hpp"
+
+namespace mmgpt::pickle {
+
+// Resolves a persistent id (torch storages): receives the id tuple, returns the value to push.
+using PersistentLoad = std::function<ValuePtr(const Value& pid)>;
+
+// `source` names the file (or zip entry) in error messages.
+ValuePtr unpickle(const void* data, size_t size, const std::string& source,
+                  const PersistentLoad& persistent_load = {});
+
+// Added for the legacy torch.save format, which is several pickles in a row:
+// the length of the pickle starting at `data` (up to and including its STOP
+// opcode), found by walking the opcodes without building anything.
+size_t pickle_length(const void* data, size_t size, const std::string& source);
+
+// Conventions of unpickle()'s results beyond pickle_value.hpp:
+// - An allow-listed global that ends up inside the data (a storage type or a
+//   dtype in a persistent id) is a String "module.name", e.g. "torch.FloatStorage".
+// - Sets and frozensets are Lists; OrderedDict is a Dict; BUILD state is ignored.
+// - Tensor rebuild functions take their storage as a 1-D Tensor value (what a
+//   PersistentLoad returns). A storage whose data is empty although its shape is
+//   not is a placeholder: tensors rebuilt from it are validated and shaped but
+//   carry no data (used to read persistent ids before storage bytes are located).
+// - Recursive (cyclic) structures are refused; nesting depth is bounded.
+
+}  // namespace mmgpt::pickle

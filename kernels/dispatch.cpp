@@ -1,0 +1,76 @@
+// Chooses the kernel instantiation once per process: the widest ISA the CPU
+// runs, unless MMGPT_ISA names another one. This file is compiled without ISA
+// flags and sees the instantiations only through their function tables.
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+#include "kernels/isa_table.hpp"
+#include "kernels/kernels.hpp"
+
+namespace mmgpt::kernels::detail {
+namespace {
+
+// The table for `name` if it is built into this binary and the CPU can run
+// it; nullptr otherwise.
+const IsaTable* runnable_table(std::string_view name) {
+    if (name == "scalar") return &scalar_table();
+#if defined(__x86_64__) || defined(_M_X64)
+    __builtin_cpu_init();  // safe to repeat; needed if we run before libgcc's constructor
+    const bool fma = __builtin_cpu_supports("fma");
+    if (name == "avx2") return (__builtin_cpu_supports("avx2") && fma) ? &avx2_table() : nullptr;
+    if (name == "avx512") {
+        const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && fma;
+        return ok ? &avx512_table() : nullptr;
+    }
+#endif
+#if defined(__aarch64__)
+    if (name == "neon") return &neon_table();  // Advanced SIMD is mandatory on AArch64
+#endif
+    return nullptr;
+}
+
+const IsaTable* best_table() {
+    for (std::string_view name : {"avx512", "avx2", "neon"})
+        if (const IsaTable* t = runnable_table(name)) return t;
+    return &scalar_table();
+}
+
+// MMGPT_ISA=scalar|avx2|avx512|neon forces an instantiation. One this CPU
+// (or this build) cannot run is ignored with a warning rather than failing,
+// so a script that sets it still works everywhere.
+const IsaTable* initial_table() {
+    const IsaTable* best = best_table();
+    const char* env = std::getenv("MMGPT_ISA");
+    if (env == nullptr || *env == '\0') return best;
+    if (const IsaTable* t = runnable_table(env)) return t;
+    std::fprintf(stderr, "mmgpt: warning: MMGPT_ISA=%s is not an instruction set this CPU and build can run "
+                         "(scalar, avx2, avx512, neon); using %s\n", env, best->name);
+    return best;
+}
+
+std::atomic<const IsaTable*>& current() {
+    static std::atomic<const IsaTable*> table{initial_table()};
+    return table;
+}
+
+}  // namespace
+
+const IsaTable& active_table() { return *current().load(std::memory_order_acquire); }
+
+}  // namespace mmgpt::kernels::detail
+
+namespace mmgpt::kernels {
+
+std::string_view isa_name() { return detail::active_table().name; }
+
+bool force_isa(std::string_view name) {
+    const detail::IsaTable* t = detail::runnable_table(name);
+    if (t == nullptr) return false;
+    detail::current().store(t, std::memory_order_release);
+    return true;
+}
+
+}  // namespace mmgpt::kernels

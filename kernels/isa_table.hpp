@@ -1,0 +1,42 @@
+#pragma once
+// Internal: the boundary between the dispatcher and the per-ISA translation
+// units. Each ISA TU (kernels_avx2.cpp, kernels_avx512.cpp, kernels_neon.cpp,
+// and the scalar reference) exports one table of plain function pointers.
+// Everything that is not ISA-specific (thread parallelism with oneTBB, the
+// choice of table) lives in TUs compiled without ISA flags, so no inline code
+// built for AVX-512 can end up being called on a CPU without it.
+//
+// The table entries are serial; the public functions in kernels.cpp split the
+// work over threads (by output rows, never over a reduction).
+#include <cstddef>
+
+namespace mmgpt::kernels::detail {
+
+struct IsaTable {
+    const char* name;
+    // y[m, n] for all m in [0, M) and n in [n0, n1): x[M, K] . W[N, K]^T + bias[n].
+    void (*matmul_cols)(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K,
+                        size_t N, size_t n0, size_t n1);
+    float (*dot)(const float* a, const float* b, size_t n);
+    void (*axpy)(float a, const float* x, float* y, size_t n);
+    void (*add)(float* y, const float* x, size_t n);
+    void (*layernorm)(const float* x, const float* gamma, const float* beta, float* y, size_t rows, size_t dim,
+                      float eps);
+    void (*gelu_erf)(float* x, size_t n);
+    void (*gelu_tanh)(float* x, size_t n);
+    void (*softmax)(float* x, size_t n);
+};
+
+const IsaTable& scalar_table();
+#if defined(__x86_64__) || defined(_M_X64)
+const IsaTable& avx2_table();
+const IsaTable& avx512_table();
+#endif
+#if defined(__aarch64__)
+const IsaTable& neon_table();
+#endif
+
+// The table in use (chosen once per process; see dispatch.cpp).
+const IsaTable& active_table();
+
+}  // namespace mmgpt::kernels::detail

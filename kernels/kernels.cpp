@@ -1,0 +1,93 @@
+// The public entry points: pick the active instantiation and split large
+// work over threads with oneTBB. Work is split over independent outputs
+// (output columns of a matmul, rows of a layernorm, elements of an
+// elementwise op), never over a reduction, and chunk boundaries come from a
+// fixed grain with simple_partitioner, so results do not depend on the thread
+// count.
+#include <algorithm>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+
+#include "kernels/isa_table.hpp"
+#include "kernels/kernels.hpp"
+
+namespace mmgpt::kernels {
+namespace {
+
+// Below about this many multiply-adds a task costs more to schedule than to run.
+constexpr size_t kMinWorkPerTask = size_t{1} << 16;
+// Elementwise chunks: a multiple of every vector width, so only the last
+// chunk of an array has a tail.
+constexpr size_t kElementChunk = size_t{1} << 14;
+
+size_t ceil_div(size_t a, size_t b) { return a / b + (a % b != 0); }
+
+// Calls f(begin, end) for the chunks [c*grain, min(n, (c+1)*grain)) of
+// [0, n), in parallel when there is more than one. The chunks are fixed by n
+// and grain alone, whatever the number of threads.
+template <class F>
+void for_chunks(size_t n, size_t grain, F f) {
+    if (n <= grain) {
+        if (n > 0) f(size_t{0}, n);
+        return;
+    }
+    const size_t chunks = ceil_div(n, grain);
+    tbb::parallel_for(
+        tbb::blocked_range<size_t>(0, chunks, 1),
+        [&](const tbb::blocked_range<size_t>& r) {
+            for (size_t c = r.begin(); c < r.end(); ++c) f(c * grain, std::min(n, (c + 1) * grain));
+        },
+        tbb::simple_partitioner());
+}
+
+}  // namespace
+
+void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N) {
+    if (M == 0 || N == 0) return;
+    const auto& t = detail::active_table();
+    // Work per output column is M*K multiply-adds (M*K <= the size of x, so no overflow).
+    const size_t per_column = std::max<size_t>(M * K, 1);
+    // At least 16 columns per task so each task streams a useful block of W;
+    // a multiple of 4 so tasks start on the kernels' tile boundaries.
+    const size_t grain = ceil_div(std::max<size_t>(ceil_div(kMinWorkPerTask, per_column), 16), 4) * 4;
+    for_chunks(N, grain, [&](size_t n0, size_t n1) { t.matmul_cols(x, w, bias, y, M, K, N, n0, n1); });
+}
+
+float dot(const float* a, const float* b, size_t n) { return detail::active_table().dot(a, b, n); }
+
+void axpy(float a, const float* x, float* y, size_t n) {
+    const auto& t = detail::active_table();
+    for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.axpy(a, x + i0, y + i0, i1 - i0); });
+}
+
+void add(float* y, const float* x, size_t n) {
+    const auto& t = detail::active_table();
+    for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.add(y + i0, x + i0, i1 - i0); });
+}
+
+void layernorm(const float* x, const float* gamma, const float* beta, float* y, size_t rows, size_t dim,
+               float eps) {
+    if (dim == 0) return;
+    const auto& t = detail::active_table();
+    const size_t grain = ceil_div(kMinWorkPerTask, dim);
+    for_chunks(rows, grain, [&](size_t r0, size_t r1) {
+        t.layernorm(x + r0 * dim, gamma, beta, y + r0 * dim, r1 - r0, dim, eps);
+    });
+}
+
+void gelu_erf(float* x, size_t n) {
+    const auto& t = detail::active_table();
+    for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.gelu_erf(x + i0, i1 - i0); });
+}
+
+void gelu_tanh(float* x, size_t n) {
+    const auto& t = detail::active_table();
+    for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.gelu_tanh(x + i0, i1 - i0); });
+}
+
+// One row: a reduction, so never split.
+void softmax(float* x, size_t n) { detail::active_table().softmax(x, n); }
+
+}  // namespace mmgpt::kernels

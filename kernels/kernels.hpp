@@ -1,0 +1,42 @@
+#pragma once
+// The arithmetic of the forward pass. Each function dispatches once per
+// process to the best instantiation for the CPU (AVX-512, AVX2+FMA, NEON, or
+// the scalar reference). The scalar reference (namespace scalar) is the
+// specification: every SIMD path is tested against it.
+//
+// Matrices are row-major. Weights are [N, K] ("out, in"), so
+//   matmul: y[M, N] = x[M, K] * W[N, K]^T (+ b[N])
+// Results do not depend on the number of threads: parallel work is split over
+// output rows/columns, never over a reduction.
+#include <cstddef>
+#include <string_view>
+
+namespace mmgpt::kernels {
+
+// Name of the instantiation in use: "avx512", "avx2", "neon" or "scalar".
+std::string_view isa_name();
+// Forces an instantiation (for tests and benchmarks); false if the CPU cannot run it.
+bool force_isa(std::string_view name);
+
+void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N);
+float dot(const float* a, const float* b, size_t n);
+void axpy(float a, const float* x, float* y, size_t n);                // y += a*x
+void add(float* y, const float* x, size_t n);                          // y += x
+void layernorm(const float* x, const float* gamma, const float* beta,  // beta may be null
+               float* y, size_t rows, size_t dim, float eps);
+void gelu_erf(float* x, size_t n);   // x * 0.5 * (1 + erf(x / sqrt(2)))
+void gelu_tanh(float* x, size_t n);  // x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+void softmax(float* x, size_t n);    // in place, max-subtracted
+
+namespace scalar {
+void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N);
+float dot(const float* a, const float* b, size_t n);
+void axpy(float a, const float* x, float* y, size_t n);
+void add(float* y, const float* x, size_t n);
+void layernorm(const float* x, const float* gamma, const float* beta, float* y, size_t rows, size_t dim, float eps);
+void gelu_erf(float* x, size_t n);
+void gelu_tanh(float* x, size_t n);
+void softmax(float* x, size_t n);
+}  // namespace scalar
+
+}  // namespace mmgpt::kernels

@@ -1,0 +1,284 @@
+#pragma once
+// The SIMD kernels, written once against xsimd 8.1 batch types and
+// instantiated per ISA by kernels_avx2.cpp, kernels_avx512.cpp and
+// kernels_neon.cpp (each compiled with its own -m flags). Include this only
+// from those files: everything here is compiled for the TU's ISA.
+//
+// Numerics (the scalar reference in scalar.cpp is the specification):
+// - dot products use FMA and several accumulators, so they differ from the
+//   index-order reference by rounding only (identical on integer data);
+// - add/axpy do an unfused multiply then add, bit-identical to the reference;
+// - gelu/softmax use xsimd::erf/tanh/exp (measured against the correctly
+//   rounded double results: erf <= 2 ulp, tanh <= 1 ulp, exp <= 1 ulp for
+//   normal results; exp flushes results below FLT_MIN to 0, which is harmless
+//   in softmax since the sum is >= 1);
+// - elementwise tails go through a padded vector, so every element of every
+//   length gets the same vector arithmetic, wherever it sits in the array.
+#include <cstddef>
+
+#include <xsimd/xsimd.hpp>
+
+#include "kernels/constants.hpp"
+#include "kernels/isa_table.hpp"
+
+// Each ISA TU compiles the same inline functions (std::, xsimd internals)
+// with different -m flags; where the compiler emits them out of line the
+// linker keeps one copy for all TUs, which could put AVX-512 code on the AVX2
+// or scalar path. So every table entry is flattened (all its callees inlined;
+// with optimisation on, nm then shows no symbol shared between the ISA
+// objects and the rest), and this header avoids std:: helpers. At -O0 GCC
+// ignores flatten and a few xsimd helpers are shared by the two x86 TUs, but
+// their AVX-512-TU copies contain only VEX (AVX) instructions and are reached
+// only from the SIMD paths, so even a Debug build cannot run AVX-512 code on
+// an AVX2 CPU.
+#define MMGPT_SIMD_ENTRY [[gnu::flatten]]
+
+namespace mmgpt::kernels::simd {
+
+template <class Arch>
+struct Kernels {
+    using B = xsimd::batch<float, Arch>;
+    static constexpr size_t W = B::size;
+
+    // ---------------------------------------------------------------- matmul
+    // Register tile: MR rows of x against NR rows of W. Each output element
+    // owns one vector accumulator and sees the same FMA sequence and the same
+    // reduction whatever MR/NR are, so y[m, n] does not depend on how rows are
+    // grouped into tiles or split over threads.
+    template <size_t MR, size_t NR>
+    static void tile(const float* x, const float* w, const float* bias, float* y, size_t K, size_t N, size_t m,
+                     size_t n) {
+        const float* xr[MR];
+        const float* wr[NR];
+        B acc[MR][NR];
+#pragma GCC unroll 4
+        for (size_t i = 0; i < MR; ++i) xr[i] = x + (m + i) * K;
+#pragma GCC unroll 4
+        for (size_t j = 0; j < NR; ++j) wr[j] = w + (n + j) * K;
+#pragma GCC unroll 4
+        for (size_t i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+            for (size_t j = 0; j < NR; ++j) acc[i][j] = B(0.0f);
+
+        size_t k = 0;
+        for (; k + W <= K; k += W) {
+            B wv[NR];
+#pragma GCC unroll 4
+            for (size_t j = 0; j < NR; ++j) wv[j] = B::load_unaligned(wr[j] + k);
+#pragma GCC unroll 4
+            for (size_t i = 0; i < MR; ++i) {
+                const B xv = B::load_unaligned(xr[i] + k);
+#pragma GCC unroll 4
+                for (size_t j = 0; j < NR; ++j) acc[i][j] = xsimd::fma(xv, wv[j], acc[i][j]);
+            }
+        }
+        for (size_t i = 0; i < MR; ++i) {
+            for (size_t j = 0; j < NR; ++j) {
+                float s = xsimd::hadd(acc[i][j]);
+                for (size_t kk = k; kk < K; ++kk) s += xr[i][kk] * wr[j][kk];
+                y[(m + i) * N + n + j] = bias ? s + bias[n + j] : s;
+            }
+        }
+    }
+
+    // Rows [m0, m1) of x against weight rows n .. n+NR-1.
+    template <size_t MR, size_t NR>
+    static void tile_column(const float* x, const float* w, const float* bias, float* y, size_t K, size_t N,
+                            size_t m0, size_t m1, size_t n) {
+        static_assert(MR == 1 || MR == 4, "tails below assume MR is 1 or 4");
+        size_t m = m0;
+        for (; m + MR <= m1; m += MR) tile<MR, NR>(x, w, bias, y, K, N, m, n);
+        if constexpr (MR == 4) {
+            switch (m1 - m) {
+                case 1: tile<1, NR>(x, w, bias, y, K, N, m, n); break;
+                case 2: tile<2, NR>(x, w, bias, y, K, N, m, n); break;
+                case 3: tile<3, NR>(x, w, bias, y, K, N, m, n); break;
+                default: break;
+            }
+        }
+    }
+
+    template <size_t MR, size_t NR>
+    static void sweep(const float* x, const float* w, const float* bias, float* y, size_t K, size_t N, size_t m0,
+                      size_t m1, size_t n0, size_t n1) {
+        size_t n = n0;
+        for (; n + NR <= n1; n += NR) tile_column<MR, NR>(x, w, bias, y, K, N, m0, m1, n);
+        for (; n < n1; ++n) tile_column<MR, 1>(x, w, bias, y, K, N, m0, m1, n);
+    }
+
+    MMGPT_SIMD_ENTRY static void matmul_cols(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K,
+                            size_t N, size_t n0, size_t n1) {
+        if (M == 1) {
+            // Decode: one row of x against 4 weight rows at a time; every
+            // weight is read exactly once.
+            sweep<1, 4>(x, w, bias, y, K, N, 0, 1, n0, n1);
+            return;
+        }
+        // Several rows: 4x2 tiles (8 accumulators) reuse each loaded weight
+        // vector for 4 rows of x. x is walked in blocks of rows that stay in
+        // cache (about 96 KiB) while the weight rows of this range stream by.
+        const size_t row_bytes = (K > 0 ? K : 1) * sizeof(float);
+        const size_t fit = (96 * 1024 / row_bytes) / 4 * 4;
+        const size_t mb = fit > 4 ? fit : 4;
+        for (size_t m0 = 0; m0 < M; m0 += mb) {
+            const size_t m1 = M - m0 < mb ? M : m0 + mb;
+            sweep<4, 2>(x, w, bias, y, K, N, m0, m1, n0, n1);
+        }
+    }
+
+    // ------------------------------------------------------------ reductions
+    MMGPT_SIMD_ENTRY static float dot(const float* a, const float* b, size_t n) {
+        // Four accumulators hide the FMA latency.
+        B acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
+        size_t i = 0;
+        for (; i + 4 * W <= n; i += 4 * W) {
+            acc0 = xsimd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), acc0);
+            acc1 = xsimd::fma(B::load_unaligned(a + i + W), B::load_unaligned(b + i + W), acc1);
+            acc2 = xsimd::fma(B::load_unaligned(a + i + 2 * W), B::load_unaligned(b + i + 2 * W), acc2);
+            acc3 = xsimd::fma(B::load_unaligned(a + i + 3 * W), B::load_unaligned(b + i + 3 * W), acc3);
+        }
+        for (; i + W <= n; i += W) acc0 = xsimd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), acc0);
+        float s = xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
+        for (; i < n; ++i) s += a[i] * b[i];
+        return s;
+    }
+
+    static float sum(const float* x, size_t n) {
+        B acc0(0.0f), acc1(0.0f);
+        size_t i = 0;
+        for (; i + 2 * W <= n; i += 2 * W) {
+            acc0 += B::load_unaligned(x + i);
+            acc1 += B::load_unaligned(x + i + W);
+        }
+        for (; i + W <= n; i += W) acc0 += B::load_unaligned(x + i);
+        float s = xsimd::hadd(acc0 + acc1);
+        for (; i < n; ++i) s += x[i];
+        return s;
+    }
+
+    // sum of (x[i] - mean)^2
+    static float sum_sq_dev(const float* x, float mean, size_t n) {
+        const B mv(mean);
+        B acc0(0.0f), acc1(0.0f);
+        size_t i = 0;
+        for (; i + 2 * W <= n; i += 2 * W) {
+            const B d0 = B::load_unaligned(x + i) - mv;
+            const B d1 = B::load_unaligned(x + i + W) - mv;
+            acc0 = xsimd::fma(d0, d0, acc0);
+            acc1 = xsimd::fma(d1, d1, acc1);
+        }
+        for (; i + W <= n; i += W) {
+            const B d = B::load_unaligned(x + i) - mv;
+            acc0 = xsimd::fma(d, d, acc0);
+        }
+        float s = xsimd::hadd(acc0 + acc1);
+        for (; i < n; ++i) {
+            const float d = x[i] - mean;
+            s += d * d;
+        }
+        return s;
+    }
+
+    // ----------------------------------------------------------- elementwise
+    MMGPT_SIMD_ENTRY static void axpy(float a, const float* x, float* y, size_t n) {
+        const B av(a);
+        size_t i = 0;
+        for (; i + W <= n; i += W) (B::load_unaligned(y + i) + av * B::load_unaligned(x + i)).store_unaligned(y + i);
+        for (; i < n; ++i) y[i] += a * x[i];
+    }
+
+    MMGPT_SIMD_ENTRY static void add(float* y, const float* x, size_t n) {
+        size_t i = 0;
+        for (; i + W <= n; i += W) (B::load_unaligned(y + i) + B::load_unaligned(x + i)).store_unaligned(y + i);
+        for (; i < n; ++i) y[i] += x[i];
+    }
+
+    // x[i] = f(x[i]) for a vector function f; the tail is padded with `pad`.
+    template <class F>
+    static void map_inplace(float* x, size_t n, float pad, F f) {
+        size_t i = 0;
+        for (; i + W <= n; i += W) f(B::load_unaligned(x + i)).store_unaligned(x + i);
+        if (i < n) {
+            alignas(64) float buf[W];
+            for (size_t j = 0; j < W; ++j) buf[j] = i + j < n ? x[i + j] : pad;
+            f(B::load_aligned(buf)).store_aligned(buf);
+            for (size_t j = 0; i + j < n; ++j) x[i + j] = buf[j];
+        }
+    }
+
+    static B gelu_erf_vec(B v) {
+        return v * B(0.5f) * (B(1.0f) + xsimd::erf(v * B(detail::kInvSqrt2)));
+    }
+
+    static B gelu_tanh_vec(B v) {
+        const B inner = B(detail::kSqrt2OverPi) * (v + B(detail::kGeluKappa) * (v * v * v));
+        return B(0.5f) * v * (B(1.0f) + xsimd::tanh(inner));
+    }
+
+    MMGPT_SIMD_ENTRY static void gelu_erf(float* x, size_t n) { map_inplace(x, n, 0.0f, gelu_erf_vec); }
+    MMGPT_SIMD_ENTRY static void gelu_tanh(float* x, size_t n) { map_inplace(x, n, 0.0f, gelu_tanh_vec); }
+
+    MMGPT_SIMD_ENTRY static void softmax(float* x, size_t n) {
+        if (n == 0) return;
+        constexpr float neg_inf = -__builtin_inff();
+        B mv(neg_inf);
+        size_t i = 0;
+        for (; i + W <= n; i += W) mv = xsimd::max(mv, B::load_unaligned(x + i));
+        alignas(64) float lanes[W];
+        mv.store_aligned(lanes);
+        float mx = neg_inf;
+        for (size_t j = 0; j < W; ++j) mx = lanes[j] > mx ? lanes[j] : mx;
+        for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+
+        // exp(x - max) and its sum; padding with -inf contributes exp(-inf) = 0.
+        const B mxv(mx);
+        B acc(0.0f);
+        map_inplace(x, n, neg_inf, [&](B v) {
+            const B e = xsimd::exp(v - mxv);
+            acc += e;
+            return e;
+        });
+        const float total = xsimd::hadd(acc);
+
+        const B tv(total);
+        i = 0;
+        for (; i + W <= n; i += W) (B::load_unaligned(x + i) / tv).store_unaligned(x + i);
+        for (; i < n; ++i) x[i] = x[i] / total;
+    }
+
+    MMGPT_SIMD_ENTRY static void layernorm(const float* x, const float* gamma, const float* beta, float* y, size_t rows,
+                          size_t dim, float eps) {
+        if (dim == 0) return;
+        // Divisions rather than products with 1/dim: a product followed by
+        // "+ eps" may be contracted into an FMA in this ISA-flagged TU, which
+        // would round differently from the reference.
+        const float fdim = static_cast<float>(dim);
+        for (size_t r = 0; r < rows; ++r) {
+            const float* xr = x + r * dim;
+            float* yr = y + r * dim;
+            // Two passes, as in the reference: mean, then the biased variance.
+            const float mean = sum(xr, dim) / fdim;
+            const float rstd = 1.0f / __builtin_sqrtf(sum_sq_dev(xr, mean, dim) / fdim + eps);
+            const B mv(mean), rv(rstd);
+            size_t i = 0;
+            // Same operation order as the reference: ((x - mean) * rstd) * gamma + beta.
+            if (beta) {
+                for (; i + W <= dim; i += W) {
+                    const B v = (B::load_unaligned(xr + i) - mv) * rv * B::load_unaligned(gamma + i);
+                    (v + B::load_unaligned(beta + i)).store_unaligned(yr + i);
+                }
+                for (; i < dim; ++i) yr[i] = (xr[i] - mean) * rstd * gamma[i] + beta[i];
+            } else {
+                for (; i + W <= dim; i += W)
+                    ((B::load_unaligned(xr + i) - mv) * rv * B::load_unaligned(gamma + i)).store_unaligned(yr + i);
+                for (; i < dim; ++i) yr[i] = (xr[i] - mean) * rstd * gamma[i];
+            }
+        }
+    }
+
+    static detail::IsaTable table(const char* name) {
+        return detail::IsaTable{name, &matmul_cols, &dot, &axpy, &add, &layernorm, &gelu_erf, &gelu_tanh, &softmax};
+    }
+};
+
+}  // namespace mmgpt::kernels::simd

@@ -1,0 +1,113 @@
+// The scalar reference: the specification every SIMD instantiation is tested
+// against. Deliberately plain: one element at a time, dot products accumulated
+// in float in index order, std::erf / std::tanh / std::exp. Operation order
+// follows PyTorch's CPU kernels where it matters (gelu, layernorm), so the
+// reference is also what the PyTorch comparisons expect.
+#include <cmath>
+#include <limits>
+
+#include "kernels/constants.hpp"
+#include "kernels/isa_table.hpp"
+#include "kernels/kernels.hpp"
+
+namespace mmgpt::kernels::scalar {
+namespace {
+
+void matmul_cols(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N,
+                 size_t n0, size_t n1) {
+    for (size_t m = 0; m < M; ++m) {
+        const float* xm = x + m * K;
+        for (size_t n = n0; n < n1; ++n) {
+            const float* wn = w + n * K;
+            float acc = 0.0f;
+            for (size_t k = 0; k < K; ++k) acc += xm[k] * wn[k];
+            y[m * N + n] = bias ? acc + bias[n] : acc;
+        }
+    }
+}
+
+}  // namespace
+
+void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N) {
+    matmul_cols(x, w, bias, y, M, K, N, 0, N);
+}
+
+float dot(const float* a, const float* b, size_t n) {
+    float acc = 0.0f;
+    for (size_t i = 0; i < n; ++i) acc += a[i] * b[i];
+    return acc;
+}
+
+void axpy(float a, const float* x, float* y, size_t n) {
+    for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void add(float* y, const float* x, size_t n) {
+    for (size_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void layernorm(const float* x, const float* gamma, const float* beta, float* y, size_t rows, size_t dim,
+               float eps) {
+    if (dim == 0) return;
+    const float fdim = static_cast<float>(dim);
+    for (size_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * dim;
+        float* yr = y + r * dim;
+        // Two passes (mean, then the biased variance about it) rather than
+        // E[x^2] - E[x]^2, which cancels catastrophically when |mean| >> std.
+        float sum = 0.0f;
+        for (size_t i = 0; i < dim; ++i) sum += xr[i];
+        const float mean = sum / fdim;
+        float ss = 0.0f;
+        for (size_t i = 0; i < dim; ++i) {
+            const float d = xr[i] - mean;
+            ss += d * d;
+        }
+        const float rstd = 1.0f / std::sqrt(ss / fdim + eps);
+        for (size_t i = 0; i < dim; ++i) {
+            const float v = (xr[i] - mean) * rstd * gamma[i];
+            yr[i] = beta ? v + beta[i] : v;
+        }
+    }
+}
+
+void gelu_erf(float* x, size_t n) {
+        for (size_t i = 0; i < n; ++i) {
+        const float v = x[i];
+        x[i] = v * 0.5f * (1.0f + std::erf(v * detail::kInvSqrt2));
+    }
+}
+
+void gelu_tanh(float* x, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        const float v = x[i];
+        const float inner = detail::kSqrt2OverPi * (v + detail::kGeluKappa * (v * v * v));
+        x[i] = 0.5f * v * (1.0f + std::tanh(inner));
+    }
+}
+
+void softmax(float* x, size_t n) {
+    if (n == 0) return;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (size_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+    float sum = 0.0f;
+    for (size_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - mx);
+        sum += x[i];
+    }
+    for (size_t i = 0; i < n; ++i) x[i] = x[i] / sum;
+}
+
+}  // namespace mmgpt::kernels::scalar
+
+namespace mmgpt::kernels::detail {
+
+const IsaTable& scalar_table() {
+    static const IsaTable table{
+        "scalar",         &scalar::matmul_cols, &scalar::dot,      &scalar::axpy,     &scalar::add,
+        &scalar::layernorm, &scalar::gelu_erf,  &scalar::gelu_tanh, &scalar::softmax,
+    };
+    return table;
+}
+
+}  // namespace mmgpt::kernels::detail

@@ -1,0 +1,56 @@
+#pragma once
+// Builds small random .mmgpt models for engine tests, without PyTorch.
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/mmgpt_file.hpp"
+
+namespace mmgpt::test {
+
+inline std::string temp_path(const std::string& name) {
+  std::filesystem::create_directories(MMGPT_TEST_TMP);
+  return std::string(MMGPT_TEST_TMP) + "/" + name;
+}
+
+// Writes a random model with `config` (and a char tokenizer over `alphabet`
+// when non-empty) to `path`. Weights ~ N(0, scale); norm weights around 1.
+inline void write_random_model(const std::string& path, const ModelConfig& config, uint64_t seed,
+                               const std::string& alphabet = "", float scale = 0.2f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<std::vector<float>> storage;
+  std::vector<TensorToWrite> tensors;
+  for (const TensorSpec& spec : required_tensors(config)) {
+    uint64_t n = 1;
+    for (uint64_t s : spec.shape) n *= s;
+    std::vector<float> data(n);
+    const bool norm_weight = spec.name.find("ln_") != std::string::npos && spec.name.ends_with(".weight");
+    for (float& v : data) v = (norm_weight ? 1.0f : 0.0f) + normal(rng);
+    storage.push_back(std::move(data));
+    tensors.push_back({spec.name, DType::F32, Layout::RowMajor, spec.shape, storage.back().data(),
+                       n * sizeof(float)});
+  }
+  TokenizerData tok;
+  if (!alphabet.empty()) {
+    tok.kind = TokenizerKind::Char;
+    for (char c : alphabet) tok.tokens.push_back(std::string(1, c));
+  }
+  write_model_file(path, config, tok, tensors);
+}
+
+inline ModelConfig small_config(uint32_t n_layer = 2, uint32_t n_head = 3, uint32_t n_embd = 30, uint32_t n_ctx = 16,
+                                uint32_t vocab = 37) {
+  ModelConfig c;
+  c.n_layer = n_layer;
+  c.n_head = n_head;
+  c.n_embd = n_embd;
+  c.n_ff = 4 * n_embd;
+  c.n_ctx = n_ctx;
+  c.vocab_size = vocab;
+  return c;
+}
+
+}  // namespace mmgpt::test

@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+"""Parity of mmgpt with PyTorch on the bundled demo model (models/demo).
+
+The demo is a trained character-level nanoGPT (ckpt.pt + meta.pkl). Checks:
+logits of an encoded text prompt; greedy continuation from ids; and text
+generation from `-p "ROMEO:"` running past the context (sliding window),
+compared with PyTorch's greedy text decoded through meta.pkl's itos.
+"""
+import os
+import pickle
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mmgpt_ref as R  # noqa: E402
+
+DEMO = os.path.join(R.REPO, 'models', 'demo')
+
+
+def load_demo():
+    ckpt_path, meta_path = os.path.join(DEMO, 'ckpt.pt'), os.path.join(DEMO, 'meta.pkl')
+    for p in (ckpt_path, meta_path):
+        assert os.path.isfile(p), f"missing demo file {p} (train it with tools/train_demo.py)"
+    ckpt = torch.load(ckpt_path, map_location='cpu')
+    model = R.NanoGPT(dict(ckpt['model_args']))
+    sd = {k[len('_orig_mod.'):] if k.startswith('_orig_mod.') else k: v for k, v in ckpt['model'].items()}
+    model.load_state_dict(sd, strict=True)
+    model.double().eval()
+    with open(meta_path, 'rb') as f:
+        meta = pickle.load(f)
+    return model, meta, ckpt_path, meta_path
+
+
+def main():
+    suite = R.Suite(__doc__.split('\n')[1])
+    state = {}
+
+    def convert():
+        model, meta, ckpt_path, meta_path = load_demo()
+        out = suite.path('demo.mmgpt')
+        dt = R.convert(suite, ckpt_path, out, ['--tokenizer', meta_path])
+        state.update(model=model, meta=meta, out=out)
+        a = model.cfg
+        return [f"converted in {dt:.1f}s (n_layer {a['n_layer']}, n_head {a['n_head']}, n_embd {a['n_embd']}, "
+                f"block_size {a['block_size']}, vocab {a['vocab_size']})"]
+
+    def ids_checks():
+        assert state, 'demo conversion failed'
+        stoi = state['meta']['stoi']
+        prompt = [stoi[c] for c in 'ROMEO:\nWhat say you']
+        return R.check_model(suite, state['model'], state['out'], prompt, n_gen=20)
+
+    def text_past_context():
+        assert state, 'demo conversion failed'
+        model, meta, out = state['model'], state['meta'], state['out']
+        n = model.block_size + 36  # crosses the context: the window slides
+        prompt_text = 'ROMEO:'
+        prompt = [meta['stoi'][c] for c in prompt_text]
+        want_ids = R.ref_greedy(model, prompt, n)
+        want_text = ''.join(meta['itos'][i] for i in want_ids)
+        got_ids = R.mmgpt_greedy(suite.mmgpt, out, prompt, n)
+        if got_ids != want_ids:
+            i = next((k for k in range(min(len(got_ids), len(want_ids))) if got_ids[k] != want_ids[k]),
+                     min(len(got_ids), len(want_ids)))
+            raise AssertionError(f"--ids greedy differs from step {i}:\n  mmgpt {got_ids}\n  torch {want_ids}")
+        _, stdout, _ = R.run_cli(suite.mmgpt, ['generate', '-m', out, '-p', prompt_text, '-n', n, '--greedy',
+                                               '--ignore-eos'])
+        assert want_text in stdout, (f"-p {prompt_text!r} greedy text differs:\n  mmgpt stdout {stdout!r}\n"
+                                     f"  torch continuation {want_text!r}")
+        _, stdout, _ = R.run_cli(suite.mmgpt, ['generate', '-m', out, '-p', prompt_text, '-n', n, '--greedy',
+                                               '--ignore-eos', '--print-ids'])
+        got = [int(t) for t in stdout.split()]
+        assert got == want_ids, f"-p with --print-ids: mmgpt {got}\n  torch {want_ids}"
+        return [f"greedy {n} tokens past ctx {model.block_size} match (ids and text); "
+                f"text: {want_text[:60]!r}..."]
+
+    suite.case('demo_convert', convert)
+    suite.case('demo_logits_and_greedy_ids', ids_checks)
+    suite.case('demo_prompt_text_past_context', text_past_context)
+    suite.finish()
+
+
+if __name__ == '__main__':
+    main()

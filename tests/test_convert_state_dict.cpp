@@ -1,0 +1,145 @@
+// The converter's bookkeeping on hand-made state dicts: layer counting on
+// hostile keys, prefix stripping, the tensor taker's refusals, container
+// sniffing, the tensor rearrangements and layout detection.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <functional>
+#include <fstream>
+
+#include "formats/error.hpp"
+#include "tools/convert/checkpoint_loader.hpp"
+#include "tools/convert/layout.hpp"
+#include "tools/convert/tensor_ops.hpp"
+
+namespace fs = std::filesystem;
+using namespace mmgpt::convert;
+
+namespace {
+
+TensorPtr tensor(std::vector<uint64_t> shape, float start = 0) {
+  auto t = std::make_shared<mmgpt::HostTensor>();
+  t->shape = std::move(shape);
+  t->data.resize(t->numel());
+  for (size_t i = 0; i < t->data.size(); ++i) t->data[i] = start + float(i);
+  t->source_dtype = "float32";
+  return t;
+}
+
+StateDict dict(const std::vector<std::string>& names) {
+  StateDict sd;
+  for (const auto& n : names) sd.entries.emplace_back(n, tensor({2}));
+  return sd;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const mmgpt::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("count_layers") {
+  CHECK(count_layers(dict({"h.0.a", "h.1.a", "h.1.b", "x", "h.2.c"}), "h.", "f") == 3);
+  CHECK(count_layers(dict({"t.h.10.a", "t.h.9.a", "t.h.8.a", "t.h.7.a", "t.h.6.a", "t.h.5.a", "t.h.4.a", "t.h.3.a",
+                           "t.h.2.a", "t.h.1.a", "t.h.0.a"}),
+                     "t.h.", "f") == 11);
+  CHECK(error_of([] { count_layers(dict({"h.0.a", "h.2.a"}), "h.", "f.pt"); }).find("layer 1 is missing") !=
+        std::string::npos);
+  CHECK(error_of([] { count_layers(dict({"h.1.a"}), "h.", "f.pt"); }).find("layer 0") != std::string::npos);
+  CHECK(error_of([] { count_layers(dict({"x"}), "h.", "f.pt"); }).find("no layer tensors") != std::string::npos);
+  for (const char* hostile : {"h.01.a", "h.x.a", "h.99999999999999999999.a", "h.0", "h.-1.a", "h..a", "h.1000000.a"})
+    CHECK_MESSAGE(error_of([&] { count_layers(dict({"h.0.a", hostile}), "h.", "f.pt"); }).find(hostile) !=
+                      std::string::npos,
+                  hostile);
+}
+
+TEST_CASE("wrapper prefixes") {
+  StateDict sd = dict({"_orig_mod.a", "module.b", "module._orig_mod.c", "d"});
+  strip_wrapper_prefixes(sd, "f.pt");
+  CHECK(sd.entries[0].first == "a");
+  CHECK(sd.entries[1].first == "b");
+  CHECK(sd.entries[2].first == "c");
+  CHECK(sd.entries[3].first == "d");
+  StateDict dup = dict({"_orig_mod.a", "a"});
+  CHECK(error_of([&] { strip_wrapper_prefixes(dup, "f.pt"); }).find("duplicates") != std::string::npos);
+}
+
+TEST_CASE("TensorTaker refusals") {
+  StateDict sd = dict({"a", "b", "buffer", "stray"});
+  TensorTaker taker(sd, "ck.pt", "nanogpt");
+  CHECK(error_of([&] { taker.require({"a", "x", "y"}); }) ==
+        "ck.pt: not a complete nanogpt checkpoint: missing 2 tensor(s): x, y");
+  CHECK(error_of([&] { taker.take("a", {3}); }).find("'a' has shape [2], layout nanogpt expects [3]") !=
+        std::string::npos);
+  CHECK(taker.take("a", {2}) != nullptr);
+  taker.take("b", {2});
+  taker.ignore("buffer");
+  taker.ignore("absent-buffer");
+  CHECK(error_of([&] { taker.finish(); }).find("unknown to layout nanogpt") != std::string::npos);
+  CHECK(error_of([&] { taker.finish(); }).find("stray") != std::string::npos);
+  taker.ignore("stray");
+  CHECK_NOTHROW(taker.finish());
+}
+
+TEST_CASE("tensor rearrangements") {
+  const TensorPtr m = tensor({2, 3});  // 0 1 2 / 3 4 5
+  const TensorPtr t = transpose2d(*m);
+  CHECK(t->shape == std::vector<uint64_t>{3, 2});
+  CHECK(t->data == std::vector<float>{0, 3, 1, 4, 2, 5});
+  const TensorPtr big = tensor({70, 130});
+  const TensorPtr bt = transpose2d(*big);
+  for (uint64_t r = 0; r < 70; ++r)
+    for (uint64_t c = 0; c < 130; ++c) REQUIRE(bt->data[c * 70 + r] == big->data[r * 130 + c]);
+  const TensorPtr c = concat_rows({m.get(), tensor({1, 3}, 10).get()});
+  CHECK(c->shape == std::vector<uint64_t>{3, 3});
+  CHECK(c->data == std::vector<float>{0, 1, 2, 3, 4, 5, 10, 11, 12});
+  CHECK(same_values(*m, *tensor({2, 3})));
+  CHECK_FALSE(same_values(*m, *tensor({3, 2})));
+  CHECK_FALSE(same_values(*m, *tensor({2, 3}, 1)));
+}
+
+TEST_CASE("container detection by content") {
+  const fs::path d = fs::path(MMGPT_TEST_TMP) / "convert_state_dict";
+  fs::create_directories(d);
+  auto file = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(d / name, std::ios::binary) << bytes;
+    return (d / name).string();
+  };
+  CHECK(detect_container(file("z.safetensors", std::string("PK\x03\x04rest", 8))) == Container::TorchZip);
+  CHECK(detect_container(file("l.pt", std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19xx", 16))) ==
+        Container::TorchLegacy);
+  CHECK(detect_container(file("s.bin", std::string("\x02\0\0\0\0\0\0\0{}", 10))) == Container::Safetensors);
+  for (const std::string& junk : {std::string(), std::string("\x80\x02", 2), std::string("\xff\0\0\0\0\0\0\0{}", 10),
+                                  std::string("\x02\0\0\0\0\0\0\0[]", 10), std::string("hello world, this is text")})
+    CHECK(error_of([&] { detect_container(file("junk.pt", junk)); }).find("not a recognised checkpoint") !=
+          std::string::npos);
+  CHECK(error_of([&] { detect_container((d / "absent.pt").string()); }).find("absent.pt") != std::string::npos);
+}
+
+TEST_CASE("layout detection") {
+  auto sd2 = [](std::vector<std::pair<std::string, std::vector<uint64_t>>> items) {
+    StateDict sd;
+    for (auto& [n, s] : items) sd.entries.emplace_back(n, tensor(s));
+    return sd;
+  };
+  CHECK(detect_layout(sd2({{"transformer.wte.weight", {10, 4}}, {"transformer.h.0.attn.c_attn.weight", {4, 12}}}),
+                      "f") == LayoutKind::HfGpt2);
+  CHECK(detect_layout(sd2({{"wte.weight", {10, 4}}, {"h.0.attn.c_attn.weight", {4, 12}}}), "f") == LayoutKind::HfGpt2);
+  CHECK(detect_layout(sd2({{"transformer.wte.weight", {10, 4}}, {"transformer.h.0.attn.c_attn.weight", {12, 4}}}),
+                      "f") == LayoutKind::NanoGpt);
+  CHECK(detect_layout(sd2({{"tok_emb.weight", {10, 4}}, {"trf_blocks.0.att.W_query.weight", {4, 4}}}), "f") ==
+        LayoutKind::LlmsFromScratch);
+  CHECK(error_of([&] {
+          detect_layout(sd2({{"transformer.wte.weight", {10, 4}}, {"transformer.h.0.attn.c_attn.weight", {5, 4}}}),
+                        "f.pt");
+        }).find("[5, 4]") != std::string::npos);
+  CHECK(error_of([&] { detect_layout(sd2({{"encoder.layer.0.weight", {2}}}), "f.pt"); })
+            .find("unrecognised checkpoint layout") != std::string::npos);
+  CHECK(parse_layout_name("nanogpt") == LayoutKind::NanoGpt);
+  CHECK_THROWS_AS(parse_layout_name("auto"), mmgpt::Error);
+}

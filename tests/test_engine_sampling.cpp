@@ -1,0 +1,113 @@
+// Sampler and tokenizer tests.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+
+#include "engine/sampler.hpp"
+#include "engine/tokenizer.hpp"
+#include "formats/error.hpp"
+
+using namespace mmgpt;
+
+TEST_CASE("greedy picks the largest logit, the lowest id on ties") {
+  std::vector<float> l = {0.5f, 2.0f, -1.0f, 2.0f};
+  SamplingOptions o;
+  o.greedy = true;
+  Sampler s(o);
+  CHECK(s.next(l) == 1);
+  CHECK(argmax(std::vector<float>{-3.0f}) == 0);
+}
+
+TEST_CASE("sampling is reproducible for a seed and follows the softmax") {
+  std::vector<float> l = {1.0f, 2.0f, 0.0f, -1.0f, 1.5f};
+  SamplingOptions o;
+  o.temperature = 1.0f;
+  o.top_k = 0;
+  o.seed = 42;
+  Sampler a(o), b(o);
+  std::map<int32_t, int> counts;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    int32_t x = a.next(l);
+    CHECK_MESSAGE(x == b.next(l), "same seed, same draws");
+    counts[x]++;
+  }
+  double z = 0;
+  for (float v : l) z += std::exp(v);
+  for (int32_t i = 0; i < 5; ++i) {
+    double p = std::exp(l[i]) / z;
+    double f = static_cast<double>(counts[i]) / n;
+    CHECK(std::fabs(f - p) < 5 * std::sqrt(p * (1 - p) / n));  // within 5 sigma
+  }
+  o.seed = 43;
+  Sampler c(o);
+  int differ = 0;
+  Sampler a2({false, 1.0f, 0, 42});
+  for (int i = 0; i < 100; ++i) differ += a2.next(l) != c.next(l);
+  CHECK(differ > 0);
+}
+
+TEST_CASE("top-k keeps only the k most likely tokens; low temperature approaches greedy") {
+  std::vector<float> l = {0.1f, 3.0f, 2.9f, -5.0f, 2.95f};
+  SamplingOptions o;
+  o.top_k = 2;
+  o.temperature = 1.0f;
+  o.seed = 1;
+  Sampler s(o);
+  for (int i = 0; i < 2000; ++i) {
+    int32_t x = s.next(l);
+    CHECK((x == 1 || x == 4));
+  }
+  o.top_k = 1;
+  Sampler one(o);
+  CHECK(one.next(l) == 1);
+  o.top_k = 0;
+  o.temperature = 1e-4f;
+  Sampler cold(o);
+  for (int i = 0; i < 100; ++i) CHECK(cold.next(l) == 1);
+  o.temperature = 0.0f;
+  CHECK_THROWS_AS(Sampler{o}, Error);
+}
+
+TEST_CASE("character tokenizer round-trips and names unknown characters") {
+  TokenizerData d;
+  d.kind = TokenizerKind::Char;
+  for (std::string s : {"\n", " ", "a", "b", "é", "€", "😀"}) d.tokens.push_back(s);
+  Tokenizer t(d);
+  auto ids = t.encode("ab é€\n😀a");
+  CHECK(ids == std::vector<int32_t>{2, 3, 1, 4, 5, 0, 6, 2});
+  CHECK(t.decode(ids) == "ab é€\n😀a");
+  CHECK_THROWS_WITH_AS(t.encode("abc"), doctest::Contains("'c' (U+0063) at byte 2"), Error);
+  CHECK_THROWS_WITH_AS(t.encode("a\xff"), doctest::Contains("not valid UTF-8 at byte 1"), Error);
+  CHECK(t.token_bytes(99).empty());
+}
+
+TEST_CASE("GPT-2 byte-level tokens decode to their exact bytes") {
+  TokenizerData d;
+  d.kind = TokenizerKind::Gpt2Bpe;
+  // "Ġ" is the space byte, "Ċ" newline, "Ã©" the two UTF-8 bytes of é, "<|endoftext|>" a special token.
+  d.tokens = {"Hello", "\xC4\xA0world", "\xC4\x8A", "\xC3\x83\xC2\xA9", "<|endoftext|>", "\xC3\xA2\xC4\xA2"};
+  d.eos_id = 4;
+  Tokenizer t(d);
+  CHECK(t.token_bytes(1) == " world");
+  CHECK(t.token_bytes(2) == "\n");
+  CHECK(t.token_bytes(3) == "\xC3\xA9");
+  CHECK(t.token_bytes(4) == "<|endoftext|>");
+  CHECK(t.token_bytes(5) == "\xE2\x80");  // first two bytes of a three-byte character
+  CHECK(t.decode(std::vector<int32_t>{0, 1, 2}) == "Hello world\n");
+  CHECK_THROWS_AS(t.encode("Hello"), Error);
+}
+
+TEST_CASE("streamed UTF-8 is never cut inside a character") {
+  Utf8Stream s;
+  std::string euro = "\xE2\x82\xAC";
+  CHECK(s.push("a\xE2") == "a");
+  CHECK(s.push("\x82") == "");
+  CHECK(s.push("\xAC" "b") == euro + "b");
+  CHECK(s.push("\xF0\x9F") == "");
+  CHECK(s.push("\x98\x80") == "\xF0\x9F\x98\x80");
+  CHECK(s.push("\xC3") == "");
+  CHECK(s.flush() == "\xC3");
+  CHECK(s.push("\x80") == "\x80");  // stray continuation byte passes through
+}

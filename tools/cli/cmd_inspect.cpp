@@ -1,0 +1,114 @@
+// mmgpt inspect: what a .mmgpt file holds (config, tokenizer, every tensor).
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/graph.hpp"
+#include "engine/model.hpp"
+#include "formats/error.hpp"
+#include "tools/cli/commands.hpp"
+
+namespace mmgpt::cli {
+
+namespace {
+
+const char* tokenizer_name(TokenizerKind k) {
+  switch (k) {
+    case TokenizerKind::None: return "none";
+    case TokenizerKind::Char: return "char";
+    case TokenizerKind::Gpt2Bpe: return "gpt2-bpe";
+  }
+  return "?";
+}
+const char* dtype_name(DType d) { return d == DType::F32 ? "f32" : "?"; }
+const char* layout_name(Layout l) { return l == Layout::RowMajor ? "row-major" : "?"; }
+
+std::string shape_string(const std::vector<uint64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+nlohmann::json to_json(const ModelFile& f) {
+  const ModelConfig& c = f.config();
+  nlohmann::json j;
+  j["file"] = f.path();
+  j["format_version"] = f.version();
+  j["file_bytes"] = f.file_size();
+  j["config"] = {{"n_layer", c.n_layer},        {"n_head", c.n_head},
+                 {"n_embd", c.n_embd},          {"n_ff", c.n_ff},
+                 {"n_ctx", c.n_ctx},            {"vocab_size", c.vocab_size},
+                 {"norm_eps", c.norm_eps},      {"qkv_bias", c.qkv_bias},
+                 {"linear_bias", c.linear_bias}, {"norm_bias", c.norm_bias},
+                 {"tied_lm_head", c.tied_lm_head}, {"gelu", c.gelu == GeluKind::Erf ? "erf" : "tanh"},
+                 {"pos_embedding", "learned"}};
+  const TokenizerData& t = f.tokenizer();
+  j["tokenizer"] = {{"kind", tokenizer_name(t.kind)}, {"tokens", t.tokens.size()}, {"merges", t.merges.size()},
+                    {"eos_id", t.eos_id}};
+  nlohmann::json tensors = nlohmann::json::array();
+  uint64_t params = 0;
+  for (const TensorView& v : f.tensors()) {
+    tensors.push_back({{"name", v.name}, {"dtype", dtype_name(v.dtype)}, {"layout", layout_name(v.layout)},
+                       {"shape", v.shape}, {"offset", v.offset}, {"bytes", v.nbytes}});
+    params += v.numel();
+  }
+  j["parameters"] = params;
+  j["tensors"] = tensors;
+  return j;
+}
+
+void print_text(const ModelFile& f) {
+  const ModelConfig& c = f.config();
+  const TokenizerData& t = f.tokenizer();
+  uint64_t params = 0;
+  for (const TensorView& v : f.tensors()) params += v.numel();
+  std::printf("file          %s (%llu bytes, format version %u)\n", f.path().c_str(),
+              static_cast<unsigned long long>(f.file_size()), f.version());
+  std::printf("model         GPT: %u layers, %u heads, width %u, MLP width %u, context %u, vocabulary %u\n", c.n_layer,
+              c.n_head, c.n_embd, c.n_ff, c.n_ctx, c.vocab_size);
+  std::printf("              %llu parameters, layer-norm eps %g, GELU %s, LM head %s\n",
+              static_cast<unsigned long long>(params), c.norm_eps, c.gelu == GeluKind::Erf ? "erf (exact)" : "tanh",
+              c.tied_lm_head ? "tied to wte" : "separate");
+  std::printf("              biases: qkv %s, linear %s, norm %s; positions: learned\n", c.qkv_bias ? "yes" : "no",
+              c.linear_bias ? "yes" : "no", c.norm_bias ? "yes" : "no");
+  if (t.kind == TokenizerKind::None)
+    std::printf("tokenizer     none (the model runs on token ids)\n");
+  else
+    std::printf("tokenizer     %s, %zu tokens, %zu merges, end-of-text id %lld\n", tokenizer_name(t.kind), t.tokens.size(),
+                t.merges.size(), static_cast<long long>(t.eos_id));
+  std::printf("tensors       %zu\n", f.tensors().size());
+  for (const TensorView& v : f.tensors())
+    std::printf("  %-28s %-4s %-10s %-16s %12llu bytes @ %llu\n", v.name.c_str(), dtype_name(v.dtype),
+                layout_name(v.layout), shape_string(v.shape).c_str(), static_cast<unsigned long long>(v.nbytes),
+                static_cast<unsigned long long>(v.offset));
+}
+
+}  // namespace
+
+void add_inspect(CLI::App& app) {
+  struct Args {
+    std::string model;
+    bool json = false, graph = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("inspect", "show a model file's config, tokenizer and tensors");
+  cmd->add_option("model", a->model, "model file (.mmgpt)")->required();
+  cmd->add_flag("--json", a->json, "print JSON");
+  cmd->add_flag("--graph", a->graph, "also print the forward-pass graph");
+  cmd->callback([a]() {
+    auto model = Model::load(a->model);
+    if (a->json) {
+      nlohmann::json j = to_json(model->file());
+      if (a->graph) j["graph"] = build_gpt_graph(*model).to_string();
+      std::cout << j.dump(2) << "\n";
+    } else {
+      print_text(model->file());
+      if (a->graph) std::cout << "graph\n" << build_gpt_graph(*model).to_string();
+    }
+  });
+}
+
+}  // namespace mmgpt::cli

@@ -1,0 +1,14 @@
+#pragma once
+// The `mmgpt` subcommands. Each add_* registers its options on the app and a
+// callback that does the work; errors are thrown as mmgpt::Error and turned
+// into one line on stderr by main().
+#include <CLI/CLI.hpp>
+
+namespace mmgpt::cli {
+
+void add_convert(CLI::App& app);
+void add_generate(CLI::App& app);
+void add_logits(CLI::App& app);
+void add_inspect(CLI::App& app);
+
+}  // namespace mmgpt::cli

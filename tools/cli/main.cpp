@@ -1,0 +1,45 @@
+// mmgpt: convert PyTorch GPT checkpoints and run them on the CPU.
+#include <cstdio>
+#include <exception>
+#include <iostream>
+
+#include "formats/error.hpp"
+#include "tools/cli/commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"mmgpt: run PyTorch-trained GPT models on the CPU", "mmgpt"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "mmgpt 0.1.0");
+  mmgpt::cli::add_convert(app);
+  mmgpt::cli::add_generate(app);
+  mmgpt::cli::add_logits(app);
+  mmgpt::cli::add_inspect(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, whatever CLI11 would have printed: scripts read our stderr.
+    std::string what = e.what();
+    for (char& c : what)
+      if (c == '\n') c = ' ';
+    std::cerr << "mmgpt: error: " << what << " (see 'mmgpt --help')\n";
+    return 2;
+  } catch (const mmgpt::Error& e) {
+    std::fflush(stdout);
+    std::cerr << "mmgpt: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "mmgpt: error: out of memory\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "mmgpt: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

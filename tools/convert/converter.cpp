@@ -1,0 +1,133 @@
+#include "tools/convert/converter.hpp"
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "formats/error.hpp"
+#include "formats/mmgpt_file.hpp"
+#include "tools/convert/checkpoint_loader.hpp"
+#include "tools/convert/file_util.hpp"
+#include "tools/convert/layout.hpp"
+#include "tools/convert/tokenizer_files.hpp"
+
+namespace mmgpt {
+
+using namespace convert;
+
+std::string bundled_data_dir() {
+#ifdef MMGPT_DATA_DIR
+  return MMGPT_DATA_DIR;
+#else
+  return "";
+#endif
+}
+
+namespace {
+
+constexpr uint32_t kGpt2Vocab = 50257;
+
+// The tokenizer: --tokenizer, else files beside the checkpoint, else (nanoGPT
+// trained on GPT-2 BPE, the default) the bundled GPT-2 files, else none.
+std::optional<FoundTokenizer> choose_tokenizer(const ConvertOptions& opt, const std::string& checkpoint,
+                                               LayoutKind layout, const ModelConfig& config,
+                                               std::vector<std::string>& notes) {
+  if (!opt.tokenizer.empty()) return load_tokenizer_path(opt.tokenizer);
+  if (std::optional<FoundTokenizer> beside = find_tokenizer_in(parent_dir(checkpoint))) return beside;
+  if (layout == LayoutKind::NanoGpt && config.vocab_size >= kGpt2Vocab) {
+    const std::string dir = bundled_data_dir();
+    if (!dir.empty()) {
+      const std::string encoder = join_path(dir, "gpt2/encoder.json"), bpe = join_path(dir, "gpt2/vocab.bpe");
+      notes.push_back("no tokenizer files beside the checkpoint: using the bundled GPT-2 BPE tokenizer (nanoGPT's "
+                      "default for a vocabulary of " + std::to_string(config.vocab_size) + ")");
+      return FoundTokenizer{read_bpe_files(encoder, bpe), encoder + " + " + bpe};
+    }
+    notes.push_back("this build has no bundled GPT-2 tokenizer (MMGPT_DATA_DIR unset)");
+  }
+  notes.push_back("no tokenizer found: the model runs on token ids (--ids)");
+  return std::nullopt;
+}
+
+}  // namespace
+
+ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
+  if (opt.input.empty()) throw Error("convert: no input checkpoint given");
+  if (opt.output.empty()) throw Error("convert: no output file given (-o OUT.mmgpt)");
+  if (opt.n_head < 0) throw Error("--n-head " + std::to_string(opt.n_head) + " is not a positive number");
+  std::optional<LayoutKind> forced;
+  if (opt.layout != "auto") forced = parse_layout_name(opt.layout);
+
+  ConvertSummary summary;
+  const std::string file = find_checkpoint_file(opt.input);
+  if (is_file(opt.output)) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(file, opt.output, ec))
+      throw Error(opt.output + ": the output would overwrite the input checkpoint");
+  }
+  LoadedCheckpoint ck = load_checkpoint(file);
+  const LayoutKind kind = forced ? *forced : detect_layout(ck.weights, file);
+
+  LayoutInput in;
+  in.file = file;
+  in.weights = &ck.weights;
+  in.root = ck.root.get();
+  in.directory = parent_dir(file);
+  in.n_head = uint32_t(opt.n_head);
+  MappedModel model = map_layout(kind, in);
+  validate_config(model.config, file);
+
+  // Belt and braces: the mapper's output must be exactly what the file format requires.
+  std::map<std::string, const HostTensor*> by_name;
+  for (const auto& [name, t] : model.tensors)
+    if (!by_name.emplace(name, t.get()).second) throw Error("internal: layout produced '" + name + "' twice");
+  std::vector<TensorToWrite> to_write;
+  uint64_t bytes = 0;
+  std::set<std::string> dtypes;
+  for (const TensorSpec& spec : required_tensors(model.config)) {
+    auto it = by_name.find(spec.name);
+    if (it == by_name.end()) throw Error("internal: layout " + std::string(layout_name(kind)) + " did not produce " + spec.name);
+    const HostTensor& t = *it->second;
+    if (t.shape != spec.shape || t.data.size() != t.numel())
+      throw Error("internal: " + spec.name + " has shape " + shape_str(t.shape) + ", the format wants " +
+                  shape_str(spec.shape));
+    TensorToWrite w;
+    w.name = spec.name;
+    w.shape = spec.shape;
+    w.data = t.data.data();
+    w.nbytes = uint64_t(t.data.size()) * sizeof(float);
+    bytes += w.nbytes;
+    to_write.push_back(std::move(w));
+    if (!t.source_dtype.empty() && t.source_dtype != "float32") dtypes.insert(t.source_dtype);
+    by_name.erase(it);
+  }
+  if (!by_name.empty()) throw Error("internal: layout produced an unexpected tensor " + by_name.begin()->first);
+
+  summary.notes = std::move(model.notes);
+  for (const std::string& dt : dtypes)
+    summary.notes.push_back("weights stored as " + dt + " in the checkpoint were widened to float32");
+
+  std::optional<FoundTokenizer> tok = choose_tokenizer(opt, file, kind, model.config, summary.notes);
+  TokenizerData tokenizer;
+  if (tok) {
+    if (tok->data.tokens.size() > model.config.vocab_size)
+      throw Error(tok->source + ": the tokenizer has " + std::to_string(tok->data.tokens.size()) +
+                  " tokens but the model's vocabulary has only " + std::to_string(model.config.vocab_size) + " rows");
+    tokenizer = std::move(tok->data);
+    summary.tokenizer_source = tok->source;
+  }
+
+  write_model_file(opt.output, model.config, tokenizer, to_write);
+
+  summary.layout = layout_name(kind);
+  summary.checkpoint = file;
+  summary.container = container_name(ck.container);
+  summary.config = model.config;
+  summary.tokenizer_kind = tokenizer.kind;
+  summary.tokenizer_size = tokenizer.tokens.size();
+  summary.tensors = to_write.size();
+  summary.bytes = bytes;
+  return summary;
+}
+
+}  // namespace mmgpt

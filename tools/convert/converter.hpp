@@ -1,0 +1,43 @@
+#pragma once
+// `mmgpt convert`: a PyTorch checkpoint (torch.save zip or legacy file, or
+// safetensors) in one of the known layouts, plus its tokenizer files, to one
+// .mmgpt file. No Python involved. The CLI parses arguments into
+// ConvertOptions, calls convert_checkpoint and prints the summary.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/model_config.hpp"
+
+namespace mmgpt {
+
+struct ConvertOptions {
+  std::string input;            // a checkpoint file, or a directory holding one (HF style)
+  std::string output;           // the .mmgpt file to write (replaced atomically)
+  std::string layout = "auto";  // auto | hf-gpt2 | nanogpt | llms-from-scratch
+  int n_head = 0;               // --n-head; 0 = not given
+  std::string tokenizer;        // --tokenizer PATH; empty = look beside the checkpoint
+};
+
+struct ConvertSummary {
+  std::string layout;            // the layout used ("hf-gpt2", ...)
+  std::string checkpoint;        // the file read
+  std::string container;         // "torch zip", "legacy torch.save", "safetensors"
+  std::string tokenizer_source;  // file(s) the tokenizer came from; empty when none
+  ModelConfig config;
+  TokenizerKind tokenizer_kind = TokenizerKind::None;
+  size_t tokenizer_size = 0;     // tokens in the vocabulary (0 without a tokenizer)
+  std::vector<std::string> notes;  // assumptions and choices the user should know about, one sentence each
+  size_t tensors = 0;            // tensors written
+  uint64_t bytes = 0;            // tensor data bytes written
+};
+
+// Throws mmgpt::Error (one line naming the file and field) on any problem;
+// the output file is then left as it was (absent, or the previous file).
+ConvertSummary convert_checkpoint(const ConvertOptions& options);
+
+// The directory of the bundled data files (data/gpt2/encoder.json, vocab.bpe),
+// or "" when this build does not know it (MMGPT_DATA_DIR not defined).
+std::string bundled_data_dir();
+
+}  // namespace mmgpt

@@ -1,0 +1,46 @@
+#pragma once
+// Source layouts: how a family of checkpoints names and shapes its tensors,
+// and how to turn one into the canonical .mmgpt tensors of a ModelConfig.
+// One file per layout (layout_hf_gpt2.cpp, layout_nanogpt.cpp,
+// layout_llms_from_scratch.cpp); detection in layout_detect.cpp.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "formats/model_config.hpp"
+#include "formats/pickle_value.hpp"
+#include "tools/convert/state_dict.hpp"
+
+namespace mmgpt::convert {
+
+enum class LayoutKind { HfGpt2, NanoGpt, LlmsFromScratch };
+
+const char* layout_name(LayoutKind kind);  // "hf-gpt2", "nanogpt", "llms-from-scratch"
+// "auto" is not a layout: the caller handles it. Throws on unknown names.
+LayoutKind parse_layout_name(const std::string& name);
+
+// Guesses the layout from tensor names and the c_attn orientation. Throws
+// naming the file when nothing matches.
+LayoutKind detect_layout(const StateDict& weights, const std::string& file);
+
+struct LayoutInput {
+  std::string file;                       // the checkpoint, for messages
+  const StateDict* weights = nullptr;
+  const pickle::Value* root = nullptr;    // torch files: the top-level object (nanoGPT's model_args), else null
+  std::string directory;                  // the checkpoint's directory (HF config.json)
+  uint32_t n_head = 0;                    // --n-head, 0 when not given
+};
+
+struct MappedModel {
+  ModelConfig config;
+  // Canonical name -> tensor, with the shapes required_tensors(config) implies.
+  std::vector<std::pair<std::string, TensorPtr>> tensors;
+  std::vector<std::string> notes;
+};
+
+MappedModel map_layout(LayoutKind kind, const LayoutInput& in);
+MappedModel map_hf_gpt2(const LayoutInput& in);
+MappedModel map_nanogpt(const LayoutInput& in);
+MappedModel map_llms_from_scratch(const LayoutInput& in);
+
+}  // namespace mmgpt::convert

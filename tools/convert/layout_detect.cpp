@@ -1,0 +1,54 @@
+// Choosing a layout: by name (--layout) or from the tensors themselves.
+#include "formats/error.hpp"
+#include "tools/convert/layout.hpp"
+
+namespace mmgpt::convert {
+
+const char* layout_name(LayoutKind kind) {
+  switch (kind) {
+    case LayoutKind::HfGpt2: return "hf-gpt2";
+    case LayoutKind::NanoGpt: return "nanogpt";
+    case LayoutKind::LlmsFromScratch: return "llms-from-scratch";
+  }
+  return "?";
+}
+
+LayoutKind parse_layout_name(const std::string& name) {
+  for (LayoutKind k : {LayoutKind::HfGpt2, LayoutKind::NanoGpt, LayoutKind::LlmsFromScratch})
+    if (name == layout_name(k)) return k;
+  throw Error("--layout '" + name + "' is not one of auto, hf-gpt2, nanogpt, llms-from-scratch");
+}
+
+LayoutKind detect_layout(const StateDict& weights, const std::string& file) {
+  if (weights.has("tok_emb.weight") && weights.has("trf_blocks.0.att.W_query.weight"))
+    return LayoutKind::LlmsFromScratch;
+  // HF and nanoGPT share names; the fused attention matrix tells them apart:
+  // Conv1D stores it [d, 3d], nn.Linear [3d, d] (d = the width of wte).
+  for (const std::string prefix : {"transformer.", ""}) {
+    const HostTensor* wte = weights.find(prefix + "wte.weight");
+    const HostTensor* qkv = weights.find(prefix + "h.0.attn.c_attn.weight");
+    if (!wte || !qkv || wte->shape.size() != 2 || qkv->shape.size() != 2) continue;
+    const uint64_t d = wte->shape[1];
+    if (qkv->shape[0] == d && qkv->shape[1] == 3 * d) return LayoutKind::HfGpt2;
+    if (qkv->shape[0] == 3 * d && qkv->shape[1] == d && !prefix.empty()) return LayoutKind::NanoGpt;
+    throw Error(file + ": tensor '" + prefix + "h.0.attn.c_attn.weight' has shape " + shape_str(qkv->shape) +
+                ", neither [d, 3d] (hf-gpt2) nor [3d, d] (nanogpt) for the width d = " + std::to_string(d) +
+                " of '" + prefix + "wte.weight'");
+  }
+  std::vector<std::string> first;
+  for (size_t i = 0; i < weights.entries.size() && i < 5; ++i) first.push_back(weights.entries[i].first);
+  throw Error(file + ": unrecognised checkpoint layout (no hf-gpt2, nanogpt or llms-from-scratch tensor names; "
+                     "it has " + std::to_string(weights.entries.size()) + " tensors, starting with " +
+              name_list(first, 5) + ")");
+}
+
+MappedModel map_layout(LayoutKind kind, const LayoutInput& in) {
+  switch (kind) {
+    case LayoutKind::HfGpt2: return map_hf_gpt2(in);
+    case LayoutKind::NanoGpt: return map_nanogpt(in);
+    case LayoutKind::LlmsFromScratch: return map_llms_from_scratch(in);
+  }
+  throw Error("internal: unknown layout");
+}
+
+}  // namespace mmgpt::convert

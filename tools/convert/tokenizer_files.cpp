@@ -1,0 +1,177 @@
+#include "tools/convert/tokenizer_files.hpp"
+
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "formats/error.hpp"
+#include "formats/torch_checkpoint.hpp"
+#include "tools/convert/file_util.hpp"
+
+namespace mmgpt::convert {
+
+namespace {
+
+constexpr const char* kEndOfText = "<|endoftext|>";
+
+}  // namespace
+
+TokenizerData read_char_meta(const std::string& meta_pkl) {
+  const pickle::ValuePtr root = load_pickle_file(meta_pkl);
+  if (!root || !root->is_dict()) throw Error(meta_pkl + ": not a dict (expected nanoGPT's meta.pkl with 'itos')");
+  const pickle::Value* itos = root->get("itos");
+  if (!itos || !itos->is_dict())
+    throw Error(meta_pkl + ": no 'itos' dict (only character vocabularies are read from meta.pkl)");
+
+  const size_t n = itos->entries.size();
+  if (n == 0) throw Error(meta_pkl + ": 'itos' is empty");
+  TokenizerData tok;
+  tok.kind = TokenizerKind::Char;
+  tok.tokens.resize(n);
+  std::vector<bool> seen(n, false);
+  std::unordered_map<std::string, int64_t> ids;
+  for (const auto& [k, v] : itos->entries) {
+    if (!k || !k->is_int()) throw Error(meta_pkl + ": an 'itos' key is not an integer id");
+    const int64_t id = k->integer;
+    if (id < 0 || uint64_t(id) >= n)
+      throw Error(meta_pkl + ": 'itos' id " + std::to_string(id) + " is outside 0.." + std::to_string(n - 1) +
+                  " (ids must be exactly 0..n-1 without gaps)");
+    if (seen[size_t(id)]) throw Error(meta_pkl + ": 'itos' id " + std::to_string(id) + " appears twice");
+    if (!v || !v->is_str()) throw Error(meta_pkl + ": 'itos'[" + std::to_string(id) + "] is not a string");
+    if (!valid_utf8(v->text) || utf8_length(v->text) != 1)
+      throw Error(meta_pkl + ": 'itos'[" + std::to_string(id) + "] is not a single character");
+    if (!ids.emplace(v->text, id).second)
+      throw Error(meta_pkl + ": 'itos'[" + std::to_string(id) + "] repeats the character of id " +
+                  std::to_string(ids[v->text]));
+    seen[size_t(id)] = true;
+    tok.tokens[size_t(id)] = v->text;
+  }
+
+  if (const pickle::Value* stoi = root->get("stoi")) {
+    if (!stoi->is_dict() || stoi->entries.size() != n)
+      throw Error(meta_pkl + ": 'stoi' does not have the same " + std::to_string(n) + " entries as 'itos'");
+    for (const auto& [k, v] : stoi->entries) {
+      if (!k || !k->is_str() || !v || !v->is_int()) throw Error(meta_pkl + ": 'stoi' is not a {str: int} dict");
+      auto it = ids.find(k->text);
+      if (it == ids.end() || it->second != v->integer)
+        throw Error(meta_pkl + ": 'stoi' maps a character to id " + std::to_string(v->integer) +
+                    " but 'itos' disagrees");
+    }
+  }
+  if (const pickle::Value* vs = root->get("vocab_size"); vs && vs->is_int() && uint64_t(vs->integer) != n)
+    throw Error(meta_pkl + ": 'vocab_size' is " + std::to_string(vs->integer) + " but 'itos' has " +
+                std::to_string(n) + " entries");
+  return tok;
+}
+
+TokenizerData read_bpe_files(const std::string& vocab_json, const std::string& merges_txt) {
+  TokenizerData tok;
+  tok.kind = TokenizerKind::Gpt2Bpe;
+
+  const nlohmann::json vocab = nlohmann::json::parse(read_small_file(vocab_json), nullptr, false);
+  if (vocab.is_discarded() || !vocab.is_object() || vocab.empty())
+    throw Error(vocab_json + ": not a JSON object of {token: id}");
+  const size_t n = vocab.size();
+  tok.tokens.resize(n);
+  std::vector<bool> seen(n, false);
+  for (const auto& [token, idv] : vocab.items()) {
+    if (!idv.is_number_integer())
+      throw Error(vocab_json + ": the id of token " + nlohmann::json(token).dump() + " is not an integer");
+    const int64_t id = idv.get<int64_t>();
+    if (id < 0 || uint64_t(id) >= n)
+      throw Error(vocab_json + ": token " + nlohmann::json(token).dump() + " has id " + std::to_string(id) +
+                  ", outside 0.." + std::to_string(n - 1) + " (ids must be exactly 0..n-1 without gaps)");
+    if (seen[size_t(id)]) throw Error(vocab_json + ": id " + std::to_string(id) + " is given to two tokens");
+    if (token.empty()) throw Error(vocab_json + ": the token of id " + std::to_string(id) + " is empty");
+    seen[size_t(id)] = true;
+    tok.tokens[size_t(id)] = token;
+    if (token == kEndOfText) tok.eos_id = id;
+  }
+
+  const std::string text = read_small_file(merges_txt);
+  size_t line_no = 0;
+  std::vector<std::pair<size_t, std::string>> lines;
+  for (size_t pos = 0; pos <= text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(pos, end - pos);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.emplace_back(++line_no, std::move(line));
+    pos = end + 1;
+  }
+  while (!lines.empty() && lines.back().second.empty()) lines.pop_back();  // trailing newline(s)
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const auto& [no, line] = lines[i];
+    if (i == 0 && line.rfind("#version", 0) == 0) continue;
+    const size_t space = line.find(' ');
+    if (space == std::string::npos || space == 0 || space + 1 == line.size() ||
+        line.find(' ', space + 1) != std::string::npos)
+      throw Error(merges_txt + ": line " + std::to_string(no) + " is not a merge of two tokens \"a b\"");
+    if (!valid_utf8(line)) throw Error(merges_txt + ": line " + std::to_string(no) + " is not valid UTF-8");
+    tok.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+  }
+  return tok;
+}
+
+namespace {
+
+struct FileSet {
+  const char* first;
+  const char* second;  // null for meta.pkl
+};
+constexpr FileSet kSets[] = {{"meta.pkl", nullptr}, {"vocab.json", "merges.txt"}, {"encoder.json", "vocab.bpe"}};
+
+FoundTokenizer read_set(const std::string& dir, const FileSet& set) {
+  const std::string a = join_path(dir, set.first);
+  if (!set.second) return {read_char_meta(a), a};
+  const std::string b = join_path(dir, set.second);
+  return {read_bpe_files(a, b), a + " + " + b};
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+std::optional<FoundTokenizer> find_tokenizer_in(const std::string& dir) {
+  std::vector<const FileSet*> complete;
+  for (const FileSet& set : kSets) {
+    const bool has_first = is_file(join_path(dir, set.first));
+    const bool has_second = set.second && is_file(join_path(dir, set.second));
+    if (has_first && set.second && !has_second)
+      throw Error(join_path(dir, set.first) + ": found without its merges file " + join_path(dir, set.second));
+    if (has_first) complete.push_back(&set);
+  }
+  if (complete.empty()) return std::nullopt;
+  if (complete.size() > 1)
+    throw Error(dir + ": holds more than one tokenizer (" + std::string(complete[0]->first) + " and " +
+                complete[1]->first + "): choose one with --tokenizer FILE");
+  return read_set(dir, *complete[0]);
+}
+
+FoundTokenizer load_tokenizer_path(const std::string& path) {
+  if (is_directory(path)) {
+    std::optional<FoundTokenizer> found = find_tokenizer_in(path);
+    if (!found)
+      throw Error(path + ": no tokenizer files in this directory (expected meta.pkl, vocab.json + merges.txt, or "
+                         "encoder.json + vocab.bpe)");
+    return std::move(*found);
+  }
+  if (!is_file(path)) throw Error(path + ": no such tokenizer file or directory");
+  if (ends_with(path, ".json")) {
+    // The merges file beside it: its usual partner by name, else whichever one exists.
+    const std::string dir = parent_dir(path);
+    std::string merges;
+    if (ends_with(path, "vocab.json")) merges = join_path(dir, "merges.txt");
+    else if (ends_with(path, "encoder.json")) merges = join_path(dir, "vocab.bpe");
+    else if (is_file(join_path(dir, "merges.txt"))) merges = join_path(dir, "merges.txt");
+    else merges = join_path(dir, "vocab.bpe");
+    if (!is_file(merges)) throw Error(path + ": its merges file " + merges + " does not exist");
+    return {read_bpe_files(path, merges), path + " + " + merges};
+  }
+  if (ends_with(path, ".txt") || ends_with(path, ".bpe"))
+    throw Error(path + ": this is a merges file; give --tokenizer the vocab.json / encoder.json beside it");
+  return {read_char_meta(path), path};
+}
+
+}  // namespace mmgpt::convert

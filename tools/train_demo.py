@@ -1,0 +1,287 @@
+#!/usr/bin/python3
+"""Train the bundled demo model: a small character-level nanoGPT on tinyshakespeare.
+
+The model definition mirrors nanoGPT's model.py (same module names, so the
+state_dict keys are exactly nanoGPT's), and the outputs mirror nanoGPT's
+shakespeare_char recipe: meta.pkl from data/shakespeare_char/prepare.py and
+ckpt.pt from train.py -- except that the optimizer state is left out so the
+committed checkpoint stays small.
+
+Usage (from the repository root):
+    /usr/bin/python3 tools/train_demo.py [--data PATH] [--out models/demo] [--max-iters N]
+"""
+import argparse
+import math
+import os
+import pickle
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ----------------------------------------------------------------------------
+# Debian's torch links the reference (Fortran) BLAS, which runs nn.Linear at
+# ~1 GFLOP/s here; its oneDNN convolution is ~10x faster. A linear layer on
+# [B, T, C] is a 1x1 conv1d, so training routes Linear through conv1d. It is
+# still an nn.Linear (same parameters, same state_dict keys), so the saved
+# checkpoint is a plain nanoGPT checkpoint.
+
+class Linear(nn.Linear):
+    def forward(self, x):
+        if x.dim() != 3:
+            return super().forward(x)
+        y = F.conv1d(x.transpose(1, 2), self.weight.unsqueeze(-1), self.bias)
+        return y.transpose(1, 2)
+
+
+# ----------------------------------------------------------------------------
+# nanoGPT model.py (dropout kept in the structure but set to 0 for the demo)
+
+class LayerNorm(nn.Module):
+    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1)."""
+
+    def __init__(self, ndim, bias):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        assert cfg['n_embd'] % cfg['n_head'] == 0
+        self.c_attn = Linear(cfg['n_embd'], 3 * cfg['n_embd'], bias=cfg['bias'])
+        self.c_proj = Linear(cfg['n_embd'], cfg['n_embd'], bias=cfg['bias'])
+        self.attn_dropout = nn.Dropout(cfg['dropout'])
+        self.resid_dropout = nn.Dropout(cfg['dropout'])
+        self.n_head = cfg['n_head']
+        self.n_embd = cfg['n_embd']
+        # torch 1.13 has no scaled_dot_product_attention: nanoGPT's slow path,
+        # whose mask is a buffer nanoGPT also keeps out of the state_dict keys
+        # that matter (it is named 'bias'; we register it non-persistent).
+        bs = cfg['block_size']
+        self.register_buffer('bias', torch.tril(torch.ones(bs, bs)).view(1, 1, bs, bs),
+                             persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))
+        att = F.softmax(att, dim=-1)
+        att = self.attn_dropout(att)
+        y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.c_fc = Linear(cfg['n_embd'], 4 * cfg['n_embd'], bias=cfg['bias'])
+        self.gelu = nn.GELU()  # exact erf GELU, as in nanoGPT
+        self.c_proj = Linear(4 * cfg['n_embd'], cfg['n_embd'], bias=cfg['bias'])
+        self.dropout = nn.Dropout(cfg['dropout'])
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.ln_1 = LayerNorm(cfg['n_embd'], bias=cfg['bias'])
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = LayerNorm(cfg['n_embd'], bias=cfg['bias'])
+        self.mlp = MLP(cfg)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(cfg['vocab_size'], cfg['n_embd']),
+            wpe=nn.Embedding(cfg['block_size'], cfg['n_embd']),
+            drop=nn.Dropout(cfg['dropout']),
+            h=nn.ModuleList([Block(cfg) for _ in range(cfg['n_layer'])]),
+            ln_f=LayerNorm(cfg['n_embd'], bias=cfg['bias']),
+        ))
+        self.lm_head = Linear(cfg['n_embd'], cfg['vocab_size'], bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying
+        self.apply(self._init_weights)
+        for pn, p in self.named_parameters():
+            if pn.endswith('c_proj.weight'):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg['n_layer']))
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx, targets=None):
+        b, t = idx.size()
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+        logits = self.lm_head(x)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+        for _ in range(max_new_tokens):
+            bs = self.cfg['block_size']
+            idx_cond = idx if idx.size(1) <= bs else idx[:, -bs:]
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :] / temperature
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float('Inf')
+            probs = F.softmax(logits, dim=-1)
+            idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
+        return idx
+
+
+# ----------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[1])
+    ap.add_argument('--data', default=os.path.join(REPO, '..', 'shared', 'data', 'tinyshakespeare.txt'))
+    ap.add_argument('--out', default=os.path.join(REPO, 'models', 'demo'))
+    ap.add_argument('--max-iters', type=int, default=900)
+    ap.add_argument('--n-layer', type=int, default=4)
+    ap.add_argument('--n-head', type=int, default=4)
+    ap.add_argument('--n-embd', type=int, default=128)
+    ap.add_argument('--block-size', type=int, default=64)
+    ap.add_argument('--batch-size', type=int, default=16)
+    ap.add_argument('--lr', type=float, default=2e-3)
+    ap.add_argument('--min-lr', type=float, default=2e-4)
+    ap.add_argument('--warmup-iters', type=int, default=50)
+    ap.add_argument('--eval-interval', type=int, default=300)
+    ap.add_argument('--eval-iters', type=int, default=10)
+    ap.add_argument('--threads', type=int, default=1)
+    ap.add_argument('--seed', type=int, default=1337)
+    args = ap.parse_args()
+
+    torch.manual_seed(args.seed)
+    # One thread by default: the reference BLAS is single-threaded anyway, and on
+    # a machine shared with compilers OpenMP's spin-waiting made 2 threads up to
+    # 10x slower than 1 in measurements.
+    torch.set_num_threads(args.threads)
+    t_start = time.time()
+
+    # --- data: nanoGPT data/shakespeare_char/prepare.py ---
+    with open(args.data, 'r') as f:
+        data = f.read()
+    chars = sorted(list(set(data)))
+    vocab_size = len(chars)
+    stoi = {ch: i for i, ch in enumerate(chars)}
+    itos = {i: ch for i, ch in enumerate(chars)}
+    n = len(data)
+    train_ids = np.array([stoi[c] for c in data[:int(n * 0.9)]], dtype=np.uint16)
+    val_ids = np.array([stoi[c] for c in data[int(n * 0.9):]], dtype=np.uint16)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, 'meta.pkl'), 'wb') as f:
+        pickle.dump({'vocab_size': vocab_size, 'itos': itos, 'stoi': stoi}, f)
+
+    gen = torch.Generator().manual_seed(args.seed)
+
+    def get_batch(split):
+        d = train_ids if split == 'train' else val_ids
+        ix = torch.randint(len(d) - args.block_size, (args.batch_size,), generator=gen)
+        x = torch.stack([torch.from_numpy(d[i:i + args.block_size].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(d[i + 1:i + 1 + args.block_size].astype(np.int64)) for i in ix])
+        return x, y
+
+    model_args = dict(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
+                      block_size=args.block_size, bias=True, vocab_size=vocab_size, dropout=0.0)
+    model = GPT(model_args)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.1)
+
+    def get_lr(it):  # nanoGPT: linear warmup then cosine decay to min_lr
+        if it < args.warmup_iters:
+            return args.lr * (it + 1) / (args.warmup_iters + 1)
+        ratio = (it - args.warmup_iters) / max(1, args.max_iters - args.warmup_iters)
+        return args.min_lr + 0.5 * (1.0 + math.cos(math.pi * min(1.0, ratio))) * (args.lr - args.min_lr)
+
+    @torch.no_grad()
+    def estimate_loss():
+        model.eval()
+        out = {}
+        for split in ('train', 'val'):
+            losses = [model(*get_batch(split))[1].item() for _ in range(args.eval_iters)]
+            out[split] = float(np.mean(losses))
+        model.train()
+        return out
+
+    losses = {}
+    t0 = time.time()
+    for it in range(args.max_iters + 1):
+        if it % args.eval_interval == 0 or it == args.max_iters:
+            losses = estimate_loss()
+            print(f"iter {it}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
+                  f"elapsed {time.time() - t_start:.1f}s", flush=True)
+        if it == args.max_iters:
+            break
+        for g in optimizer.param_groups:
+            g['lr'] = get_lr(it)
+        x, y = get_batch('train')
+        _, loss = model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        if it % 50 == 0:
+            dt = time.time() - t0
+            t0 = time.time()
+            print(f"iter {it}: loss {loss.item():.4f}, {dt:.2f}s/50 iters", flush=True)
+
+    config = dict(vars(args))
+    config.update(dataset='shakespeare_char', dropout=0.0, weight_decay=0.1, beta1=0.9, beta2=0.99,
+                  grad_clip=1.0, decay_lr=True, lr_decay_iters=args.max_iters)
+    ckpt = {
+        'model': model.state_dict(),
+        'model_args': model_args,
+        'iter_num': args.max_iters,
+        'best_val_loss': torch.tensor(losses['val']),
+        'config': config,
+    }
+    torch.save(ckpt, os.path.join(args.out, 'ckpt.pt'))
+    total = time.time() - t_start
+    print(f"saved {os.path.join(args.out, 'ckpt.pt')}: final train loss {losses['train']:.4f}, "
+          f"val loss {losses['val']:.4f}, total time {total:.1f}s")
+
+    model.eval()
+    prompt = torch.tensor([[stoi[c] for c in 'ROMEO:']], dtype=torch.long)
+    torch.manual_seed(args.seed)
+    out = model.generate(prompt, 300, temperature=0.8, top_k=200)[0].tolist()
+    print('--- sample ---')
+    print(''.join(itos[i] for i in out))
+
+
+if __name__ == '__main__':
+    main()
