@@ -34,7 +34,10 @@ from torch.nn import functional as F
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-LOGIT_TOL = 1e-4  # max |mmgpt - torch| / max(1, max |logit|)
+# max |mmgpt - torch| / max(1, max |logit|). The issue asks for 1e-4; f32 mmgpt
+# is at ~2e-6 even on 124M shapes, and an erf/tanh GELU mix-up moves logits by
+# only ~1.3e-4, so the tighter bound keeps such a mix-up from passing.
+LOGIT_TOL = 2e-5
 
 
 # =============================================================================
@@ -647,10 +650,20 @@ class Suite:
             ok, msg = False, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
         dt = time.time() - t0
         if ok:
+            self._drop_big_files()
             self.passed += 1
         else:
             self.failed += 1
         print(f"[{'PASS' if ok else 'FAIL'}] {name} ({dt:.1f}s): {msg}", flush=True)
+
+    def _drop_big_files(self, limit=32 << 20):
+        """After a passing case, delete its large files (a 124M model is ~0.5 GB
+        per copy); a failing case keeps everything for inspection."""
+        for root, _, files in os.walk(self.workdir):
+            for f in files:
+                p = os.path.join(root, f)
+                if os.path.getsize(p) > limit:
+                    os.remove(p)
 
     def finish(self):
         print(f"{self.passed} passed, {self.failed} failed", flush=True)
@@ -676,7 +689,19 @@ def compare_logits(got, want, label='logits'):
     return err, rel, summary
 
 
-def check_model(suite, model, model_path, prompt, n_gen=20, label=''):
+def check_long_prompt(suite, model, model_path, seed, n_gen=12):
+    """A prompt longer than the context: mmgpt crops it to the last n_ctx tokens,
+    as nanoGPT's generate does (idx[:, -block_size:])."""
+    prompt = prompt_ids(seed, model.block_size + 7, model.cfg['vocab_size'])
+    gen = mmgpt_greedy(suite.mmgpt, model_path, prompt, n_gen)
+    want = ref_greedy(model, prompt, n_gen)
+    if gen != want:
+        raise AssertionError(f"prompt of {len(prompt)} ids > ctx {model.block_size}: greedy differs\n"
+                             f"  mmgpt {gen}\n  torch {want}")
+    return f"prompt {len(prompt)} > ctx {model.block_size}: greedy {n_gen}/{n_gen} match"
+
+
+def check_model(suite, model, model_path, prompt, n_gen=20, long_prompt=False):
     """The standard checks for one converted model: logits of the prompt and the
     greedy continuation of n_gen tokens. Within the context one float64 forward
     over prompt + mmgpt's tokens checks every greedy step (causal: row t only
@@ -708,7 +733,10 @@ def check_model(suite, model, model_path, prompt, n_gen=20, label=''):
             raise AssertionError(f"{summary}; sliding-window greedy differs from step {i} "
                                  f"(ctx {model.block_size}, prompt {len(prompt)}, n {n_gen}):\n"
                                  f"  mmgpt {gen}\n  torch {want_gen}")
-    return [summary, f"greedy {n_gen}/{n_gen} match" + (' (past ctx)' if len(full) > model.block_size else '')]
+    lines = [summary, f"greedy {n_gen}/{n_gen} match" + (' (past ctx)' if len(full) > model.block_size else '')]
+    if long_prompt:
+        lines.append(check_long_prompt(suite, model, model_path, seed=len(prompt) + n_gen))
+    return lines
 
 
 def convert(suite, src, out, extra=()):

@@ -6,6 +6,7 @@ logits of an encoded text prompt; greedy continuation from ids; and text
 generation from `-p "ROMEO:"` running past the context (sliding window),
 compared with PyTorch's greedy text decoded through meta.pkl's itos.
 """
+import json
 import os
 import pickle
 import sys
@@ -39,7 +40,10 @@ def main():
     def convert():
         model, meta, ckpt_path, meta_path = load_demo()
         out = suite.path('demo.mmgpt')
-        dt = R.convert(suite, ckpt_path, out, ['--tokenizer', meta_path])
+        # No --tokenizer: meta.pkl beside ckpt.pt must be found, as in the README's demo command.
+        dt = R.convert(suite, ckpt_path, out)
+        info = json.loads(R.run_cli(suite.mmgpt, ['inspect', out, '--json'])[1])
+        assert info['tokenizer']['kind'] == 'char' and info['tokenizer']['tokens'] == len(meta['stoi']), info['tokenizer']
         state.update(model=model, meta=meta, out=out)
         a = model.cfg
         return [f"converted in {dt:.1f}s (n_layer {a['n_layer']}, n_head {a['n_head']}, n_embd {a['n_embd']}, "

@@ -19,7 +19,7 @@ import mmgpt_ref as R  # noqa: E402
 
 
 def hf_case(suite, name, shape, seed, fmt, dtype=torch.float32, with_buffers=False, prefix=True,
-            eps=1e-5, prompt_len=12, n_gen=20, layout_flag=True):
+            eps=1e-5, prompt_len=12, n_gen=20, layout_flag=True, long_prompt=False):
     L, H, D, ctx = shape
 
     def run():
@@ -33,7 +33,7 @@ def hf_case(suite, name, shape, seed, fmt, dtype=torch.float32, with_buffers=Fal
         R.convert(suite, d, out, extra)
         model.double()
         prompt = R.prompt_ids(seed + 1, prompt_len, 50257)
-        return R.check_model(suite, model, out, prompt, n_gen=n_gen)
+        return R.check_model(suite, model, out, prompt, n_gen=n_gen, long_prompt=long_prompt)
     suite.case(name, run)
 
 
@@ -67,7 +67,7 @@ def main():
     hf_case(suite, 'hf_legacy_noprefix_buffers_L1_H4_d60_hs15', (1, 4, 60, 32), seed=13, fmt='legacy',
             with_buffers=True, prefix=False, prompt_len=9)
     hf_case(suite, 'hf_st_bf16_ctx16_past_context', (2, 2, 32, 16), seed=14, fmt='safetensors',
-            dtype=torch.bfloat16, prompt_len=8, n_gen=40, layout_flag=False)
+            dtype=torch.bfloat16, prompt_len=8, n_gen=40, layout_flag=False, long_prompt=True)
     suite.case('hf_real_tiny_gpt2_hf', lambda: real_tiny_gpt2(suite))
     hf_case(suite, 'hf_st_f16_gpt2_124M', (12, 12, 768, 1024), seed=15, fmt='safetensors',
             dtype=torch.float16, prompt_len=10)

@@ -30,7 +30,7 @@ def write_llms(suite, name, shape, vocab, seed, qkv_bias, dtype, legacy):
 
 
 def llms_case(suite, name, shape, vocab, seed, qkv_bias=False, dtype=torch.float32, legacy=False,
-              prompt_len=12, n_gen=20, layout_flag=True):
+              prompt_len=12, n_gen=20, layout_flag=True, long_prompt=False):
     def run():
         model, src = write_llms(suite, name, shape, vocab, seed, qkv_bias, dtype, legacy)
         out = suite.path(name + '.mmgpt')
@@ -38,7 +38,7 @@ def llms_case(suite, name, shape, vocab, seed, qkv_bias=False, dtype=torch.float
         R.convert(suite, src, out, extra)
         model.double()
         prompt = R.prompt_ids(seed + 1, prompt_len, vocab)
-        return R.check_model(suite, model, out, prompt, n_gen=n_gen)
+        return R.check_model(suite, model, out, prompt, n_gen=n_gen, long_prompt=long_prompt)
     suite.case(name, run)
 
 
@@ -69,7 +69,7 @@ def main():
     llms_case(suite, 'llms_zip_bf16_qkvbias_L3_H6_d96', (3, 6, 96, 48), 1000, seed=33, qkv_bias=True,
               dtype=torch.bfloat16)
     llms_case(suite, 'llms_ctx16_past_context', (2, 2, 32, 16), 101, seed=34, prompt_len=8, n_gen=40,
-              layout_flag=False)
+              layout_flag=False, long_prompt=True)
     suite.case('llms_n_head_required', lambda: n_head_errors(suite))
     llms_case(suite, 'llms_zip_bf16_gpt2_124M', (12, 12, 768, 1024), 50257, seed=35, dtype=torch.bfloat16,
               prompt_len=10)

@@ -18,7 +18,8 @@ import mmgpt_ref as R  # noqa: E402
 
 
 def nano_case(suite, name, shape, vocab, seed, bias=True, compiled=False, optimizer=False, mask_buffer=False,
-              dtype=torch.float32, legacy=False, prompt_vocab=None, prompt_len=12, n_gen=20, layout_flag=True):
+              dtype=torch.float32, legacy=False, prompt_vocab=None, prompt_len=12, n_gen=20, layout_flag=True,
+              long_prompt=False):
     L, H, D, ctx = shape
 
     def run():
@@ -34,7 +35,7 @@ def nano_case(suite, name, shape, vocab, seed, bias=True, compiled=False, optimi
         model.double()
         # Prompts use the real (unpadded) vocabulary, as a tokenizer would.
         prompt = R.prompt_ids(seed + 1, prompt_len, prompt_vocab or vocab)
-        return R.check_model(suite, model, out, prompt, n_gen=n_gen)
+        return R.check_model(suite, model, out, prompt, n_gen=n_gen, long_prompt=long_prompt)
     suite.case(name, run)
 
 
@@ -47,7 +48,8 @@ def main():
     nano_case(suite, 'nano_legacy_f16_optim_L1_H4_d60_hs15_v101', (1, 4, 60, 32), 101, seed=23,
               dtype=torch.float16, legacy=True, optimizer=True, prompt_len=9)
     nano_case(suite, 'nano_nobias_compiled_ctx16_past_context', (2, 2, 32, 16), 65, seed=24,
-              bias=False, compiled=True, optimizer=True, prompt_len=8, n_gen=40, layout_flag=False)
+              bias=False, compiled=True, optimizer=True, prompt_len=8, n_gen=40, layout_flag=False,
+              long_prompt=True)
     nano_case(suite, 'nano_f32_gpt2_124M_pad50304', (12, 12, 768, 1024), 50304, seed=25,
               prompt_vocab=50257, prompt_len=10)
     suite.finish()

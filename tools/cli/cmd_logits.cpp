@@ -1,42 +1,17 @@
 // mmgpt logits: the model's output distribution after every prompt token,
 // as raw float32 little-endian [T, vocab], for comparison with PyTorch.
 #include <bit>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 #include "engine/executor.hpp"
 #include "engine/model.hpp"
+#include "formats/atomic_file.hpp"
 #include "formats/error.hpp"
 #include "tools/cli/commands.hpp"
 #include "tools/cli/token_ids.hpp"
 
 namespace mmgpt::cli {
-
-namespace {
-
-// Writes `bytes` to `path` through a temporary file renamed into place, so a
-// failure never leaves a partial file or clobbers an existing one.
-void write_file_atomically(const std::string& path, const void* bytes, size_t size) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw Error(path + ": cannot create output file: " + std::strerror(errno));
-  bool ok = std::fwrite(bytes, 1, size, f) == size;
-  ok = (std::fflush(f) == 0) && ok;
-  ok = (::fsync(fileno(f)) == 0) && ok;
-  int saved = errno;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    if (ok) saved = errno;
-    std::remove(tmp.c_str());
-    throw Error(path + ": cannot write output file: " + std::strerror(saved));
-  }
-}
-
-}  // namespace
 
 void add_logits(CLI::App& app) {
   struct Args {
@@ -58,7 +33,9 @@ void add_logits(CLI::App& app) {
     Executor executor(model);
     KVCache cache(c);
     std::span<const float> logits = executor.run(ids, cache, ids.size());
-    write_file_atomically(a->out, logits.data(), logits.size_bytes());
+    AtomicFile out(a->out);  // never a partial file, never a clobbered one on failure
+    out.write(logits.data(), logits.size_bytes());
+    out.commit();
   });
 }
 

@@ -17,6 +17,15 @@ struct Gpt2Naming {
 // Sizes read off the tensors, before any config file is consulted.
 struct Gpt2Shapes {
   uint32_t n_layer = 0, n_embd = 0, n_ctx = 0, vocab = 0, n_ff = 0;
+
+  // Copies the sizes into `c` (the rest of the config is the layout's business).
+  void apply_to(ModelConfig& c) const {
+    c.n_layer = n_layer;
+    c.n_embd = n_embd;
+    c.n_ff = n_ff;
+    c.n_ctx = n_ctx;
+    c.vocab_size = vocab;
+  }
 };
 
 Gpt2Shapes read_gpt2_shapes(const TensorTaker& taker, const StateDict& weights, const Gpt2Naming& naming);

@@ -90,11 +90,7 @@ MappedModel map_hf_gpt2(const LayoutInput& in) {
 
   MappedModel out;
   ModelConfig& c = out.config;
-  c.n_layer = shapes.n_layer;
-  c.n_embd = shapes.n_embd;
-  c.n_ff = shapes.n_ff;
-  c.n_ctx = shapes.n_ctx;
-  c.vocab_size = shapes.vocab;
+  shapes.apply_to(c);
   c.qkv_bias = c.linear_bias = c.norm_bias = true;  // GPT-2 has every bias
   c.norm_eps = 1e-5f;
   c.gelu = GeluKind::Tanh;

@@ -35,11 +35,7 @@ MappedModel map_nanogpt(const LayoutInput& in) {
 
   MappedModel out;
   ModelConfig& c = out.config;
-  c.n_layer = shapes.n_layer;
-  c.n_embd = shapes.n_embd;
-  c.n_ff = shapes.n_ff;
-  c.n_ctx = shapes.n_ctx;
-  c.vocab_size = shapes.vocab;
+  shapes.apply_to(c);
   c.norm_eps = 1e-5f;        // nanoGPT's LayerNorm uses F.layer_norm's default
   c.gelu = GeluKind::Erf;    // nn.GELU() without approximate='tanh'
 

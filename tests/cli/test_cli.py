@@ -1,0 +1,184 @@
+"""The mmgpt command line's contract: exit status, one-line errors, outputs.
+
+Run by ctest as: /usr/bin/python3 test_cli.py --mmgpt PATH --shared DIR --workdir DIR
+Builds a tiny character-level nanoGPT checkpoint with torch, converts it, and
+checks every subcommand's success and failure behaviour: a non-zero exit and
+exactly one line on stderr for every misuse, never a crash or a hang, and no
+file lost or left half-written.
+"""
+import argparse
+import json
+import os
+import pickle
+import shutil
+import struct
+import subprocess
+import sys
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument('--mmgpt', required=True)
+parser.add_argument('--shared')
+parser.add_argument('--workdir', required=True)
+args = parser.parse_args()
+MM = args.mmgpt
+W = args.workdir
+shutil.rmtree(W, ignore_errors=True)
+os.makedirs(W)
+
+passed, failed = 0, 0
+
+
+def check(name, ok, detail=''):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f'[PASS] {name}')
+    else:
+        failed += 1
+        print(f'[FAIL] {name}: {detail}')
+
+
+def run(*argv, timeout=120):
+    p = subprocess.run([MM, *argv], capture_output=True, timeout=timeout)
+    return p.returncode, p.stdout.decode('utf-8', 'replace'), p.stderr.decode('utf-8', 'replace')
+
+
+def expect_error(name, *argv, mentions=()):
+    rc, out, err = run(*argv)
+    lines = err.splitlines()
+    ok = rc != 0 and rc < 128 and len(lines) == 1 and lines[0].startswith('mmgpt: error: ')
+    ok = ok and all(m in err for m in mentions)
+    check(name, ok, f'exit {rc}, stderr {err!r}')
+
+
+# --- a tiny nanoGPT-style char model: 2 layers, width 32, context 16
+alphabet = sorted(set('\n !,.:;?abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ\'-'))
+V, D, L, H, CTX = len(alphabet), 32, 2, 4, 16
+g = torch.Generator().manual_seed(0)
+sd = {'transformer.wte.weight': torch.randn(V, D, generator=g) * 0.3,
+      'transformer.wpe.weight': torch.randn(CTX, D, generator=g) * 0.3}
+for i in range(L):
+    p = f'transformer.h.{i}.'
+    for name, shape in [('ln_1.weight', (D,)), ('ln_1.bias', (D,)), ('attn.c_attn.weight', (3 * D, D)),
+                        ('attn.c_attn.bias', (3 * D,)), ('attn.c_proj.weight', (D, D)), ('attn.c_proj.bias', (D,)),
+                        ('ln_2.weight', (D,)), ('ln_2.bias', (D,)), ('mlp.c_fc.weight', (4 * D, D)),
+                        ('mlp.c_fc.bias', (4 * D,)), ('mlp.c_proj.weight', (D, 4 * D)), ('mlp.c_proj.bias', (D,))]:
+        sd[p + name] = torch.randn(*shape, generator=g) * 0.3 + (1.0 if name.startswith('ln') and 'weight' in name else 0)
+sd['transformer.ln_f.weight'] = torch.ones(D)
+sd['transformer.ln_f.bias'] = torch.zeros(D)
+sd['lm_head.weight'] = sd['transformer.wte.weight']
+ckdir = os.path.join(W, 'ck')
+os.makedirs(ckdir)
+ckpt = os.path.join(ckdir, 'ckpt.pt')
+torch.save({'model': sd, 'model_args': dict(n_layer=L, n_head=H, n_embd=D, block_size=CTX, bias=True,
+                                            vocab_size=V, dropout=0.0), 'iter_num': 0}, ckpt)
+with open(os.path.join(ckdir, 'meta.pkl'), 'wb') as f:
+    pickle.dump({'vocab_size': V, 'itos': dict(enumerate(alphabet)), 'stoi': {c: i for i, c in enumerate(alphabet)}}, f)
+model = os.path.join(W, 'model.mmgpt')
+
+# --- convert
+rc, out, err = run('convert', ckpt, '-o', model)
+check('convert succeeds and reports the layout and tokenizer on stderr',
+      rc == 0 and out == '' and 'nanogpt' in err and 'character-level' in err, f'exit {rc}, {err!r}')
+expect_error('convert: missing input', 'convert', os.path.join(W, 'nope.pt'), '-o', os.path.join(W, 'x.mmgpt'),
+             mentions=('nope.pt',))
+expect_error('convert: output directory missing', 'convert', ckpt, '-o', os.path.join(W, 'no', 'dir', 'x.mmgpt'))
+expect_error('convert: unknown layout', 'convert', ckpt, '-o', os.path.join(W, 'x.mmgpt'), '--layout', 'llama')
+expect_error('convert: --n-head 0', 'convert', ckpt, '-o', os.path.join(W, 'x.mmgpt'), '--n-head', '0')
+expect_error('convert: no -o', 'convert', ckpt)
+
+# A failed convert never clobbers an existing output nor leaves temporaries.
+bad = os.path.join(W, 'bad.pt')
+with open(ckpt, 'rb') as f:
+    blob = f.read()
+with open(bad, 'wb') as f:
+    f.write(blob[:len(blob) // 2])
+keep = os.path.join(W, 'keep.mmgpt')
+shutil.copy(model, keep)
+before = open(keep, 'rb').read()
+expect_error('convert: truncated checkpoint', 'convert', bad, '-o', keep, mentions=('bad.pt',))
+check('failed convert leaves the existing output untouched', open(keep, 'rb').read() == before)
+check('failed convert leaves no temporary file', sorted(os.listdir(W)) == sorted(
+    ['ck', 'model.mmgpt', 'bad.pt', 'keep.mmgpt']), str(os.listdir(W)))
+
+# --- inspect
+rc, out, err = run('inspect', model, '--json')
+try:
+    j = json.loads(out)
+    ok = rc == 0 and j['config']['n_layer'] == L and j['config']['vocab_size'] == V and \
+        j['tokenizer']['kind'] == 'char' and len(j['tensors']) == 4 + 12 * L and j['config']['gelu'] == 'erf'
+except Exception as e:  # noqa: BLE001
+    ok, out = False, f'{e}: {out[:200]}'
+check('inspect --json describes config, tokenizer and tensors', ok, out[:300])
+rc, out, err = run('inspect', model)
+check('inspect text lists every tensor', rc == 0 and 'h.1.mlp.proj.weight' in out and 'char' in out, out[:300])
+expect_error('inspect: missing file', 'inspect', os.path.join(W, 'missing.mmgpt'), mentions=('missing.mmgpt',))
+expect_error('inspect: a checkpoint is not a model file', 'inspect', ckpt, mentions=('ckpt.pt',))
+expect_error('inspect: a directory', 'inspect', W)
+trunc = os.path.join(W, 'trunc.mmgpt')
+mbytes = open(model, 'rb').read()
+for cut in (0, 7, 64, 100, len(mbytes) // 2, len(mbytes) - 1):
+    with open(trunc, 'wb') as f:
+        f.write(mbytes[:cut])
+    expect_error(f'inspect: model truncated to {cut} bytes', 'inspect', trunc, mentions=('trunc.mmgpt',))
+
+# --- generate
+rc, out, err = run('generate', '-m', model, '-p', 'ROMEO:', '-n', '30', '--seed', '7')
+check('generate -p echoes the prompt then the continuation', rc == 0 and out.startswith('ROMEO:') and
+      len(out.rstrip('\n')) >= 6, f'{rc} {out!r} {err!r}')
+rc2, out2, _ = run('generate', '-m', model, '-p', 'ROMEO:', '-n', '30', '--seed', '7', '--threads', '1')
+check('same seed, same text, whatever --threads', rc2 == 0 and out2 == out, f'{out!r} vs {out2!r}')
+rc, out, err = run('generate', '-m', model, '--ids', '1 2 3', '-n', '25', '--greedy', '--print-ids', '--ignore-eos')
+ids = out.split()
+check('--print-ids prints exactly the generated ids on one line',
+      rc == 0 and out.count('\n') == 1 and len(ids) == 25 and all(0 <= int(i) < V for i in ids), repr(out))
+rc, out2, err = run('generate', '-m', model, '--ids', '1 2 3', '-n', '25', '--top-k', '1', '--temperature', '1',
+                    '--print-ids', '--seed', '3')
+check('top-k 1 is greedy', rc == 0 and out2 == out, f'{out2!r} vs {out!r}')
+long_prompt = ' '.join(str(i % V) for i in range(3 * CTX))
+rc, out, err = run('generate', '-m', model, '--ids', long_prompt, '-n', '5', '--greedy', '--print-ids')
+check('a prompt longer than the context is cropped, with a note', rc == 0 and len(out.split()) == 5 and
+      'context' in err, f'{rc} {out!r} {err!r}')
+rc, out, err = run('generate', '-m', model, '-p', 'a', '-n', '0')
+check('-n 0 prints just the prompt', rc == 0 and out == 'a\n', repr(out))
+expect_error('generate: no prompt', 'generate', '-m', model)
+expect_error('generate: both -p and --ids', 'generate', '-m', model, '-p', 'a', '--ids', '1')
+expect_error('generate: id outside vocabulary', 'generate', '-m', model, '--ids', f'1 {V}', mentions=(str(V),))
+expect_error('generate: negative id', 'generate', '-m', model, '--ids', '-1')
+expect_error('generate: id not a number', 'generate', '-m', model, '--ids', '1 x 2', mentions=("'x'",))
+expect_error('generate: empty --ids', 'generate', '-m', model, '--ids', ' ')
+expect_error('generate: character not in vocabulary', 'generate', '-m', model, '-p', 'héllo', mentions=('U+00E9',))
+expect_error('generate: --greedy with --temperature', 'generate', '-m', model, '-p', 'a', '--greedy',
+             '--temperature', '1')
+for t in ('0', '-1', 'nan', 'inf', 'x'):
+    expect_error(f'generate: --temperature {t}', 'generate', '-m', model, '-p', 'a', '--temperature', t)
+expect_error('generate: --top-k -1', 'generate', '-m', model, '-p', 'a', '--top-k', '-1')
+expect_error('generate: -n -1', 'generate', '-m', model, '-p', 'a', '-n', '-1')
+expect_error('generate: --threads 0', 'generate', '-m', model, '-p', 'a', '--threads', '0')
+expect_error('generate: --seed x', 'generate', '-m', model, '-p', 'a', '--seed', 'x')
+expect_error('generate: unknown flag', 'generate', '-m', model, '-p', 'a', '--frobnicate')
+expect_error('generate: missing model', 'generate', '-m', os.path.join(W, 'none.mmgpt'), '-p', 'a',
+             mentions=('none.mmgpt',))
+expect_error('no subcommand', )
+expect_error('unknown subcommand', 'frobnicate')
+
+# --- logits
+out_f32 = os.path.join(W, 'logits.f32')
+rc, out, err = run('logits', '-m', model, '--ids', '0 1 2 3 4', '-o', out_f32)
+size = os.path.getsize(out_f32) if os.path.exists(out_f32) else -1
+check('logits writes [T, vocab] float32', rc == 0 and size == 5 * V * 4, f'{rc} {size} {err!r}')
+vals = struct.unpack(f'<{5 * V}f', open(out_f32, 'rb').read())
+rc, out, err = run('generate', '-m', model, '--ids', '0 1 2 3 4', '-n', '1', '--greedy', '--print-ids')
+row = vals[4 * V:5 * V]
+check('greedy token is the argmax of the last logits row', rc == 0 and int(out) == max(range(V), key=row.__getitem__),
+      out)
+expect_error('logits: more ids than the context', 'logits', '-m', model, '--ids', ' '.join(['1'] * (CTX + 1)), '-o',
+             out_f32, mentions=('context',))
+expect_error('logits: output directory missing', 'logits', '-m', model, '--ids', '1', '-o',
+             os.path.join(W, 'no', 'l.f32'))
+check('failed logits leave the previous output', os.path.getsize(out_f32) == 5 * V * 4)
+
+print(f'{passed} passed, {failed} failed')
+sys.exit(1 if failed else 0)
