@@ -14,19 +14,32 @@ namespace mmgpt {
 Executor::Executor(std::shared_ptr<const Model> model) : model_(std::move(model)), graph_(build_gpt_graph(*model_)) {}
 
 std::span<const float> Executor::run(std::span<const int32_t> ids, KVCache& cache, size_t logit_rows) {
+  const SequenceStep step{ids, &cache, logit_rows};
+  return run(std::span<const SequenceStep>(&step, 1));
+}
+
+std::span<const float> Executor::run(std::span<const SequenceStep> steps) {
   const ModelConfig& c = model_->config();
-  const size_t tokens = ids.size();
-  if (tokens == 0) throw Error("nothing to run: no tokens were given");
-  if (logit_rows == 0 || logit_rows > tokens)
-    throw Error("logit rows " + std::to_string(logit_rows) + " must be between 1 and the " + std::to_string(tokens) +
-                " tokens of the step");
-  if (cache.length() + tokens > c.n_ctx)
-    throw Error("sequence of " + std::to_string(cache.length() + tokens) + " tokens exceeds the context length " +
-                std::to_string(c.n_ctx));
-  for (size_t i = 0; i < tokens; ++i)
-    if (ids[i] < 0 || static_cast<uint64_t>(ids[i]) >= c.vocab_size)
-      throw Error("token id " + std::to_string(ids[i]) + " is outside the vocabulary (0.." +
-                  std::to_string(c.vocab_size - 1) + ")");
+  if (steps.empty()) throw Error("nothing to run: no sequences were given");
+  size_t tokens = 0, logit_rows = 0;
+  for (const SequenceStep& s : steps) {
+    const size_t n = s.ids.size();
+    if (n == 0) throw Error("nothing to run: a sequence has no new tokens");
+    if (s.logit_rows == 0 || s.logit_rows > n)
+      throw Error("logit rows " + std::to_string(s.logit_rows) + " must be between 1 and the " + std::to_string(n) +
+                  " tokens of the step");
+    if (s.cache->length() + n > c.n_ctx)
+      throw Error("sequence of " + std::to_string(s.cache->length() + n) + " tokens exceeds the context length " +
+                  std::to_string(c.n_ctx));
+    for (int32_t id : s.ids)
+      if (id < 0 || static_cast<uint64_t>(id) >= c.vocab_size)
+        throw Error("token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                    std::to_string(c.vocab_size - 1) + ")");
+    for (const SequenceStep& other : steps)
+      if (&other != &s && other.cache == s.cache) throw Error("two sequences of one step share a KV cache");
+    tokens += n;
+    logit_rows += s.logit_rows;
+  }
 
   auto key = std::make_pair(tokens, logit_rows);
   auto it = plans_.find(key);
@@ -34,41 +47,54 @@ std::span<const float> Executor::run(std::span<const int32_t> ids, KVCache& cach
   plan_ = &it->second;
   if (arena_.size() < plan_->arena_bytes) {
     arena_storage_.assign((plan_->arena_bytes + sizeof(Line) - 1) / sizeof(Line), Line{});
-    arena_ = std::span<std::byte>(reinterpret_cast<std::byte*>(arena_storage_.data()), arena_storage_.size() * sizeof(Line));
+    arena_ = std::span<std::byte>(reinterpret_cast<std::byte*>(arena_storage_.data()),
+                                  arena_storage_.size() * sizeof(Line));
   }
 
-  for (const Op& op : graph_.ops) run_op(op, ids, cache, tokens, logit_rows);
-  cache.set_length(cache.length() + tokens);
+  for (const Op& op : graph_.ops) run_op(op, steps, tokens, logit_rows);
+  for (const SequenceStep& s : steps) s.cache->set_length(s.cache->length() + s.ids.size());
   return {buffer(graph_.logits), logit_rows * c.vocab_size};
 }
 
-void Executor::run_op(const Op& op, std::span<const int32_t> ids, KVCache& cache, size_t tokens, size_t logit_rows) {
+void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t tokens, size_t logit_rows) {
   const ModelConfig& c = model_->config();
   const size_t d = c.n_embd;
-  const size_t base = cache.length();
   float* out = buffer(op.output);
   const float* in = op.input >= 0 ? buffer(op.input) : nullptr;
   const size_t out_rows = graph_.buffers[op.output].rows == Rows::Tokens ? tokens : logit_rows;
   const size_t width = graph_.buffers[op.output].width;
 
   switch (op.kind) {
-    case OpKind::Embed:
-      for (size_t t = 0; t < tokens; ++t) {
-        const float* tok = op.w + static_cast<size_t>(ids[t]) * d;
-        const float* pos = op.b + (base + t) * d;
-        float* row = out + t * d;
-        for (size_t i = 0; i < d; ++i) row[i] = tok[i] + pos[i];
+    case OpKind::Embed: {
+      size_t row = 0;
+      for (const SequenceStep& s : steps) {
+        const size_t base = s.cache->length();
+        for (size_t t = 0; t < s.ids.size(); ++t, ++row) {
+          const float* tok = op.w + static_cast<size_t>(s.ids[t]) * d;
+          const float* pos = op.b + (base + t) * d;
+          float* dst = out + row * d;
+          for (size_t i = 0; i < d; ++i) dst[i] = tok[i] + pos[i];
+        }
       }
       break;
+    }
     case OpKind::LayerNorm:
       kernels::layernorm(in, op.w, op.b, out, out_rows, width, c.norm_eps);
       break;
     case OpKind::MatMul:
       kernels::matmul(in, op.w, op.b, out, out_rows, op.in_features, op.out_features);
       break;
-    case OpKind::Attention:
-      causal_attention(in, out, tokens, base, static_cast<size_t>(op.layer), c.n_head, cache);
+    case OpKind::Attention: {
+      // Each sequence attends to its own cache; sequences run in parallel.
+      std::vector<size_t> first_row(steps.size());
+      for (size_t i = 0, row = 0; i < steps.size(); row += steps[i].ids.size(), ++i) first_row[i] = row;
+      tbb::parallel_for(size_t{0}, steps.size(), [&](size_t i) {
+        const SequenceStep& s = steps[i];
+        causal_attention(in + first_row[i] * 3 * d, out + first_row[i] * d, s.ids.size(), s.cache->length(),
+                         static_cast<size_t>(op.layer), c.n_head, *s.cache);
+      });
       break;
+    }
     case OpKind::AddInPlace:
       kernels::add(out, in, out_rows * width);
       break;
@@ -78,9 +104,16 @@ void Executor::run_op(const Op& op, std::span<const int32_t> ids, KVCache& cache
       else
         kernels::gelu_tanh(out, out_rows * width);
       break;
-    case OpKind::SelectRows:
-      std::memcpy(out, in + (tokens - logit_rows) * width, logit_rows * width * sizeof(float));
+    case OpKind::SelectRows: {
+      // Each sequence's last logit_rows rows, in sequence order.
+      size_t row = 0, dst = 0;
+      for (const SequenceStep& s : steps) {
+        row += s.ids.size();
+        std::memcpy(out + dst * width, in + (row - s.logit_rows) * width, s.logit_rows * width * sizeof(float));
+        dst += s.logit_rows;
+      }
       break;
+    }
   }
 }
 

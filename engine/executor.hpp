@@ -16,6 +16,14 @@
 
 namespace mmgpt {
 
+// One sequence's share of a step: its new tokens, its cache, and how many of
+// its last rows need logits.
+struct SequenceStep {
+  std::span<const int32_t> ids;
+  KVCache* cache = nullptr;
+  size_t logit_rows = 1;
+};
+
 class Executor {
  public:
   explicit Executor(std::shared_ptr<const Model> model);
@@ -29,9 +37,16 @@ class Executor {
   // run past the context length. The span stays valid until the next run().
   std::span<const float> run(std::span<const int32_t> ids, KVCache& cache, size_t logit_rows = 1);
 
+  // A step of several sequences at once: their rows go through every matmul
+  // together (a batched decode is one GEMM per weight instead of B GEMVs),
+  // each attends only to its own cache. Returns the logits of every
+  // sequence's requested rows, in order. Row for row the results are
+  // bit-identical to running each sequence alone.
+  std::span<const float> run(std::span<const SequenceStep> steps);
+
  private:
   float* buffer(int id) { return reinterpret_cast<float*>(arena_.data() + plan_->offsets[id]); }
-  void run_op(const Op& op, std::span<const int32_t> ids, KVCache& cache, size_t tokens, size_t logit_rows);
+  void run_op(const Op& op, std::span<const SequenceStep> steps, size_t tokens, size_t logit_rows);
 
   std::shared_ptr<const Model> model_;
   Graph graph_;

@@ -1,34 +1,24 @@
 #pragma once
-// Autoregressive generation on top of the executor: prefill the prompt, then
-// decode one token at a time with the KV cache.
+// Autoregressive generation for one or many sequences on top of the
+// executor: one batched prefill of all prompts, then decode steps in which
+// every unfinished sequence contributes one row to each matmul.
 //
 // Past the context length the window slides as nanoGPT's generate() does: the
 // model sees the last n_ctx tokens at positions 0..n_ctx-1. With learned
 // absolute positions the cached keys/values are then stale, so each step past
-// the context re-runs the window (a prefill of n_ctx tokens per new token).
-#include <cstdint>
-#include <functional>
-#include <span>
+// the context re-runs that sequence's window (a prefill of n_ctx tokens).
 #include <vector>
 
 #include "engine/executor.hpp"
-#include "engine/sampler.hpp"
+#include "engine/mmgpt.hpp"
 
 namespace mmgpt {
 
-struct GenerateOptions {
-  size_t max_new_tokens = 256;
-  SamplingOptions sampling;
-  bool ignore_eos = false;
-  int64_t eos_id = -1;  // -1: the model has no end-of-text token
-};
-
-// Called with each new token; return false to stop early.
-using TokenCallback = std::function<bool(int32_t)>;
-
-// `prompt` must be non-empty and at most n_ctx tokens (crop it first).
-// Returns the generated tokens (the end-of-text token, when it stops generation, is not included).
-std::vector<int32_t> generate(Executor& executor, std::span<const int32_t> prompt, const GenerateOptions& options,
-                              const TokenCallback& on_token = {});
+// Prompts longer than n_ctx are cropped to their last n_ctx tokens. Each
+// sequence gets its own sampler seeded with options.sampling.seed, so a
+// sequence's result does not depend on the others in the batch.
+std::vector<GenerationResult> run_generation(Executor& executor, const Tokenizer& tokenizer,
+                                             const std::vector<std::vector<int32_t>>& prompts,
+                                             const GenerateOptions& options, const TokenCallback& on_token);
 
 }  // namespace mmgpt

@@ -26,7 +26,7 @@ enum class OpKind {
   Attention,   // causal self-attention of the qkv rows against the KV cache of `layer`
   AddInPlace,  // out += in
   Gelu,        // out = gelu(out) in place, erf or tanh flavour from the config
-  SelectRows,  // out = the last R rows of in (the positions whose logits are wanted)
+  SelectRows,  // out = the rows whose logits are wanted: each sequence's last ones
 };
 
 enum class Rows { Tokens, LogitRows };

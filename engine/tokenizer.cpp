@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdio>
 
+#include "engine/bpe.hpp"
 #include "formats/error.hpp"
 
 namespace mmgpt {
@@ -75,18 +76,33 @@ Tokenizer::Tokenizer(const TokenizerData& data) : kind_(data.kind), eos_id_(data
       }
       token_bytes_.push_back(std::move(bytes));
     }
+    bpe_ = std::make_shared<const BpeModel>(data.tokens, data.merges);
+    // GPT-2's only special token. Its text is matched as raw bytes.
+    if (eos_id_ >= 0 && static_cast<uint64_t>(eos_id_) < token_bytes_.size())
+      special_ = token_bytes_[static_cast<size_t>(eos_id_)];
   } else {
     token_bytes_ = data.tokens;
     for (size_t i = 0; i < token_bytes_.size(); ++i) char_to_id_.emplace(token_bytes_[i], static_cast<int32_t>(i));
   }
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special) const {
   if (kind_ == TokenizerKind::None)
     throw Error("the model has no tokenizer: give the prompt as token ids with --ids");
-  if (kind_ == TokenizerKind::Gpt2Bpe)
-    throw Error("encoding text with the GPT-2 BPE tokenizer is not available yet: give the prompt as token ids with --ids");
   std::vector<int32_t> ids;
+  if (kind_ == TokenizerKind::Gpt2Bpe) {
+    // Text between special tokens is pre-tokenized on its own: no piece spans one.
+    size_t start = 0;
+    if (allow_special && !special_.empty()) {
+      for (size_t at = text.find(special_); at != std::string_view::npos; at = text.find(special_, start)) {
+        bpe_->encode(text.substr(start, at - start), ids);
+        ids.push_back(static_cast<int32_t>(eos_id_));
+        start = at + special_.size();
+      }
+    }
+    bpe_->encode(text.substr(start), ids);
+    return ids;
+  }
   for (size_t i = 0; i < text.size();) {
     size_t n = utf8_length(static_cast<unsigned char>(text[i]));
     if (n == 0 || i + n > text.size())
@@ -117,28 +133,6 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   std::string out;
   for (int32_t id : ids) out += token_bytes(id);
   return out;
-}
-
-std::string Utf8Stream::push(std::string_view bytes) {
-  pending_.append(bytes);
-  // Find the start of a possibly incomplete final sequence (at most 3 bytes back).
-  size_t keep_from = pending_.size();
-  for (size_t back = 1; back <= 3 && back <= pending_.size(); ++back) {
-    unsigned char c = static_cast<unsigned char>(pending_[pending_.size() - back]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
-    size_t n = utf8_length(c);
-    if (n > back) keep_from = pending_.size() - back;  // lead byte whose sequence is not complete yet
-    break;
-  }
-  std::string ready = pending_.substr(0, keep_from);
-  pending_.erase(0, keep_from);
-  return ready;
-}
-
-std::string Utf8Stream::flush() {
-  std::string rest;
-  rest.swap(pending_);
-  return rest;
 }
 
 }  // namespace mmgpt

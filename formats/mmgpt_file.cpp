@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "formats/error.hpp"
 #include "formats/mmgpt_file_parse.hpp"
@@ -110,6 +111,19 @@ const TensorView* ModelFile::find(std::string_view name) const {
 const TensorView& ModelFile::tensor(std::string_view name) const {
   if (const TensorView* t = find(name)) return *t;
   throw Error(path_ + ": no tensor named '" + std::string(name) + "'");
+}
+
+uint64_t ModelFile::resident_bytes() const {
+  if (!map_ || size_ == 0) return 0;
+  if (!owns_map_) return size_;  // an in-memory image is resident by definition
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t pages = (static_cast<size_t>(size_) + page - 1) / page;
+  std::vector<unsigned char> in_core(pages);
+  if (::mincore(const_cast<void*>(map_), static_cast<size_t>(size_), in_core.data()) != 0) return 0;
+  uint64_t resident = 0;
+  for (size_t i = 0; i < pages; ++i)
+    if (in_core[i] & 1) resident += (i + 1 == pages) ? size_ - i * page : page;
+  return resident;
 }
 
 }  // namespace mmgpt

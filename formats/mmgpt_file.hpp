@@ -50,6 +50,9 @@ class ModelFile {
   const TokenizerData& tokenizer() const { return tokenizer_; }
   const std::vector<TensorView>& tensors() const { return tensors_; }
   const TensorView* find(std::string_view name) const;  // nullptr if absent
+  // Bytes of the mapping currently in memory (page cache), from mincore(2):
+  // how much of the model a process has touched, or shares with others.
+  uint64_t resident_bytes() const;
   const TensorView& tensor(std::string_view name) const; // throws mmgpt::Error if absent
 
  private:

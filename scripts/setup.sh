@@ -8,7 +8,13 @@ packages=(
   libxsimd-dev libtbb-dev libbenchmark-dev doctest-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   python3 python3-torch python3-numpy
+  libicu-dev
+  nodejs
 )
+# npm runs the tokenizer conformance test's reference (js-tiktoken). Some
+# nodejs builds bundle npm and conflict with Debian's npm package: ask for it
+# only when no npm is on PATH.
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -23,4 +29,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# js-tiktoken, pinned by tests/tokenizer/package-lock.json; installed once.
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ ! -d "$root/tests/tokenizer/node_modules" ]; then
+  (cd "$root/tests/tokenizer" && npm ci --no-audit --no-fund)
 fi

@@ -18,7 +18,7 @@ inline std::string temp_path(const std::string& name) {
 // Writes a random model with `config` (and a char tokenizer over `alphabet`
 // when non-empty) to `path`. Weights ~ N(0, scale); norm weights around 1.
 inline void write_random_model(const std::string& path, const ModelConfig& config, uint64_t seed,
-                               const std::string& alphabet = "", float scale = 0.2f) {
+                               const std::string& alphabet = "", float scale = 0.2f, int64_t eos_id = -1) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, scale);
   std::vector<std::vector<float>> storage;
@@ -37,6 +37,7 @@ inline void write_random_model(const std::string& path, const ModelConfig& confi
   if (!alphabet.empty()) {
     tok.kind = TokenizerKind::Char;
     for (char c : alphabet) tok.tokens.push_back(std::string(1, c));
+    tok.eos_id = eos_id;
   }
   write_model_file(path, config, tok, tensors);
 }

@@ -9,7 +9,7 @@
 #include <tbb/global_control.h>
 
 #include "engine/executor.hpp"
-#include "engine/generator.hpp"
+#include "engine/mmgpt.hpp"
 #include "engine_test_model.hpp"
 #include "formats/error.hpp"
 
@@ -148,13 +148,13 @@ TEST_CASE("generation past the context slides the window like nanoGPT") {
   auto cfg = test::small_config(2, 2, 12, 8, 23);
   const std::string path = test::temp_path("engine_slide.mmgpt");
   test::write_random_model(path, cfg, 21, "", 0.5f);
-  auto model = Model::load(path);
-  Executor ex(model);
+  auto lm = LanguageModel::load(path);
+  auto model = lm.shared_model();
   std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
   GenerateOptions opt;
   opt.max_new_tokens = 20;
   opt.sampling.greedy = true;
-  auto got = generate(ex, prompt, opt);
+  auto got = lm.generate(prompt, opt).tokens;
   REQUIRE(got.size() == 20);
 
   // Reference: a fresh full forward of the last n_ctx tokens for every step.
@@ -174,23 +174,91 @@ TEST_CASE("generation past the context slides the window like nanoGPT") {
 TEST_CASE("generation stops at end-of-text unless told to ignore it, and on request") {
   auto cfg = test::small_config(1, 2, 8, 32, 3);
   const std::string path = test::temp_path("engine_eos.mmgpt");
-  test::write_random_model(path, cfg, 3, "", 1.0f);
-  Executor ex(Model::load(path));
+  // Tokens "a", "b", "c"; the third is the end-of-text token.
+  test::write_random_model(path, cfg, 3, "abc", 1.0f);
+  auto lm = LanguageModel::load(path);
   std::vector<int32_t> prompt = {0};
   GenerateOptions opt;
   opt.max_new_tokens = 30;
   opt.sampling.greedy = true;
-  auto all = generate(ex, prompt, opt);
-  REQUIRE(all.size() == 30);
-  opt.eos_id = all[3];
-  auto stopped = generate(ex, prompt, opt);
-  auto pos = std::find(all.begin(), all.end(), all[3]) - all.begin();
-  CHECK(stopped == std::vector<int32_t>(all.begin(), all.begin() + pos));
+  auto all = lm.generate(prompt, opt);
+  REQUIRE(all.tokens.size() == 30);
+  CHECK(all.reason == StopReason::Length);
+  CHECK(all.text == lm.decode(all.tokens));
+
+  // The same model with its fourth generated token declared end-of-text.
+  const int32_t eos = all.tokens[3];
+  const std::string eos_path = test::temp_path("engine_eos2.mmgpt");
+  test::write_random_model(eos_path, cfg, 3, "abc", 1.0f, eos);
+  auto lm_eos = LanguageModel::load(eos_path);
+  auto stopped = lm_eos.generate(prompt, opt);
+  const auto first_eos = std::find(all.tokens.begin(), all.tokens.end(), eos);
+  CHECK(stopped.tokens == std::vector<int32_t>(all.tokens.begin(), first_eos));
+  CHECK(stopped.reason == StopReason::EndOfText);
   opt.ignore_eos = true;
-  CHECK(generate(ex, prompt, opt) == all);
+  CHECK(lm_eos.generate(prompt, opt).tokens == all.tokens);
   opt.ignore_eos = false;
-  opt.eos_id = -1;
+
   int calls = 0;
-  auto early = generate(ex, prompt, opt, [&](int32_t) { return ++calls < 4; });
-  CHECK(early.size() == 4);
+  auto early = lm.generate(prompt, opt, [&](const TokenEvent&) { return ++calls < 4; });
+  CHECK(early.tokens.size() == 4);
+  CHECK(early.reason == StopReason::Callback);
+  CHECK(early.tokens == std::vector<int32_t>(all.tokens.begin(), all.tokens.begin() + 4));
+}
+
+TEST_CASE("a stop string ends generation, across token boundaries, and is not emitted") {
+  auto cfg = test::small_config(1, 2, 8, 64, 4);
+  const std::string path = test::temp_path("engine_stop.mmgpt");
+  test::write_random_model(path, cfg, 5, "abcd", 1.5f);
+  auto lm = LanguageModel::load(path);
+  GenerateOptions opt;
+  opt.max_new_tokens = 60;
+  opt.sampling.temperature = 1.0f;
+  opt.sampling.top_k = 0;
+  opt.sampling.seed = 11;
+  const std::vector<int32_t> prompt = {0, 1};
+  auto free_run = lm.generate(prompt, opt);
+  REQUIRE(free_run.text.size() == 60);
+  // A two-character stop string that first occurs somewhere after the start.
+  const std::string stop = free_run.text.substr(20, 2);
+  const size_t at = free_run.text.find(stop);
+  opt.stop = {"zz", stop};
+  std::string streamed;
+  auto stopped = lm.generate(prompt, opt, [&](const TokenEvent& e) {
+    streamed += e.text;
+    return true;
+  });
+  CHECK(stopped.reason == StopReason::StopString);
+  CHECK(stopped.text == free_run.text.substr(0, at));
+  CHECK(streamed == stopped.text);
+  CHECK(stopped.tokens.size() == at + 2);  // the tokens that completed the stop string are generated, not shown
+}
+
+TEST_CASE("a batch gives each prompt exactly what it gets alone") {
+  auto cfg = test::small_config(2, 3, 24, 12, 29);
+  const std::string path = test::temp_path("engine_batch.mmgpt");
+  test::write_random_model(path, cfg, 8, "", 0.4f);
+  auto lm = LanguageModel::load(path);
+  const std::vector<std::vector<int32_t>> prompts = {{1}, {2, 3, 4, 5, 6, 7, 8}, {9, 10, 11}, {12, 1, 2, 3, 4, 5, 6, 7,
+                                                                                               8, 9, 10, 11, 12, 13}};
+  for (bool greedy : {true, false}) {
+    GenerateOptions opt;
+    opt.max_new_tokens = 25;  // past the context of 12
+    opt.sampling.greedy = greedy;
+    opt.sampling.seed = 99;
+    opt.sampling.top_k = 0;
+    opt.sampling.temperature = 1.0f;
+    std::vector<int> events(prompts.size());
+    auto batch = lm.generate_batch(prompts, opt, [&](const TokenEvent& e) {
+      events[e.sequence]++;
+      return true;
+    });
+    REQUIRE(batch.size() == prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto alone = lm.generate(prompts[i], opt);
+      CHECK_MESSAGE(batch[i].tokens == alone.tokens, "prompt " << i << (greedy ? " greedy" : " sampled"));
+      CHECK(batch[i].tokens.size() == 25);
+      CHECK(events[i] == 25);
+    }
+  }
 }

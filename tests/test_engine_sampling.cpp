@@ -5,6 +5,7 @@
 #include <map>
 
 #include "engine/sampler.hpp"
+#include "engine/text_stream.hpp"
 #include "engine/tokenizer.hpp"
 #include "formats/error.hpp"
 
@@ -43,7 +44,9 @@ TEST_CASE("sampling is reproducible for a seed and follows the softmax") {
   o.seed = 43;
   Sampler c(o);
   int differ = 0;
-  Sampler a2({false, 1.0f, 0, 42});
+  SamplingOptions o42 = o;
+  o42.seed = 42;
+  Sampler a2(o42);
   for (int i = 0; i < 100; ++i) differ += a2.next(l) != c.next(l);
   CHECK(differ > 0);
 }
@@ -96,11 +99,14 @@ TEST_CASE("GPT-2 byte-level tokens decode to their exact bytes") {
   CHECK(t.token_bytes(4) == "<|endoftext|>");
   CHECK(t.token_bytes(5) == "\xE2\x80");  // first two bytes of a three-byte character
   CHECK(t.decode(std::vector<int32_t>{0, 1, 2}) == "Hello world\n");
-  CHECK_THROWS_AS(t.encode("Hello"), Error);
+  // BPE encodes text now (tests/test_engine_bpe.cpp); this toy vocabulary has
+  // no single-byte tokens, so encoding says which byte it cannot spell.
+  CHECK(t.can_encode());
+  CHECK_THROWS_WITH_AS(t.encode("Hello"), doctest::Contains("no token for the byte 0x48"), Error);
 }
 
 TEST_CASE("streamed UTF-8 is never cut inside a character") {
-  Utf8Stream s;
+  TextStream s;
   std::string euro = "\xE2\x82\xAC";
   CHECK(s.push("a\xE2") == "a");
   CHECK(s.push("\x82") == "");
@@ -110,4 +116,70 @@ TEST_CASE("streamed UTF-8 is never cut inside a character") {
   CHECK(s.push("\xC3") == "");
   CHECK(s.flush() == "\xC3");
   CHECK(s.push("\x80") == "\x80");  // stray continuation byte passes through
+}
+
+TEST_CASE("stop strings are held back until they cannot match, and cut the text") {
+  TextStream s({"END", "\n\n"});
+  CHECK(s.push("Hello E") == "Hello ");
+  CHECK(s.push("N") == "");
+  CHECK(s.push("D? no: ENx") == "");  // "END" appears: stop
+  CHECK(s.stopped());
+  CHECK(s.text() == "Hello ");
+  CHECK(s.push("more") == "");
+
+  TextStream t({"END"});
+  CHECK(t.push("EN") == "");
+  CHECK(t.push("x") == "ENx");  // "ENx" can no longer become "END"
+  CHECK(t.push("\n\nE") == "\n\n");
+  CHECK(t.flush() == "E");
+  CHECK_FALSE(t.stopped());
+
+  TextStream u({"\xE2\x82\xAC!"});  // a stop string that starts with a multi-byte character
+  CHECK(u.push("a\xE2\x82") == "a");
+  CHECK(u.push("\xAC") == "");
+  CHECK(u.push("!") == "");
+  CHECK(u.stopped());
+  CHECK(u.text() == "a");
+}
+
+TEST_CASE("top-p keeps the smallest set reaching p; min-p drops unlikely tokens; repetition penalty") {
+  // probabilities ~ [0.6, 0.3, 0.1] at temperature 1
+  std::vector<float> l = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
+  SamplingOptions o;
+  o.temperature = 1.0f;
+  o.top_k = 0;
+  o.seed = 5;
+  o.top_p = 0.55f;
+  Sampler only_first(o);
+  for (int i = 0; i < 500; ++i) CHECK(only_first.next(l) == 0);
+  o.top_p = 0.85f;
+  Sampler two(o);
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 3000; ++i) seen[two.next(l)]++;
+  CHECK(seen[2] == 0);
+  CHECK(seen[1] > 700);  // 1/3 of 3000 expected
+  o.top_p = 1.0f;
+  o.min_p = 0.4f;  // keeps p >= 0.24: tokens 0 and 1
+  Sampler minp(o);
+  seen.clear();
+  for (int i = 0; i < 3000; ++i) seen[minp.next(l)]++;
+  CHECK(seen[2] == 0);
+  CHECK(seen[1] > 700);
+
+  SamplingOptions g;
+  g.greedy = true;
+  g.repetition_penalty = 3.0f;
+  std::vector<float> r = {2.0f, 1.0f, -1.0f};
+  Sampler rep(g);
+  CHECK(rep.next(r) == 0);
+  const std::vector<int32_t> seen_tokens = {0, 0};
+  CHECK(rep.next(r, seen_tokens) == 1);  // 2/3 < 1
+  for (float bad : {0.0f, 1.5f, -0.1f, NAN}) {
+    SamplingOptions b;
+    b.top_p = bad;
+    CHECK_THROWS_AS(Sampler{b}, Error);
+  }
+  SamplingOptions m;
+  m.min_p = 1.0f;
+  CHECK_THROWS_AS(Sampler{m}, Error);
 }

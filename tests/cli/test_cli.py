@@ -180,5 +180,60 @@ expect_error('logits: output directory missing', 'logits', '-m', model, '--ids',
              os.path.join(W, 'no', 'l.f32'))
 check('failed logits leave the previous output', os.path.getsize(out_f32) == 5 * V * 4)
 
+# --- sampling options, stops, batches, stats
+for opt, bad in (('--top-p', '0'), ('--top-p', '1.5'), ('--top-p', 'nan'), ('--min-p', '1'), ('--min-p', '-0.1'),
+                 ('--repetition-penalty', '0'), ('--repetition-penalty', 'inf')):
+    expect_error(f'generate: {opt} {bad}', 'generate', '-m', model, '-p', 'a', opt, bad)
+expect_error('generate: --greedy with --top-p', 'generate', '-m', model, '-p', 'a', '--greedy', '--top-p', '0.5')
+rc, free, err = run('generate', '-m', model, '-p', 'ab', '-n', '40', '--greedy', '--ignore-eos')
+cont = free[2:-1]
+stop = cont[10:12]
+rc, out, err = run('generate', '-m', model, '-p', 'ab', '-n', '40', '--greedy', '--ignore-eos', '--stop', stop,
+                   '--stop', 'QQQ')
+check('--stop cuts the text before the stop string, matched across tokens',
+      rc == 0 and out == 'ab' + cont[:cont.find(stop)] + '\n', f'{out!r} vs {cont!r} stop {stop!r}')
+rc, out, err = run('generate', '-m', model, '-p', 'ab', '-n', '20', '--seed', '5', '--top-p', '0.9', '--min-p', '0.05',
+                   '--repetition-penalty', '1.3')
+rc2, out2, _ = run('generate', '-m', model, '-p', 'ab', '-n', '20', '--seed', '5', '--top-p', '0.9', '--min-p', '0.05',
+                   '--repetition-penalty', '1.3', '--threads', '1')
+check('top-p, min-p and repetition penalty run and repeat with a seed', rc == 0 and out == out2 and len(out) > 3,
+      f'{out!r} {out2!r} {err!r}')
+
+batch_prompts = ['ROMEO:', 'a', 'To be, or not to be', 'JULIET: oh']
+batch_file = os.path.join(W, 'batch.txt')
+with open(batch_file, 'w') as f:
+    f.write('\n'.join(batch_prompts[:2]) + '\n\n' + '\r\n'.join(batch_prompts[2:]) + '\n')
+rc, out, err = run('generate', '-m', model, '--batch-file', batch_file, '-n', '30', '--greedy', '--print-ids',
+                   '--ignore-eos')
+alone = []
+for prompt in batch_prompts:
+    alone.append(run('generate', '-m', model, '-p', prompt, '-n', '30', '--greedy', '--print-ids', '--ignore-eos')[1])
+check('--batch-file: each prompt gets what it gets alone (greedy, ids)', rc == 0 and out == ''.join(alone),
+      f'{out!r} vs {alone!r} {err!r}')
+rc, out, err = run('generate', '-m', model, '--batch-file', batch_file, '-n', '30', '--seed', '9', '--ignore-eos')
+alone = [run('generate', '-m', model, '-p', p, '-n', '30', '--seed', '9', '--ignore-eos')[1] for p in batch_prompts]
+check('--batch-file: sampled text identical to single runs with the same seed', rc == 0 and
+      out == ''.join(a + '\n' for a in alone), f'{out!r} vs {alone!r}')
+expect_error('generate: missing batch file', 'generate', '-m', model, '--batch-file', os.path.join(W, 'nobatch.txt'),
+             mentions=('nobatch.txt',))
+empty_batch = os.path.join(W, 'empty.txt')
+open(empty_batch, 'w').write('\n\n')
+expect_error('generate: empty batch file', 'generate', '-m', model, '--batch-file', empty_batch, mentions=('empty.txt',))
+expect_error('generate: --batch-file with -p', 'generate', '-m', model, '--batch-file', batch_file, '-p', 'a')
+
+rc, out, err = run('generate', '-m', model, '-p', 'ab', '-n', '10', '--stats', '--seed', '1')
+check('--stats reports load, prefill, decode, first token, RSS and resident weights on stderr',
+      rc == 0 and all(k in err for k in ('load', 'prefill', 'decode', 'first token', 'peak RSS', 'resident',
+                                        'kernels:')), err)
+
+# --- the embedding example program, built beside mmgpt
+example = os.path.join(os.path.dirname(MM), 'mmgpt_embed_example')
+p = subprocess.run([example, model, 'ab', '5'], capture_output=True, timeout=60)
+text = p.stdout.decode('utf-8', 'replace')
+rc, greedy_out, _ = run('generate', '-m', model, '-p', 'ab', '-n', '100', '--greedy')
+check('example program streams greedy text and stops early from its callback',
+      p.returncode == 0 and text.startswith(greedy_out[:7]) and 'stopped by the callback' in text,
+      f'{text!r} vs {greedy_out[:7]!r}')
+
 print(f'{passed} passed, {failed} failed')
 sys.exit(1 if failed else 0)

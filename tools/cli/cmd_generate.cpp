@@ -1,18 +1,21 @@
-// mmgpt generate: prompt (text or ids) -> continuation, streamed to stdout.
+// mmgpt generate: prompt(s) (text or ids) -> continuation(s), streamed to stdout.
+#include <sys/resource.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include <tbb/global_control.h>
 
-#include "engine/executor.hpp"
-#include "engine/generator.hpp"
-#include "engine/model.hpp"
-#include "engine/tokenizer.hpp"
-#include "formats/error.hpp"
+#include "engine/mmgpt.hpp"
+#include "kernels/kernels.hpp"
 #include "tools/cli/commands.hpp"
 #include "tools/cli/token_ids.hpp"
 
@@ -20,79 +23,140 @@ namespace mmgpt::cli {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 struct GenerateArgs {
-  std::string model, prompt, ids;
+  std::string model, prompt, ids, batch_file;
   size_t n = 256;
   bool greedy = false;
-  float temperature = 0.8f;
-  uint32_t top_k = 200;
-  uint64_t seed = 0;
-  bool seed_given = false;
+  SamplingOptions sampling;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
   int threads = 0;
-  bool ignore_eos = false;
-  bool print_ids = false;
+  bool ignore_eos = false, print_ids = false, no_special = false, stats = false;
 };
+
+void write_out(std::string_view s) { std::fwrite(s.data(), 1, s.size(), stdout); }
+
+std::vector<std::string> read_batch_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open the batch file");
+  std::vector<std::string> prompts;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) prompts.push_back(line);  // blank lines separate nothing: skipped
+  }
+  if (in.bad()) throw Error(path + ": cannot read the batch file");
+  if (prompts.empty()) throw Error(path + ": the batch file holds no prompt (one prompt per line)");
+  return prompts;
+}
+
+void print_stats(const LanguageModel& lm, double load_s, double ttft_s, const std::vector<GenerationResult>& results) {
+  size_t prompt_tokens = 0, generated = 0;
+  for (const auto& r : results) prompt_tokens += r.timings.prompt_tokens, generated += r.tokens.size();
+  const GenerationTimings& t = results.front().timings;
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  const ModelFile& f = lm.model().file();
+  std::fprintf(stderr, "\n--- stats (kernels: %s, threads: %d)\n", std::string(kernels::isa_name()).c_str(),
+               tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism) > 0
+                   ? static_cast<int>(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism))
+                   : 0);
+  std::fprintf(stderr, "load          %8.2f ms\n", load_s * 1e3);
+  std::fprintf(stderr, "prompt        %8zu tokens in %zu sequence(s)\n", prompt_tokens, results.size());
+  std::fprintf(stderr, "prefill       %8.2f ms  %10.1f tokens/s\n", t.prefill_seconds * 1e3,
+               t.prefill_seconds > 0 ? prompt_tokens / t.prefill_seconds : 0.0);
+  std::fprintf(stderr, "decode        %8.2f ms  %10.1f tokens/s  (%zu tokens, %zu steps)\n", t.decode_seconds * 1e3,
+               t.decode_seconds > 0 ? (generated - results.size()) / t.decode_seconds : 0.0, generated,
+               t.decode_steps);
+  std::fprintf(stderr, "first token   %8.2f ms\n", ttft_s * 1e3);
+  std::fprintf(stderr, "peak RSS      %8.1f MiB\n", usage.ru_maxrss / 1024.0);
+  std::fprintf(stderr, "weights       %8.1f MiB mapped, %.1f MiB resident\n", f.file_size() / 1048576.0,
+               f.resident_bytes() / 1048576.0);
+}
 
 void run_generate(const GenerateArgs& a) {
   std::unique_ptr<tbb::global_control> threads;
   if (a.threads > 0)
     threads = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, a.threads);
 
-  auto model = Model::load(a.model);
-  const ModelConfig& config = model->config();
-  Tokenizer tokenizer(model->tokenizer_data());
+  const Clock::time_point t_load = Clock::now();
+  const LanguageModel lm = LanguageModel::load(a.model);
+  const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
+  const ModelConfig& config = lm.config();
+  const Tokenizer& tokenizer = lm.tokenizer();
 
-  std::vector<int32_t> prompt;
-  if (!a.ids.empty()) {
-    prompt = parse_token_ids(a.ids, config.vocab_size);
+  // Prompts: one (-p / --ids) or many (--batch-file, one per line, text or ids).
+  std::vector<std::string> texts;
+  std::vector<std::vector<int32_t>> prompts;
+  if (!a.batch_file.empty()) {
+    texts = read_batch_file(a.batch_file);
+    for (const std::string& t : texts) prompts.push_back(lm.encode(t, !a.no_special));
+  } else if (!a.ids.empty()) {
+    prompts.push_back(parse_token_ids(a.ids, config.vocab_size));
+    texts.push_back(tokenizer.kind() == TokenizerKind::None ? "" : lm.decode(prompts.back()));
   } else {
     if (a.prompt.empty()) throw Error("-p: the prompt is empty");
-    prompt = tokenizer.encode(a.prompt);
+    prompts.push_back(lm.encode(a.prompt, !a.no_special));
+    texts.push_back(a.prompt);
   }
-  if (prompt.size() > config.n_ctx) {
-    std::cerr << "mmgpt generate: note: the prompt has " << prompt.size() << " tokens; using its last " << config.n_ctx
-              << " (the context length)\n";
-    prompt.erase(prompt.begin(), prompt.end() - config.n_ctx);
-  }
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (prompts[i].size() > config.n_ctx)
+      std::fprintf(stderr, "mmgpt generate: note: prompt %zu has %zu tokens; using its last %u (the context length)\n",
+                   i + 1, prompts[i].size(), config.n_ctx);
 
   const bool as_ids = a.print_ids || tokenizer.kind() == TokenizerKind::None;
   if (tokenizer.kind() == TokenizerKind::None && !a.print_ids)
-    std::cerr << "mmgpt generate: note: " << a.model << " has no tokenizer; printing token ids\n";
+    std::fprintf(stderr, "mmgpt generate: note: %s has no tokenizer; printing token ids\n", a.model.c_str());
 
   GenerateOptions options;
   options.max_new_tokens = a.n;
   options.ignore_eos = a.ignore_eos;
-  options.eos_id = tokenizer.eos_id();
+  options.stop = a.stop;
+  options.sampling = a.sampling;
   options.sampling.greedy = a.greedy;
-  options.sampling.temperature = a.temperature;
-  options.sampling.top_k = a.top_k;
-  options.sampling.seed = a.seed_given ? a.seed : std::random_device{}();
+  options.sampling.seed = a.seed ? *a.seed : std::random_device{}();
 
-  Executor executor(model);
-  Utf8Stream stream;
-  bool first = true;
-  if (!as_ids) {
-    std::string echo = a.ids.empty() ? a.prompt : tokenizer.decode(prompt);
-    std::fwrite(echo.data(), 1, echo.size(), stdout);
+  const bool batch = !a.batch_file.empty();
+  if (!batch && !as_ids) {
+    write_out(texts[0]);  // the prompt, then the continuation as it is generated
     std::fflush(stdout);
   }
-  generate(executor, prompt, options, [&](int32_t token) {
+
+  const Clock::time_point t_start = Clock::now();
+  double ttft_s = -1.0;
+  bool printed_id = false;
+  auto on_token = [&](const TokenEvent& e) {
+    if (ttft_s < 0) ttft_s = std::chrono::duration<double>(Clock::now() - t_start).count();
+    if (batch) return true;  // a batch is printed when complete, prompt by prompt
     if (as_ids) {
-      std::printf(first ? "%d" : " %d", token);
-      first = false;
+      if (e.token >= 0) std::printf(printed_id ? " %d" : "%d", e.token), printed_id = true;
     } else {
-      std::string text = stream.push(tokenizer.token_bytes(token));
-      std::fwrite(text.data(), 1, text.size(), stdout);
+      write_out(e.text);
     }
     std::fflush(stdout);
     return true;
-  });
-  if (!as_ids) {
-    std::string rest = stream.flush();
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
+  };
+  std::vector<GenerationResult> results = lm.generate_batch(prompts, options, on_token);
+
+  if (!batch) {
+    std::fputc('\n', stdout);
+  } else {
+    // One line of ids per prompt, or each prompt with its continuation followed by an empty line.
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (as_ids) {
+        for (size_t k = 0; k < results[i].tokens.size(); ++k) std::printf(k ? " %d" : "%d", results[i].tokens[k]);
+        std::fputc('\n', stdout);
+      } else {
+        write_out(texts[i]);
+        write_out(results[i].text);
+        write_out("\n\n");
+      }
+    }
   }
-  std::fputc('\n', stdout);
   std::fflush(stdout);
+  if (a.stats) print_stats(lm, load_s, ttft_s < 0 ? 0.0 : ttft_s, results);
 }
 
 }  // namespace
@@ -103,21 +167,36 @@ void add_generate(CLI::App& app) {
   cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required();
   auto* p = cmd->add_option("-p,--prompt", a->prompt, "prompt text");
   auto* ids = cmd->add_option("--ids", a->ids, "prompt as token ids, e.g. \"1 2 3\"");
-  p->excludes(ids);
-  cmd->add_option("-n,--n-tokens", a->n, "number of tokens to generate")->check(CLI::Range(size_t{0}, size_t{1} << 24));
+  auto* batch = cmd->add_option("--batch-file", a->batch_file,
+                                "generate for every line of FILE (one prompt per line, blank lines skipped) together, "
+                                "batched; prints each prompt with its continuation and an empty line");
+  p->excludes(ids)->excludes(batch);
+  ids->excludes(batch);
+  cmd->add_option("-n,--n-tokens", a->n, "number of tokens to generate (default 256)")
+      ->check(CLI::Range(size_t{0}, size_t{1} << 24));
   auto* greedy = cmd->add_flag("--greedy", a->greedy, "always pick the most likely token");
-  auto* temp = cmd->add_option("--temperature", a->temperature, "sampling temperature (> 0; default 0.8)");
-  auto* topk = cmd->add_option("--top-k", a->top_k, "sample among the K most likely tokens (0 = all; default 200)");
-  greedy->excludes(temp)->excludes(topk);
-  cmd->add_option("--seed", a->seed, "random seed: the same seed repeats a run exactly")
-      ->each([a](const std::string&) { a->seed_given = true; });
+  auto* temp = cmd->add_option("--temperature", a->sampling.temperature, "sampling temperature (> 0; default 0.8)");
+  auto* topk = cmd->add_option("--top-k", a->sampling.top_k, "sample among the K most likely tokens (0 = all; default 200)");
+  auto* topp = cmd->add_option("--top-p", a->sampling.top_p,
+                               "sample among the most likely tokens whose probabilities add up to P (0 < P <= 1)");
+  auto* minp = cmd->add_option("--min-p", a->sampling.min_p,
+                               "drop tokens less likely than P times the most likely one (0 <= P < 1)");
+  for (CLI::Option* o : {temp, topk, topp, minp}) greedy->excludes(o);
+  cmd->add_option("--repetition-penalty", a->sampling.repetition_penalty,
+                  "divide positive / multiply negative logits of tokens already seen (default 1 = off)");
+  cmd->add_option("--seed", a->seed, "random seed: the same seed repeats a run exactly");
+  cmd->add_option("--stop", a->stop, "stop when this string appears (not printed); may be given several times")
+      ->allow_extra_args(false);
   cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 4096));
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past the end-of-text token");
+  cmd->add_flag("--no-special", a->no_special, "treat <|endoftext|> in a text prompt as plain text");
   cmd->add_flag("--print-ids", a->print_ids, "print only the generated token ids, space-separated, on one line");
-  cmd->callback([a, p, ids]() {
-    if (p->count() == 0 && ids->count() == 0) throw Error("generate needs a prompt: -p TEXT or --ids \"I J K\"");
-    if (!(std::isfinite(a->temperature) && a->temperature > 0.0f))
-      throw Error("--temperature must be a finite number greater than 0, got " + std::to_string(a->temperature));
+  cmd->add_flag("--stats", a->stats, "print timings, memory and throughput on stderr");
+  cmd->callback([a, p, ids, batch]() {
+    if (p->count() == 0 && ids->count() == 0 && batch->count() == 0)
+      throw Error("generate needs a prompt: -p TEXT, --ids \"I J K\" or --batch-file FILE");
+    Sampler check(a->sampling);  // refuses out-of-range sampling options before the model is loaded
+    (void)check;
     run_generate(*a);
   });
 }

@@ -10,5 +10,8 @@ void add_convert(CLI::App& app);
 void add_generate(CLI::App& app);
 void add_logits(CLI::App& app);
 void add_inspect(CLI::App& app);
+void add_tokenize(CLI::App& app);
+void add_detokenize(CLI::App& app);
+void add_perplexity(CLI::App& app);
 
 }  // namespace mmgpt::cli

@@ -14,6 +14,9 @@ int main(int argc, char** argv) {
   mmgpt::cli::add_generate(app);
   mmgpt::cli::add_logits(app);
   mmgpt::cli::add_inspect(app);
+  mmgpt::cli::add_tokenize(app);
+  mmgpt::cli::add_detokenize(app);
+  mmgpt::cli::add_perplexity(app);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,40 @@
+#include "engine/mmgpt.hpp"
+
+#include "engine/executor.hpp"
+#include "engine/generator.hpp"
+
+namespace mmgpt {
+
+LanguageModel LanguageModel::load(const std::string& path) {
+  std::shared_ptr<const Model> model = Model::load(path);
+  auto tokenizer = std::make_shared<const Tokenizer>(model->tokenizer_data());
+  return LanguageModel(std::move(model), std::move(tokenizer));
+}
+
+std::vector<int32_t> LanguageModel::encode(std::string_view text, bool allow_special) const {
+  return tokenizer_->encode(text, allow_special);
+}
+
+std::vector<float> LanguageModel::logits(std::span<const int32_t> ids) const {
+  if (ids.size() > config().n_ctx)
+    throw Error(std::to_string(ids.size()) + " tokens exceed the context length " + std::to_string(config().n_ctx) +
+                " of " + model_->file().path());
+  Executor executor(model_);
+  KVCache cache(config());
+  std::span<const float> l = executor.run(ids, cache, ids.size());
+  return {l.begin(), l.end()};
+}
+
+GenerationResult LanguageModel::generate(std::span<const int32_t> prompt, const GenerateOptions& options,
+                                         const TokenCallback& on_token) const {
+  return std::move(generate_batch({std::vector<int32_t>(prompt.begin(), prompt.end())}, options, on_token)[0]);
+}
+
+std::vector<GenerationResult> LanguageModel::generate_batch(const std::vector<std::vector<int32_t>>& prompts,
+                                                            const GenerateOptions& options,
+                                                            const TokenCallback& on_token) const {
+  Executor executor(model_);
+  return run_generation(executor, *tokenizer_, prompts, options, on_token);
+}
+
+}  // namespace mmgpt

@@ -1,0 +1,34 @@
+#pragma once
+// Scoring text: the cross-entropy of a token sequence under the model over
+// sliding windows (see evaluate_perplexity for the exact definition).
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+
+namespace mmgpt {
+
+class Executor;
+
+struct PerplexityOptions {
+  size_t ctx = 0;     // window length in tokens; 0 = the model's context length
+  size_t stride = 0;  // tokens the window advances by; 0 = the default documented in perplexity.cpp
+};
+
+struct PerplexityResult {
+  double mean_nll = 0.0;    // nats per evaluated token
+  double perplexity = 0.0;  // exp(mean_nll)
+  size_t tokens = 0;        // tokens whose prediction was scored
+  size_t windows = 0;
+  size_t ctx = 0, stride = 0;  // the window and stride used (defaults resolved)
+  double seconds = 0.0;     // wall time of the evaluation
+  double tokens_per_second = 0.0;  // tokens run through the model per second
+};
+
+// Called after each window with (tokens scored so far, total tokens to score); return false to stop early.
+using PerplexityProgress = std::function<bool(size_t done, size_t total)>;
+
+PerplexityResult evaluate_perplexity(Executor& executor, std::span<const int32_t> tokens,
+                                     const PerplexityOptions& options, const PerplexityProgress& progress = {});
+
+}  // namespace mmgpt

@@ -1,0 +1,156 @@
+// mmgpt perplexity: mean negative log-likelihood and perplexity of a text file
+// under the model, over sliding windows (definition in engine/perplexity.cpp).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <tbb/global_control.h>
+
+#include "engine/mmgpt.hpp"
+#include "formats/error.hpp"
+#include "tools/cli/commands.hpp"
+
+namespace mmgpt::cli {
+
+namespace {
+
+struct PerplexityArgs {
+  std::string model, file;
+  size_t ctx = 0, stride = 0;
+  bool ctx_given = false, stride_given = false;  // an explicit 0 is an error, not "the default"
+  int threads = 0;
+  bool no_special = false;
+  bool json = false;
+};
+
+std::string read_file_bytes(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw Error("-f: file not found: " + path);
+  if (std::filesystem::is_directory(path, ec)) throw Error("-f: " + path + " is a directory, not a text file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("-f: cannot open " + path + ": " + std::strerror(errno));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw Error("-f: cannot read " + path + ": " + std::strerror(errno));
+  if (bytes.empty()) throw Error("-f: " + path + " is empty");
+  return bytes;
+}
+
+// One self-overwriting line on stderr, only for a person watching a terminal;
+// redrawn at most ten times a second and erased when done.
+class ProgressLine {
+ public:
+  ProgressLine() : enabled_(isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()) {}
+  ~ProgressLine() { clear(); }
+
+  void update(size_t done, size_t total) {
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (done < total && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    std::fprintf(stderr, "\rperplexity: %5.1f%%  %zu/%zu tokens scored  %.0f scored/s\033[K",
+                 total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0, done, total,
+                 secs > 0 ? static_cast<double>(done) / secs : 0.0);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+
+  void clear() {
+    if (!drawn_) return;
+    std::fputs("\r\033[K", stderr);
+    std::fflush(stderr);
+    drawn_ = false;
+  }
+
+ private:
+  bool enabled_, drawn_ = false;
+  std::chrono::steady_clock::time_point start_, last_{};
+};
+
+void run_perplexity(const PerplexityArgs& a) {
+  std::unique_ptr<tbb::global_control> threads;
+  if (a.threads > 0)
+    threads = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, a.threads);
+
+  LanguageModel lm = LanguageModel::load(a.model);
+  // 0 means "the default" to the engine, so an explicit 0 is refused here.
+  if ((a.ctx_given && a.ctx == 0) || (a.stride_given && a.stride == 0))
+    throw Error(std::string(a.ctx_given && a.ctx == 0 ? "--ctx" : "--stride") + " must be at least 1");
+
+  const std::string text = read_file_bytes(a.file);
+  std::vector<int32_t> tokens;
+  try {
+    tokens = lm.encode(text, !a.no_special);
+  } catch (const Error& e) {
+    throw Error(a.file + ": " + e.what());
+  }
+  if (tokens.size() < 2)
+    throw Error(a.file + ": " + std::to_string(tokens.size()) + " token(s); perplexity needs at least 2");
+
+  PerplexityOptions options;
+  options.ctx = a.ctx_given ? a.ctx : 0;
+  options.stride = a.stride_given ? a.stride : 0;
+  PerplexityResult r;
+  {
+    ProgressLine progress;
+    r = lm.perplexity(tokens, options, [&](size_t done, size_t total) {
+      progress.update(done, total);
+      return true;
+    });
+  }
+
+  if (a.json) {
+    nlohmann::json j = {{"model", a.model},
+                        {"file", a.file},
+                        {"ctx", r.ctx},
+                        {"stride", r.stride},
+                        {"mean_nll", r.mean_nll},
+                        {"perplexity", r.perplexity},
+                        {"tokens", r.tokens},
+                        {"windows", r.windows},
+                        {"seconds", r.seconds},
+                        {"tokens_per_second", r.tokens_per_second}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("mean_nll %.4f nats  perplexity %.4f  tokens %zu  windows %zu  ctx %zu  stride %zu  tokens/s %.1f\n",
+                r.mean_nll, r.perplexity, r.tokens, r.windows, r.ctx, r.stride, r.tokens_per_second);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void add_perplexity(CLI::App& app) {
+  auto a = std::make_shared<PerplexityArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "perplexity",
+      "score a text file: mean negative log-likelihood (nats per token) and perplexity over sliding windows");
+  cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required();
+  cmd->add_option("-f,--file", a->file, "text file, read as raw bytes and encoded with the model's tokenizer")
+      ->required();
+  cmd->add_option("--ctx", a->ctx, "window length in tokens, 2..context length (default: the model's context length)")
+      ->check(CLI::NonNegativeNumber)
+      ->each([a](const std::string&) { a->ctx_given = true; });
+  cmd->add_option("--stride", a->stride,
+                  "tokens each window advances by, 1..ctx; each window scores only the tokens no earlier window "
+                  "scored (default: ctx/2)")
+      ->check(CLI::NonNegativeNumber)
+      ->each([a](const std::string&) { a->stride_given = true; });
+  cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+  cmd->add_flag("--no-special", a->no_special, "encode \"<|endoftext|>\" in the text as plain text, not the special token");
+  cmd->add_flag("--json", a->json, "print the result as JSON");
+  cmd->callback([a]() { run_perplexity(*a); });
+}
+
+}  // namespace mmgpt::cli

@@ -1,0 +1,105 @@
+// mmgpt tokenize / detokenize: text <-> token ids with a model's own tokenizer,
+// exactly (detokenize writes back the very bytes tokenize was given).
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+
+#include "engine/tokenizer.hpp"
+#include "formats/error.hpp"
+#include "formats/mmgpt_file.hpp"
+#include "tools/cli/commands.hpp"
+#include "tools/cli/token_ids.hpp"
+
+namespace mmgpt::cli {
+
+namespace {
+
+struct TokenizeArgs {
+  std::string model, text, file, ids;
+  bool no_special = false;
+};
+
+std::string read_whole_file(const std::string& path, const char* what) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw Error(std::string("-f: ") + what + " not found: " + path);
+  if (std::filesystem::is_directory(path, ec)) throw Error("-f: " + path + " is a directory, not a " + what);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("-f: cannot open " + path + ": " + std::strerror(errno));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw Error("-f: cannot read " + path + ": " + std::strerror(errno));
+  return bytes;
+}
+
+void run_tokenize(const TokenizeArgs& a) {
+  // Only the header and tokenizer are read; the weights stay unmapped-in.
+  const ModelFile file = ModelFile::open(a.model);
+  const Tokenizer tokenizer(file.tokenizer());
+  const std::string text = a.file.empty() ? a.text : read_whole_file(a.file, "text file");
+  const std::vector<int32_t> ids = tokenizer.encode(text, !a.no_special);
+  std::string line;
+  line.reserve(ids.size() * 6 + 1);
+  char buf[16];
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) line.push_back(' ');
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, ids[i]);
+    line.append(buf, end);
+  }
+  line.push_back('\n');
+  std::fwrite(line.data(), 1, line.size(), stdout);
+}
+
+void run_detokenize(const TokenizeArgs& a) {
+  const ModelFile file = ModelFile::open(a.model);
+  const Tokenizer tokenizer(file.tokenizer());
+  std::string text = a.ids;
+  if (!a.file.empty()) text = read_whole_file(a.file, "token id file");
+  std::vector<int32_t> ids;
+  // No ids at all is the empty text (what tokenize prints for it), not an error.
+  if (text.find_first_not_of(" \t\r\n,") != std::string::npos) {
+    try {
+      ids = parse_token_ids(text, file.config().vocab_size);
+    } catch (const Error& e) {
+      if (a.file.empty()) throw;
+      throw Error(a.file + ": " + e.what());
+    }
+  }
+  const std::string bytes = tokenizer.decode(ids);
+  std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+}
+
+}  // namespace
+
+void add_tokenize(CLI::App& app) {
+  auto a = std::make_shared<TokenizeArgs>();
+  CLI::App* cmd = app.add_subcommand("tokenize", "print the token ids of a text, space-separated, on one line");
+  cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required();
+  auto* p = cmd->add_option("-p,--prompt", a->text, "the text");
+  auto* f = cmd->add_option("-f,--file", a->file, "read the text from this file (its exact bytes)");
+  p->excludes(f);
+  cmd->add_flag("--no-special", a->no_special, "treat <|endoftext|> in the text as plain text, not the special token");
+  cmd->callback([a, p, f]() {
+    if (p->count() == 0 && f->count() == 0) throw Error("tokenize needs a text: -p TEXT or -f FILE");
+    run_tokenize(*a);
+  });
+}
+
+void add_detokenize(CLI::App& app) {
+  auto a = std::make_shared<TokenizeArgs>();
+  CLI::App* cmd = app.add_subcommand("detokenize", "write the exact bytes of token ids to stdout");
+  cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required();
+  auto* ids = cmd->add_option("--ids", a->ids, "token ids, e.g. \"1 2 3\"");
+  auto* f = cmd->add_option("-f,--file", a->file, "read the token ids from this file");
+  ids->excludes(f);
+  cmd->callback([a, ids, f]() {
+    if (ids->count() == 0 && f->count() == 0) throw Error("detokenize needs token ids: --ids \"I J K\" or -f FILE");
+    run_detokenize(*a);
+  });
+}
+
+}  // namespace mmgpt::cli
