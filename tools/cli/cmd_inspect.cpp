@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/graph.hpp"
-#include "engine/model.hpp"
+#include "engine/mmgpt.hpp"
 #include "formats/error.hpp"
 #include "tools/cli/commands.hpp"
 
@@ -99,7 +99,8 @@ void add_inspect(CLI::App& app) {
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->add_flag("--graph", a->graph, "also print the forward-pass graph");
   cmd->callback([a]() {
-    auto model = Model::load(a->model);
+    const LanguageModel lm = LanguageModel::load(a->model);
+    const Model* model = &lm.model();
     if (a->json) {
       nlohmann::json j = to_json(model->file());
       if (a->graph) j["graph"] = build_gpt_graph(*model).to_string();

@@ -4,8 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/executor.hpp"
-#include "engine/model.hpp"
+#include "engine/mmgpt.hpp"
 #include "formats/atomic_file.hpp"
 #include "formats/error.hpp"
 #include "tools/cli/commands.hpp"
@@ -24,17 +23,14 @@ void add_logits(CLI::App& app) {
   cmd->add_option("-o,--output", a->out, "output file (raw float32 little-endian, row t = after token t)")->required();
   cmd->callback([a]() {
     static_assert(std::endian::native == std::endian::little, "logits are written little-endian");
-    auto model = Model::load(a->model);
-    const ModelConfig& c = model->config();
-    std::vector<int32_t> ids = parse_token_ids(a->ids, c.vocab_size);
-    if (ids.size() > c.n_ctx)
+    const LanguageModel lm = LanguageModel::load(a->model);
+    const std::vector<int32_t> ids = parse_token_ids(a->ids, lm.config().vocab_size);
+    if (ids.size() > lm.config().n_ctx)
       throw Error("--ids: " + std::to_string(ids.size()) + " tokens exceed the context length " +
-                  std::to_string(c.n_ctx) + " of " + a->model);
-    Executor executor(model);
-    KVCache cache(c);
-    std::span<const float> logits = executor.run(ids, cache, ids.size());
+                  std::to_string(lm.config().n_ctx) + " of " + a->model);
+    const std::vector<float> logits = lm.logits(ids);
     AtomicFile out(a->out);  // never a partial file, never a clobbered one on failure
-    out.write(logits.data(), logits.size_bytes());
+    out.write(logits.data(), logits.size() * sizeof(float));
     out.commit();
   });
 }

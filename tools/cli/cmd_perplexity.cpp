@@ -3,13 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -20,6 +15,7 @@
 #include "engine/mmgpt.hpp"
 #include "formats/error.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/cli/input_file.hpp"
 
 namespace mmgpt::cli {
 
@@ -33,18 +29,6 @@ struct PerplexityArgs {
   bool no_special = false;
   bool json = false;
 };
-
-std::string read_file_bytes(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw Error("-f: file not found: " + path);
-  if (std::filesystem::is_directory(path, ec)) throw Error("-f: " + path + " is a directory, not a text file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("-f: cannot open " + path + ": " + std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error("-f: cannot read " + path + ": " + std::strerror(errno));
-  if (bytes.empty()) throw Error("-f: " + path + " is empty");
-  return bytes;
-}
 
 // One self-overwriting line on stderr, only for a person watching a terminal;
 // redrawn at most ten times a second and erased when done.
@@ -88,7 +72,8 @@ void run_perplexity(const PerplexityArgs& a) {
   if ((a.ctx_given && a.ctx == 0) || (a.stride_given && a.stride == 0))
     throw Error(std::string(a.ctx_given && a.ctx == 0 ? "--ctx" : "--stride") + " must be at least 1");
 
-  const std::string text = read_file_bytes(a.file);
+  const std::string text = read_input_file(a.file, "text file");
+  if (text.empty()) throw Error("-f: " + a.file + " is empty");
   std::vector<int32_t> tokens;
   try {
     tokens = lm.encode(text, !a.no_special);

@@ -1,19 +1,13 @@
 // mmgpt tokenize / detokenize: text <-> token ids with a model's own tokenizer,
 // exactly (detokenize writes back the very bytes tokenize was given).
-#include <cerrno>
 #include <charconv>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 
-#include "engine/tokenizer.hpp"
-#include "formats/error.hpp"
-#include "formats/mmgpt_file.hpp"
+#include "engine/mmgpt.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/cli/input_file.hpp"
 #include "tools/cli/token_ids.hpp"
 
 namespace mmgpt::cli {
@@ -25,23 +19,11 @@ struct TokenizeArgs {
   bool no_special = false;
 };
 
-std::string read_whole_file(const std::string& path, const char* what) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw Error(std::string("-f: ") + what + " not found: " + path);
-  if (std::filesystem::is_directory(path, ec)) throw Error("-f: " + path + " is a directory, not a " + what);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("-f: cannot open " + path + ": " + std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error("-f: cannot read " + path + ": " + std::strerror(errno));
-  return bytes;
-}
-
 void run_tokenize(const TokenizeArgs& a) {
-  // Only the header and tokenizer are read; the weights stay unmapped-in.
-  const ModelFile file = ModelFile::open(a.model);
-  const Tokenizer tokenizer(file.tokenizer());
-  const std::string text = a.file.empty() ? a.text : read_whole_file(a.file, "text file");
-  const std::vector<int32_t> ids = tokenizer.encode(text, !a.no_special);
+  // Loading maps the weights but reads none of them: only the tokenizer is touched.
+  const LanguageModel lm = LanguageModel::load(a.model);
+  const std::string text = a.file.empty() ? a.text : read_input_file(a.file, "text file");
+  const std::vector<int32_t> ids = lm.encode(text, !a.no_special);
   std::string line;
   line.reserve(ids.size() * 6 + 1);
   char buf[16];
@@ -55,21 +37,20 @@ void run_tokenize(const TokenizeArgs& a) {
 }
 
 void run_detokenize(const TokenizeArgs& a) {
-  const ModelFile file = ModelFile::open(a.model);
-  const Tokenizer tokenizer(file.tokenizer());
+  const LanguageModel lm = LanguageModel::load(a.model);
   std::string text = a.ids;
-  if (!a.file.empty()) text = read_whole_file(a.file, "token id file");
+  if (!a.file.empty()) text = read_input_file(a.file, "token id file");
   std::vector<int32_t> ids;
   // No ids at all is the empty text (what tokenize prints for it), not an error.
   if (text.find_first_not_of(" \t\r\n,") != std::string::npos) {
     try {
-      ids = parse_token_ids(text, file.config().vocab_size);
+      ids = parse_token_ids(text, lm.config().vocab_size);
     } catch (const Error& e) {
       if (a.file.empty()) throw;
       throw Error(a.file + ": " + e.what());
     }
   }
-  const std::string bytes = tokenizer.decode(ids);
+  const std::string bytes = lm.decode(ids);
   std::fwrite(bytes.data(), 1, bytes.size(), stdout);
 }
 
