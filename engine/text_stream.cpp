@@ -1,4 +1,5 @@
 #include "engine/text_stream.hpp"
+#include "engine/utf8.hpp"
 
 #include <algorithm>
 
@@ -6,21 +7,12 @@ namespace mmgpt {
 
 namespace {
 
-// Length of the UTF-8 sequence a lead byte starts, 0 for a continuation or invalid byte.
-size_t utf8_length(unsigned char c) {
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) return 2;
-  if ((c & 0xF0) == 0xE0) return 3;
-  if ((c & 0xF8) == 0xF0) return 4;
-  return 0;
-}
-
 // The largest n <= end such that s[0, n) does not end inside an incomplete UTF-8 character.
 size_t utf8_safe_end(std::string_view s, size_t end) {
   for (size_t back = 1; back <= 3 && back <= end; ++back) {
     const unsigned char c = static_cast<unsigned char>(s[end - back]);
     if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
-    const size_t n = utf8_length(c);
+    const size_t n = utf8::sequence_length(c);
     return n > back ? end - back : end;  // a lead byte whose character is not complete yet
   }
   return end;  // stray continuation bytes: pass them through

@@ -1,4 +1,5 @@
 #include "engine/tokenizer.hpp"
+#include "engine/utf8.hpp"
 
 #include <array>
 #include <cstdio>
@@ -10,20 +11,11 @@ namespace mmgpt {
 
 namespace {
 
-// Length of the UTF-8 sequence starting with lead byte c, or 0 if c cannot start one.
-size_t utf8_length(unsigned char c) {
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) return 2;
-  if ((c & 0xF0) == 0xE0) return 3;
-  if ((c & 0xF8) == 0xF0) return 4;
-  return 0;
-}
-
 // Decodes a UTF-8 string into code points; returns false on malformed input.
 bool decode_utf8(std::string_view s, std::vector<uint32_t>& out) {
   out.clear();
   for (size_t i = 0; i < s.size();) {
-    size_t n = utf8_length(static_cast<unsigned char>(s[i]));
+    size_t n = utf8::sequence_length(static_cast<unsigned char>(s[i]));
     if (n == 0 || i + n > s.size()) return false;
     uint32_t cp = n == 1 ? static_cast<unsigned char>(s[i]) : (static_cast<unsigned char>(s[i]) & (0x7F >> n));
     for (size_t k = 1; k < n; ++k) {
@@ -104,7 +96,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special
     return ids;
   }
   for (size_t i = 0; i < text.size();) {
-    size_t n = utf8_length(static_cast<unsigned char>(text[i]));
+    size_t n = utf8::sequence_length(static_cast<unsigned char>(text[i]));
     if (n == 0 || i + n > text.size())
       throw Error("prompt is not valid UTF-8 at byte " + std::to_string(i));
     std::string ch(text.substr(i, n));

@@ -750,3 +750,22 @@ def convert(suite, src, out, extra=()):
 def prompt_ids(seed, n, vocab):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(vocab, (n,), generator=g).tolist()
+
+
+DEMO_DIR = os.path.join(REPO, 'models', 'demo')
+
+
+def load_demo():
+    """The bundled demo model (models/demo) as a float64 NanoGPT, its meta.pkl, and both paths."""
+    import pickle
+    ckpt_path, meta_path = os.path.join(DEMO_DIR, 'ckpt.pt'), os.path.join(DEMO_DIR, 'meta.pkl')
+    for p in (ckpt_path, meta_path):
+        assert os.path.isfile(p), f"missing demo file {p} (train it with tools/train_demo.py)"
+    ckpt = torch.load(ckpt_path, map_location='cpu')
+    model = NanoGPT(dict(ckpt['model_args']))
+    sd = {k[len('_orig_mod.'):] if k.startswith('_orig_mod.') else k: v for k, v in ckpt['model'].items()}
+    model.load_state_dict(sd, strict=True)
+    model.double().eval()
+    with open(meta_path, 'rb') as f:
+        meta = pickle.load(f)
+    return model, meta, ckpt_path, meta_path

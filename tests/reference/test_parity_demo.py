@@ -8,7 +8,6 @@ compared with PyTorch's greedy text decoded through meta.pkl's itos.
 """
 import json
 import os
-import pickle
 import sys
 
 import torch
@@ -16,21 +15,6 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mmgpt_ref as R  # noqa: E402
 
-DEMO = os.path.join(R.REPO, 'models', 'demo')
-
-
-def load_demo():
-    ckpt_path, meta_path = os.path.join(DEMO, 'ckpt.pt'), os.path.join(DEMO, 'meta.pkl')
-    for p in (ckpt_path, meta_path):
-        assert os.path.isfile(p), f"missing demo file {p} (train it with tools/train_demo.py)"
-    ckpt = torch.load(ckpt_path, map_location='cpu')
-    model = R.NanoGPT(dict(ckpt['model_args']))
-    sd = {k[len('_orig_mod.'):] if k.startswith('_orig_mod.') else k: v for k, v in ckpt['model'].items()}
-    model.load_state_dict(sd, strict=True)
-    model.double().eval()
-    with open(meta_path, 'rb') as f:
-        meta = pickle.load(f)
-    return model, meta, ckpt_path, meta_path
 
 
 def main():
@@ -38,7 +22,7 @@ def main():
     state = {}
 
     def convert():
-        model, meta, ckpt_path, meta_path = load_demo()
+        model, meta, ckpt_path, meta_path = R.load_demo()
         out = suite.path('demo.mmgpt')
         # No --tokenizer: meta.pkl beside ckpt.pt must be found, as in the README's demo command.
         dt = R.convert(suite, ckpt_path, out)

@@ -23,7 +23,6 @@ from torch.nn import functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mmgpt_ref as R  # noqa: E402
 
-DEMO = os.path.join(R.REPO, 'models', 'demo')
 NLL_REL_TOL = 1e-4
 
 
@@ -58,20 +57,6 @@ def ref_perplexity(model, ids, ctx, stride):
             total -= float(logp[k, rows, targets].sum())
             count += e - first
     return total / count, count, len(windows)
-
-
-def load_demo():
-    ckpt_path, meta_path = os.path.join(DEMO, 'ckpt.pt'), os.path.join(DEMO, 'meta.pkl')
-    for p in (ckpt_path, meta_path):
-        assert os.path.isfile(p), f"missing demo file {p} (train it with tools/train_demo.py)"
-    ckpt = torch.load(ckpt_path, map_location='cpu')
-    model = R.NanoGPT(dict(ckpt['model_args']))
-    sd = {k[len('_orig_mod.'):] if k.startswith('_orig_mod.') else k: v for k, v in ckpt['model'].items()}
-    model.load_state_dict(sd, strict=True)
-    model.double().eval()
-    with open(meta_path, 'rb') as f:
-        meta = pickle.load(f)
-    return model, meta, ckpt_path
 
 
 def val_text(shared):
@@ -129,7 +114,7 @@ def main():
     state = {}
 
     def demo_convert():
-        model, meta, ckpt_path = load_demo()
+        model, meta, ckpt_path, _ = R.load_demo()
         out = suite.path('demo.mmgpt')
         R.convert(suite, ckpt_path, out)
         state['demo'] = (model, meta['stoi'], out)
@@ -168,7 +153,7 @@ def main():
         d = suite.path('padded')
         os.makedirs(d)
         R.torch_save(R.nanogpt_checkpoint(model, compiled=True, with_optimizer=False), os.path.join(d, 'ckpt.pt'))
-        shutil.copyfile(os.path.join(DEMO, 'meta.pkl'), os.path.join(d, 'meta.pkl'))  # 65 chars < 128 rows
+        shutil.copyfile(os.path.join(R.DEMO_DIR, 'meta.pkl'), os.path.join(d, 'meta.pkl'))  # 65 chars < 128 rows
         with open(os.path.join(d, 'meta.pkl'), 'rb') as f:
             stoi = pickle.load(f)['stoi']
         out = suite.path('padded.mmgpt')
