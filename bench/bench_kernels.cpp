@@ -1,11 +1,22 @@
-// Kernel throughput for GPT-2 small shapes, for the dispatched instantiation
-// and for the scalar reference. Wall-clock time (the kernels use all threads).
+// Kernel throughput for GPT-2 small to XL shapes (768, 1024, 1280, 1600 wide),
+// for the dispatched instantiation and (GPT-2 small shapes only) the scalar
+// reference. Wall-clock time (the kernels use all threads).
 //
 //   bench_kernels --benchmark_filter='matmul/avx2'
+//   MMGPT_BENCH_BW_MIB=256 bench_kernels     # smaller bandwidth probe at start-up
 //
 // Rate counters, shown as GFLOP=x/s (2 flops per multiply-add) and GB=x/s (bytes the kernel
 // must read and write at least once: for matmul x, W, bias and y).
+// Each figure is also read against the machine's limit, measured once at
+// start-up in this process (bench/machine_limits.hpp) with as many threads as
+// the kernels use, and printed before the table:
+//   frac_of_peak  GFLOP/s / fp32 FMA peak     (matmul with M > 1: compute-bound GEMM)
+//   frac_of_bw    GB/s / read bandwidth        (M = 1 GEMV and streaming kernels: memory-bound;
+//                 the GEMV cycles through 256 MiB of weight copies so it reads from DRAM)
+// The streaming kernels' small operands live in cache, so their frac_of_bw
+// may exceed 1: it says how far they are from being limited by DRAM.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -13,11 +24,20 @@
 
 #include <benchmark/benchmark.h>
 
+#include <tbb/task_arena.h>
+
+#include "bench/machine_limits.hpp"
 #include "kernels/kernels.hpp"
 
 namespace k = mmgpt::kernels;
 
 namespace {
+
+// The limits every figure is divided by (set in main before any benchmark runs).
+struct Limits {
+  double bw_gbps = 0;       // read bandwidth, all kernel threads, huge-page anonymous memory
+  double peak_gflops = 0;   // fp32 FMA peak, all kernel threads
+} g_limits;
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {
     std::mt19937 gen(seed);
@@ -36,35 +56,64 @@ struct IsaScope {
     ~IsaScope() { k::force_isa(saved); }
 };
 
-void set_rates(benchmark::State& state, double flops, double bytes) {
+// bound: which limit the figure is read against (the other is not reported).
+enum class Bound { Compute, Memory };
+
+using Clock = std::chrono::steady_clock;
+
+// The fractions are plain counters computed from our own wall-clock time of
+// the timing loop (Google Benchmark's rate counters would print them as "/s").
+void set_rates(benchmark::State& state, Clock::time_point loop_start, double flops, double bytes,
+               Bound bound = Bound::Memory) {
     using benchmark::Counter;
+    const double seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
+    const double iters = static_cast<double>(state.iterations());
     if (flops > 0) state.counters["GFLOP"] = Counter(flops * 1e-9, Counter::kIsIterationInvariantRate);
     state.counters["GB"] = Counter(bytes * 1e-9, Counter::kIsIterationInvariantRate);
+    if (seconds <= 0) return;
+    if (bound == Bound::Compute && g_limits.peak_gflops > 0)
+        state.counters["frac_of_peak"] = flops * 1e-9 * iters / seconds / g_limits.peak_gflops;
+    if (bound == Bound::Memory && g_limits.bw_gbps > 0)
+        state.counters["frac_of_bw"] = bytes * 1e-9 * iters / seconds / g_limits.bw_gbps;
 }
 
+// A GEMV (M = 1) reads each weight once per call, so to measure what decode
+// sees it must read from memory, not from a cache that the previous iteration
+// filled: it cycles through enough copies of W to overflow any LLC (256 MiB).
 void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, size_t N) {
     IsaScope scope(isa);
-    const auto x = random_floats(M * K, 1), w = random_floats(N * K, 2), b = random_floats(N, 3);
+    const auto x = random_floats(M * K, 1), b = random_floats(N, 3);
+    const size_t wn = N * K;
+    const size_t copies = M == 1 ? std::max<size_t>(1, ((size_t{256} << 20) / sizeof(float) + wn - 1) / wn) : 1;
+    std::vector<float> w = random_floats(wn, 2);
+    w.resize(wn * copies);
+    for (size_t c = 1; c < copies; ++c) std::copy(w.begin(), w.begin() + wn, w.begin() + c * wn);
     std::vector<float> y(M * N);
+    size_t next = 0;
+    const Clock::time_point start = Clock::now();
     for (auto _ : state) {
-        k::matmul(x.data(), w.data(), b.data(), y.data(), M, K, N);
+        k::matmul(x.data(), w.data() + next * wn, b.data(), y.data(), M, K, N);
+        next = next + 1 == copies ? 0 : next + 1;
         benchmark::DoNotOptimize(y.data());
         benchmark::ClobberMemory();
     }
-    set_rates(state, 2.0 * M * K * N, 4.0 * (M * K + N * K + N + M * N));
+    // One row is a GEMV: every weight read once, memory-bound. More rows reuse
+    // each weight M times: compute-bound once M is past a few dozen.
+    set_rates(state, start, 2.0 * M * K * N, 4.0 * (M * K + N * K + N + M * N), M == 1 ? Bound::Memory : Bound::Compute);
 }
 
 void bench_layernorm(benchmark::State& state, std::string isa, size_t rows, size_t dim) {
     IsaScope scope(isa);
     const auto x = random_floats(rows * dim, 4), g = random_floats(dim, 5), b = random_floats(dim, 6);
     std::vector<float> y(rows * dim);
+    const Clock::time_point start = Clock::now();
     for (auto _ : state) {
         k::layernorm(x.data(), g.data(), b.data(), y.data(), rows, dim, 1e-5f);
         benchmark::DoNotOptimize(y.data());
         benchmark::ClobberMemory();
     }
     state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * rows * dim));
-    set_rates(state, 0, 4.0 * (2 * rows * dim + 2 * dim));
+    set_rates(state, start, 0, 4.0 * (2 * rows * dim + 2 * dim));
 }
 
 // In-place kernels restore their input every iteration (gelu applied over and
@@ -74,6 +123,7 @@ void bench_inplace(benchmark::State& state, std::string isa, size_t n) {
     IsaScope scope(isa);
     const auto src = random_floats(n, 7);
     std::vector<float> x(n);
+    const Clock::time_point start = Clock::now();
     for (auto _ : state) {
         std::copy(src.begin(), src.end(), x.begin());
         Fn(x.data(), n);
@@ -81,30 +131,42 @@ void bench_inplace(benchmark::State& state, std::string isa, size_t n) {
         benchmark::ClobberMemory();
     }
     state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n));
-    set_rates(state, 0, 4.0 * 3 * n);  // copy: read + write; kernel: in cache
+    set_rates(state, start, 0, 4.0 * 3 * n);  // copy: read + write; kernel: in cache
 }
 
-void register_all(const std::string& isa) {
+// widths: model widths to cover; rows: matmul M values (1 = decode GEMV, 128/512 = prefill GEMM).
+void register_all(const std::string& isa, std::initializer_list<size_t> widths, std::initializer_list<size_t> rows) {
     auto reg = [&](const std::string& name, auto fn) {
         benchmark::RegisterBenchmark(name.c_str(), fn)->UseRealTime()->Unit(benchmark::kMicrosecond);
     };
     struct Shape {
         size_t K, N;
     };
-    for (size_t M : {1, 64})
-        for (Shape s : {Shape{768, 768}, Shape{768, 2304}, Shape{768, 3072}, Shape{3072, 768}}) {
-            const std::string name = "matmul/" + isa + "/M=" + std::to_string(M) + "/K=" + std::to_string(s.K) +
-                                     "/N=" + std::to_string(s.N);
-            reg(name, [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N); });
+    constexpr size_t kVocab = 50257;
+    for (size_t d : widths) {
+        // A block's four matmuls: qkv, attention projection, MLP up and down.
+        for (size_t M : rows)
+            for (Shape s : {Shape{d, 3 * d}, Shape{d, d}, Shape{d, 4 * d}, Shape{4 * d, d}}) {
+                const std::string name = "matmul/" + isa + "/M=" + std::to_string(M) + "/K=" + std::to_string(s.K) +
+                                         "/N=" + std::to_string(s.N);
+                reg(name, [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N); });
+            }
+        // The LM head: one row per step (prefill needs only the last position's logits).
+        reg("matmul/" + isa + "/M=1/K=" + std::to_string(d) + "/N=" + std::to_string(kVocab) + "/lm_head",
+            [=](benchmark::State& st) { bench_matmul(st, isa, 1, d, kVocab); });
+    }
+    // Streaming kernels at decode (one row) and prefill (max of `rows`) sizes of each width.
+    const size_t prefill_rows = std::max<size_t>(rows);
+    for (size_t d : widths) {
+        for (size_t r : {size_t{1}, prefill_rows})
+            reg("layernorm/" + isa + "/rows=" + std::to_string(r) + "/dim=" + std::to_string(d),
+                [=](benchmark::State& st) { bench_layernorm(st, isa, r, d); });
+        for (size_t n : {4 * d, prefill_rows * 4 * d}) {
+            reg("gelu_erf/" + isa + "/n=" + std::to_string(n),
+                [=](benchmark::State& st) { bench_inplace<k::gelu_erf>(st, isa, n); });
+            reg("gelu_tanh/" + isa + "/n=" + std::to_string(n),
+                [=](benchmark::State& st) { bench_inplace<k::gelu_tanh>(st, isa, n); });
         }
-    for (size_t rows : {1, 64})
-        reg("layernorm/" + isa + "/rows=" + std::to_string(rows) + "/dim=768",
-            [=](benchmark::State& st) { bench_layernorm(st, isa, rows, 768); });
-    for (size_t n : {3072, 64 * 3072}) {
-        reg("gelu_erf/" + isa + "/n=" + std::to_string(n),
-            [=](benchmark::State& st) { bench_inplace<k::gelu_erf>(st, isa, n); });
-        reg("gelu_tanh/" + isa + "/n=" + std::to_string(n),
-            [=](benchmark::State& st) { bench_inplace<k::gelu_tanh>(st, isa, n); });
     }
     for (size_t n : {64, 1024, 50257})
         reg("softmax/" + isa + "/n=" + std::to_string(n),
@@ -114,9 +176,24 @@ void register_all(const std::string& isa) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    namespace lim = mmgpt::limits;
+    const unsigned threads = static_cast<unsigned>(tbb::this_task_arena::max_concurrency());
+    {
+        const lim::ReadBuffer buf(lim::probe_bytes(), lim::ReadBuffer::Kind::AnonHugePages);
+        g_limits.bw_gbps = lim::read_bandwidth_gbps(buf, threads, 3);
+    }
+    g_limits.peak_gflops = lim::fma_peak_gflops(threads);
+    std::fprintf(stderr, "limits (%u threads, measured now): read bandwidth %.1f GB/s (%s, %zu MiB, best of 3); "
+                 "fp32 FMA peak %.1f GFLOP/s (%s)\n", threads, g_limits.bw_gbps, "anonymous, MADV_HUGEPAGE",
+                 lim::probe_bytes() >> 20, g_limits.peak_gflops, lim::best_fma_path().isa);
+    benchmark::AddCustomContext("limit_read_bw_GBps", std::to_string(g_limits.bw_gbps));
+    benchmark::AddCustomContext("limit_fma_peak_GFLOPs", std::to_string(g_limits.peak_gflops));
+    benchmark::AddCustomContext("limit_threads", std::to_string(threads));
+
     const std::string dispatched{k::isa_name()};
-    register_all(dispatched);
-    if (dispatched != "scalar") register_all("scalar");
+    register_all(dispatched, {768, 1024, 1280, 1600}, {1, 128, 512});
+    // The scalar reference is slow: GPT-2 small shapes only, as a baseline.
+    if (dispatched != "scalar") register_all("scalar", {768}, {1, 128});
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::RunSpecifiedBenchmarks();

@@ -218,6 +218,17 @@ struct Kernels {
     MMGPT_SIMD_ENTRY static void gelu_erf(float* x, size_t n) { map_inplace(x, n, 0.0f, gelu_erf_vec); }
     MMGPT_SIMD_ENTRY static void gelu_tanh(float* x, size_t n) { map_inplace(x, n, 0.0f, gelu_tanh_vec); }
 
+    // a / b correctly rounded, as the reference's float division. xsimd 8.1
+    // divides float batches on NEON with a reciprocal estimate and two Newton
+    // steps (up to 1 ulp off; found running the tests under qemu-aarch64), so
+    // on AArch64 use its IEEE vector division instruction instead.
+    static B divide(B a, B b) {
+#if defined(__aarch64__)
+        if constexpr (__is_same(Arch, xsimd::neon64)) return B(vdivq_f32(a, b));
+#endif
+        return a / b;
+    }
+
     MMGPT_SIMD_ENTRY static void softmax(float* x, size_t n) {
         if (n == 0) return;
         constexpr float neg_inf = -__builtin_inff();
@@ -242,7 +253,7 @@ struct Kernels {
 
         const B tv(total);
         i = 0;
-        for (; i + W <= n; i += W) (B::load_unaligned(x + i) / tv).store_unaligned(x + i);
+        for (; i + W <= n; i += W) divide(B::load_unaligned(x + i), tv).store_unaligned(x + i);
         for (; i < n; ++i) x[i] = x[i] / total;
     }
 

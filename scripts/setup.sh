@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev
   python3 python3-torch python3-numpy
   libicu-dev
+  clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (scripts/fuzz-smoke.sh)
   nodejs
 )
 # npm runs the tokenizer conformance test's reference (js-tiktoken). Some

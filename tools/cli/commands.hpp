@@ -13,5 +13,6 @@ void add_inspect(CLI::App& app);
 void add_tokenize(CLI::App& app);
 void add_detokenize(CLI::App& app);
 void add_perplexity(CLI::App& app);
+void add_bench(CLI::App& app);
 
 }  // namespace mmgpt::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   mmgpt::cli::add_tokenize(app);
   mmgpt::cli::add_detokenize(app);
   mmgpt::cli::add_perplexity(app);
+  mmgpt::cli::add_bench(app);
 
   try {
     app.parse(argc, argv);

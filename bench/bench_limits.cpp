@@ -1,0 +1,83 @@
+// The machine's own limits, measured in this run: read bandwidth with 1 and N
+// threads (N = all hardware threads), from anonymous huge-page memory and
+// from a page-cache-backed file mapping, and peak fp32 FMA throughput per core
+// and on all cores. Every other figure in bench/ is read against these.
+//
+//   bench_limits                          # 1 GiB buffers
+//   MMGPT_BENCH_BW_MIB=256 bench_limits   # smaller buffers (keep well past the LLC)
+//
+// Counters: GB=x/s (1e9 bytes read per second, mean), best_GB/s; GFLOP/s (2 flops per FMA, mean),
+// best_GFLOP/s and its per-thread share.
+// Google Benchmark repeats each case; ask for --benchmark_repetitions=5 to see spread.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <benchmark/benchmark.h>
+
+#include "bench/machine_limits.hpp"
+
+namespace lim = mmgpt::limits;
+
+namespace {
+
+// Buffers are made once and shared by every case that reads them (making 1 GiB takes a while).
+const lim::ReadBuffer& buffer(lim::ReadBuffer::Kind kind) {
+  static std::unique_ptr<lim::ReadBuffer> anon, file;
+  auto& slot = kind == lim::ReadBuffer::Kind::AnonHugePages ? anon : file;
+  if (!slot) slot = std::make_unique<lim::ReadBuffer>(lim::probe_bytes(), kind);
+  return *slot;
+}
+
+void bench_read(benchmark::State& state, lim::ReadBuffer::Kind kind, unsigned threads) {
+  const lim::ReadBuffer& buf = buffer(kind);
+  double best = 0;
+  for (auto _ : state) {
+    const double gbps = lim::read_bandwidth_gbps(buf, threads, 1);
+    best = std::max(best, gbps);
+    state.SetIterationTime(double(buf.size()) / (gbps * 1e9));
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * buf.size()));
+  state.counters["GB"] = benchmark::Counter(double(buf.size()) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["best_GB/s"] = best;
+  state.SetLabel(buf.describe());
+}
+
+void bench_fma(benchmark::State& state, unsigned threads) {
+  double best = 0, sum = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double g = lim::fma_peak_gflops(threads, 0.1, 1);
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::max(best, g), sum += g;
+  }
+  state.counters["GFLOP/s"] = sum / double(state.iterations());  // mean over iterations
+  state.counters["GFLOP/s_per_thread"] = best / threads;
+  state.counters["best_GFLOP/s"] = best;
+  state.SetLabel(lim::best_fma_path().isa);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned t : {1u, n}) {
+    const std::string th = "/threads=" + std::to_string(t);
+    benchmark::RegisterBenchmark(("read_bw/anon_hugepage" + th).c_str(),
+                                 [t](benchmark::State& s) { bench_read(s, lim::ReadBuffer::Kind::AnonHugePages, t); })
+        ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+    benchmark::RegisterBenchmark(("read_bw/mmapped_file" + th).c_str(),
+                                 [t](benchmark::State& s) { bench_read(s, lim::ReadBuffer::Kind::FileMapped, t); })
+        ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+    benchmark::RegisterBenchmark(("fma_peak/fp32" + th).c_str(), [t](benchmark::State& s) { bench_fma(s, t); })
+        ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+    if (n == 1) break;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,299 @@
+#pragma once
+// The machine's own limits, measured in the process that reports figures
+// against them: read bandwidth from memory (buffers far past the last-level
+// cache) and peak fp32 FMA throughput. Header-only so that the Google
+// Benchmark programs in bench/ and `mmgpt bench` (tools/cli) share one
+// measurement without a library of their own.
+//
+// Bandwidth: each of `threads` std::threads reads its own contiguous slice of
+// the buffer with vector loads (XOR-folded so the loads cannot be elided);
+// the figure is the best of `passes` full passes (a limit is what the machine
+// can do, so noise from other processes should not lower it).
+// Memory kinds: anonymous memory advised MADV_HUGEPAGE (4 KiB pages read
+// markedly slower on some machines, through TLB misses), or a file mapped from
+// the page cache, which is how .mmgpt weights are read.
+//
+// FMA peak: independent FMA chains held in registers, enough of them to
+// cover the FMA latency times the number of FMA pipes on current x86 cores;
+// compiled per ISA with target attributes and chosen at run time, so this
+// header needs no ISA flags and runs on any x86-64 (and falls back to plain
+// C++ elsewhere).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MMGPT_LIMITS_X86 1
+#endif
+
+namespace mmgpt::limits {
+
+// A read-only buffer of `bytes`, page-aligned, released on destruction.
+class ReadBuffer {
+ public:
+  enum class Kind { AnonHugePages, FileMapped };
+
+  // FileMapped writes a temporary file in `dir` (unlinked at once) and maps it;
+  // its pages are then in the page cache, as a model's are after the first run.
+  ReadBuffer(size_t bytes, Kind kind, const std::string& dir = "/tmp") : bytes_(round_up(bytes)), kind_(kind) {
+    if (kind == Kind::AnonHugePages) {
+      void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::runtime_error("bandwidth probe: cannot map " + std::to_string(bytes_) + " bytes");
+      ::madvise(p, bytes_, MADV_HUGEPAGE);  // advisory: ignored where THP is off
+      data_ = p;
+      fill(static_cast<unsigned char*>(p));
+      return;
+    }
+    std::string path = dir + "/mmgpt-bw-XXXXXX";
+    const int fd = ::mkstemp(path.data());
+    if (fd < 0) throw std::runtime_error("bandwidth probe: cannot create a temporary file in " + dir);
+    ::unlink(path.c_str());  // gone when the mapping and descriptor are
+    std::vector<unsigned char> chunk(size_t{1} << 20);
+    fill(chunk.data(), chunk.size());
+    for (size_t done = 0; done < bytes_;) {
+      const size_t want = std::min(chunk.size(), bytes_ - done);
+      const ssize_t n = ::write(fd, chunk.data(), want);
+      if (n <= 0) {
+        ::close(fd);
+        throw std::runtime_error("bandwidth probe: cannot write the temporary file in " + dir);
+      }
+      done += static_cast<size_t>(n);
+    }
+    void* p = ::mmap(nullptr, bytes_, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) throw std::runtime_error("bandwidth probe: cannot map the temporary file");
+    data_ = p;
+  }
+  ReadBuffer(const ReadBuffer&) = delete;
+  ReadBuffer& operator=(const ReadBuffer&) = delete;
+  ~ReadBuffer() { ::munmap(data_, bytes_); }
+
+  const unsigned char* data() const { return static_cast<const unsigned char*>(data_); }
+  size_t size() const { return bytes_; }
+  const char* describe() const {
+    return kind_ == Kind::AnonHugePages ? "anonymous memory, MADV_HUGEPAGE" : "mmapped file in the page cache";
+  }
+
+ private:
+  static size_t round_up(size_t b) { return (std::max<size_t>(b, 1 << 20) + (1 << 21) - 1) & ~size_t((1 << 21) - 1); }
+  // Non-zero, non-repeating bytes: a zero page could be deduplicated or compressed.
+  void fill(unsigned char* p) const { fill(p, bytes_); }
+  static void fill(unsigned char* p, size_t n) {
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      std::memcpy(p + i, &x, 8);
+    }
+  }
+  void* data_ = nullptr;
+  size_t bytes_;
+  Kind kind_;
+};
+
+namespace detail {
+
+#ifdef MMGPT_LIMITS_X86
+__attribute__((target("avx2"))) inline uint64_t read_avx2(const unsigned char* p, size_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 128 <= n; i += 128) {
+    a0 = _mm256_xor_si256(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_xor_si256(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_xor_si256(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_xor_si256(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  const __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+  return static_cast<uint64_t>(_mm256_extract_epi64(a, 0) ^ _mm256_extract_epi64(a, 3));
+}
+inline uint64_t read_sse2(const unsigned char* p, size_t n) {
+  __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 64 <= n; i += 64) {
+    a0 = _mm_xor_si128(a0, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i)));
+    a1 = _mm_xor_si128(a1, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 16)));
+    a2 = _mm_xor_si128(a2, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 32)));
+    a3 = _mm_xor_si128(a3, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 48)));
+  }
+  const __m128i a = _mm_xor_si128(_mm_xor_si128(a0, a1), _mm_xor_si128(a2, a3));
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(a));
+}
+#endif
+
+inline uint64_t read_slice(const unsigned char* p, size_t n) {
+#ifdef MMGPT_LIMITS_X86
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2 ? read_avx2(p, n) : read_sse2(p, n);
+#else
+  uint64_t a[4] = {0, 0, 0, 0};
+  for (size_t i = 0; i + 32 <= n; i += 32)
+    for (int j = 0; j < 4; ++j) {
+      uint64_t v;
+      std::memcpy(&v, p + i + 8 * j, 8);
+      a[j] ^= v;
+    }
+  return a[0] ^ a[1] ^ a[2] ^ a[3];
+#endif
+}
+
+// Runs fn(thread_index) on `threads` threads started together; returns the
+// wall time from the common start to the last finish.
+template <class Fn>
+double timed_parallel(unsigned threads, Fn fn) {
+  std::atomic<unsigned> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      fn(t);
+    });
+  while (ready.load() < threads) std::this_thread::yield();
+  const auto start = std::chrono::steady_clock::now();
+  go.store(true, std::memory_order_release);
+  for (auto& th : pool) th.join();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+inline std::atomic<uint64_t> sink{0};  // keeps the folded reads alive
+
+}  // namespace detail
+
+// Best read bandwidth in GB/s (1e9 bytes/s) over `passes` passes of the whole buffer.
+inline double read_bandwidth_gbps(const ReadBuffer& buf, unsigned threads, int passes = 3) {
+  threads = std::max(1u, threads);
+  const size_t slice = (buf.size() / threads) & ~size_t(127);
+  double best = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    const double s = detail::timed_parallel(threads, [&](unsigned t) {
+      detail::sink.fetch_xor(detail::read_slice(buf.data() + t * slice, slice), std::memory_order_relaxed);
+    });
+    best = std::max(best, double(slice) * threads / s * 1e-9);
+  }
+  return best;
+}
+
+namespace detail {
+
+// acc = acc * m + c on independent register chains; returns a value depending
+// on every chain so nothing is dead code. Flops per call: 2 * lanes * chains * iters.
+#ifdef MMGPT_LIMITS_X86
+#define MMGPT_FMA_STEP(FMA, a) a = FMA(a, m, c)
+__attribute__((target("avx2,fma"))) inline float fma_chains_avx2(uint64_t iters) {
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  __m256 a0 = _mm256_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+         a9 = a0, a10 = a0, a11 = a0;  // 12 chains >= 4-cycle latency x 2 FMA pipes (+ slack)
+  for (uint64_t i = 0; i < iters; ++i) {
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a0); MMGPT_FMA_STEP(_mm256_fmadd_ps, a1); MMGPT_FMA_STEP(_mm256_fmadd_ps, a2);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a3); MMGPT_FMA_STEP(_mm256_fmadd_ps, a4); MMGPT_FMA_STEP(_mm256_fmadd_ps, a5);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a6); MMGPT_FMA_STEP(_mm256_fmadd_ps, a7); MMGPT_FMA_STEP(_mm256_fmadd_ps, a8);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a9); MMGPT_FMA_STEP(_mm256_fmadd_ps, a10); MMGPT_FMA_STEP(_mm256_fmadd_ps, a11);
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                           _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+  s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+  alignas(32) float out[8];
+  _mm256_store_ps(out, s);
+  return out[0] + out[7];
+}
+__attribute__((target("avx512f"))) inline float fma_chains_avx512(uint64_t iters) {
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  __m512 a0 = _mm512_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+         a9 = a0, a10 = a0, a11 = a0;
+  for (uint64_t i = 0; i < iters; ++i) {
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a0); MMGPT_FMA_STEP(_mm512_fmadd_ps, a1); MMGPT_FMA_STEP(_mm512_fmadd_ps, a2);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a3); MMGPT_FMA_STEP(_mm512_fmadd_ps, a4); MMGPT_FMA_STEP(_mm512_fmadd_ps, a5);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a6); MMGPT_FMA_STEP(_mm512_fmadd_ps, a7); MMGPT_FMA_STEP(_mm512_fmadd_ps, a8);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a9); MMGPT_FMA_STEP(_mm512_fmadd_ps, a10); MMGPT_FMA_STEP(_mm512_fmadd_ps, a11);
+  }
+  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                           _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+  s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+  alignas(64) float out[16];  // not _mm512_reduce_add_ps: GCC 12 warns inside its expansion
+  _mm512_store_ps(out, s);
+  return out[0] + out[15];
+}
+#undef MMGPT_FMA_STEP
+#endif
+
+// Portable fallback (SSE2 mul+add on x86 without FMA; NEON fma on aarch64 at -O2+).
+inline float fma_chains_generic(uint64_t iters) {
+  float a[12][4];
+  for (auto& r : a)
+    for (float& x : r) x = 1.0f;
+  for (uint64_t i = 0; i < iters; ++i)
+    for (auto& r : a)
+      for (float& x : r) x = x * 0.999999f + 1e-7f;
+  float s = 0;
+  for (auto& r : a) s += r[0] + r[3];
+  return s;
+}
+
+}  // namespace detail
+
+struct FmaPath {
+  const char* isa;
+  unsigned lanes;  // fp32 lanes per vector
+  float (*run)(uint64_t);
+};
+
+// The widest FMA path the CPU has. On x86 AVX-512 is preferred where present
+// (on Zen 4 it is no faster for fp32 than AVX2; on Intel server cores it is 2x).
+inline FmaPath best_fma_path() {
+#ifdef MMGPT_LIMITS_X86
+  if (__builtin_cpu_supports("avx512f")) return {"avx512", 16, detail::fma_chains_avx512};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return {"avx2+fma", 8, detail::fma_chains_avx2};
+#endif
+  return {"generic", 4, detail::fma_chains_generic};
+}
+
+// Peak fp32 GFLOP/s (2 flops per FMA) with `threads` threads, each running its
+// own chains for about `seconds`; best of `passes`.
+inline double fma_peak_gflops(unsigned threads, double seconds = 0.2, int passes = 3) {
+  threads = std::max(1u, threads);
+  const FmaPath path = best_fma_path();
+  // Calibrate the iteration count on one thread so a pass takes about `seconds`.
+  uint64_t iters = 1 << 16;
+  for (;;) {
+    const auto t0 = std::chrono::steady_clock::now();
+    detail::sink.fetch_xor(static_cast<uint64_t>(path.run(iters)));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > seconds / 4 || iters > (uint64_t{1} << 40)) {
+      iters = static_cast<uint64_t>(iters * (seconds / std::max(s, 1e-6)));
+      break;
+    }
+    iters *= 4;
+  }
+  const double flops_per_thread = 2.0 * path.lanes * 12 * double(iters);
+  double best = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    const double s = detail::timed_parallel(threads, [&](unsigned) {
+      detail::sink.fetch_xor(static_cast<uint64_t>(path.run(iters)), std::memory_order_relaxed);
+    });
+    best = std::max(best, flops_per_thread * threads / s * 1e-9);
+  }
+  return best;
+}
+
+// Buffer size for probes: MMGPT_BENCH_BW_MIB (default 1024 MiB), far past any LLC.
+inline size_t probe_bytes(size_t default_mib = 1024) {
+  size_t mib = default_mib;
+  if (const char* e = std::getenv("MMGPT_BENCH_BW_MIB")) {
+    const long v = std::strtol(e, nullptr, 10);
+    if (v >= 16 && v <= (1 << 20)) mib = static_cast<size_t>(v);
+  }
+  return mib << 20;
+}
+
+}  // namespace mmgpt::limits

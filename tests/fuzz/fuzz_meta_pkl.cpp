@@ -1,0 +1,15 @@
+// nanoGPT's meta.pkl (character vocabulary) through read_char_meta on a path.
+#include <cstdint>
+
+#include "formats/error.hpp"
+#include "fuzz_input_file.hpp"
+#include "tools/convert/tokenizer_files.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const mmgpt::fuzz::InputFile file("-meta.pkl");
+  try {
+    (void)mmgpt::convert::read_char_meta(file.write(data, size));
+  } catch (const mmgpt::Error&) {
+  }
+  return 0;
+}

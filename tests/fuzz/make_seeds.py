@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Builds the seed corpora of the fuzz targets from real files, at run time.
+
+usage: /usr/bin/python3 make_seeds.py --mmgpt PATH_TO_mmgpt --out DIR
+
+Writes DIR/<target>/<seed> for every target in tests/fuzz: checkpoints
+torch.save writes (zip and legacy), pickles, meta.pkl, safetensors, .mmgpt
+files written by mmgpt itself (tiny random models: a character vocabulary and
+a small GPT-2-style BPE), tokenizer file snippets, text and id prompts. Nothing
+here is committed: only the small hand-made seeds under tests/fuzz/seeds/ are,
+and they are copied in as well. Needs /usr/bin/python3 with torch.
+"""
+import argparse
+import collections
+import io
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHAKESPEARE = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
+
+
+def put(out, target, name, data):
+    os.makedirs(os.path.join(out, target), exist_ok=True)
+    with open(os.path.join(out, target, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode("utf-8", "surrogateescape"))
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def torch_bytes(obj, legacy):
+    buf = io.BytesIO()
+    torch.save(obj, buf, _use_new_zipfile_serialization=not legacy)
+    return buf.getvalue()
+
+
+def tiny_nanogpt(vocab):
+    """A random nanoGPT checkpoint with the demo's key names: 1 layer, width 8."""
+    g = torch.Generator().manual_seed(6)
+    c, t = 8, 8
+    shapes = {"transformer.wte.weight": [vocab, c], "transformer.wpe.weight": [t, c]}
+    for part, n in (("ln_1", c), ("ln_2", c)):
+        shapes["transformer.h.0.%s.weight" % part] = [n]
+        shapes["transformer.h.0.%s.bias" % part] = [n]
+    shapes.update({
+        "transformer.h.0.attn.c_attn.weight": [3 * c, c], "transformer.h.0.attn.c_attn.bias": [3 * c],
+        "transformer.h.0.attn.c_proj.weight": [c, c], "transformer.h.0.attn.c_proj.bias": [c],
+        "transformer.h.0.mlp.c_fc.weight": [4 * c, c], "transformer.h.0.mlp.c_fc.bias": [4 * c],
+        "transformer.h.0.mlp.c_proj.weight": [c, 4 * c], "transformer.h.0.mlp.c_proj.bias": [c],
+        "transformer.ln_f.weight": [c], "transformer.ln_f.bias": [c], "lm_head.weight": [vocab, c],
+    })
+    sd = collections.OrderedDict((k, torch.randn(*s, generator=g)) for k, s in shapes.items())
+    args = dict(n_layer=1, n_head=2, n_embd=c, block_size=t, bias=True, vocab_size=vocab, dropout=0.0)
+    return {"model": sd, "model_args": args, "iter_num": 1, "best_val_loss": torch.tensor(2.5)}
+
+
+def small_bpe():
+    """The first byte-level tokens of GPT-2's vocabulary and the merges among them."""
+    with open(os.path.join(ROOT, "data", "gpt2", "encoder.json"), encoding="utf-8") as f:
+        enc = json.load(f)
+    vocab = {tok: i for tok, i in enc.items() if i < 300}
+    merges = []
+    with open(os.path.join(ROOT, "data", "gpt2", "vocab.bpe"), encoding="utf-8") as f:
+        for line in f.read().split("\n")[1:]:
+            parts = line.split(" ")
+            if len(parts) == 2 and all(p in vocab for p in parts) and "".join(parts) in vocab:
+                merges.append(line)
+    return vocab, merges
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mmgpt", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    out = a.out
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    work = tempfile.mkdtemp(prefix="mmgpt-seeds-")
+    try:
+        # The formats tests' fixtures: torch files of every kind, pickles, safetensors.
+        fixtures = os.path.join(work, "fixtures")
+        os.makedirs(fixtures)
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "fixtures", "make_torch_fixtures.py"),
+                        fixtures, os.path.join(work, "marker")], check=True, stdout=subprocess.DEVNULL)
+        for name in sorted(os.listdir(fixtures)):
+            if name.endswith(".txt"):
+                continue
+            data = read(os.path.join(fixtures, name))
+            if name.endswith(".pt"):
+                put(out, "fuzz_torch_checkpoint", name, data)
+                if data[:2] == b"PK":
+                    put(out, "fuzz_zip", name, data)
+                    with zipfile.ZipFile(io.BytesIO(data)) as z:
+                        for entry in z.namelist():
+                            if entry.endswith(".pkl"):
+                                put(out, "fuzz_pickle", name + "-" + entry.replace("/", "_"), z.read(entry))
+            elif name.endswith(".pkl"):
+                put(out, "fuzz_pickle", name, data)
+            elif name.endswith(".safetensors"):
+                put(out, "fuzz_safetensors", name, data)
+
+        # meta.pkl: the demo model's, and smaller ones with and without stoi.
+        demo_meta = os.path.join(ROOT, "models", "demo", "meta.pkl")
+        put(out, "fuzz_meta_pkl", "demo_meta.pkl", read(demo_meta))
+        chars = "ab\n é"
+        itos = {i: ch for i, ch in enumerate(chars)}
+        put(out, "fuzz_meta_pkl", "small_p2.pkl", pickle.dumps({"vocab_size": len(chars), "itos": itos}, protocol=2))
+        put(out, "fuzz_meta_pkl", "small_p4.pkl", pickle.dumps(
+            {"vocab_size": len(chars), "itos": itos, "stoi": {c: i for i, c in itos.items()}}, protocol=4))
+
+        # Tiny checkpoints (zip and legacy) and the .mmgpt files mmgpt writes from them.
+        ckpt = tiny_nanogpt(65)
+        for legacy in (False, True):
+            data = torch_bytes(ckpt, legacy)
+            put(out, "fuzz_torch_checkpoint", "tiny_%s.pt" % ("legacy" if legacy else "zip"), data)
+            if not legacy:
+                put(out, "fuzz_zip", "tiny_zip.pt", data)
+                with zipfile.ZipFile(io.BytesIO(data)) as z:
+                    put(out, "fuzz_pickle", "tiny_data.pkl", z.read([n for n in z.namelist() if n.endswith("data.pkl")][0]))
+        char_dir = os.path.join(work, "char")
+        os.makedirs(char_dir)
+        torch.save(ckpt, os.path.join(char_dir, "ckpt.pt"))
+        shutil.copy(demo_meta, os.path.join(char_dir, "meta.pkl"))
+        subprocess.run([a.mmgpt, "convert", os.path.join(char_dir, "ckpt.pt"), "--tokenizer",
+                        os.path.join(char_dir, "meta.pkl"), "-o", os.path.join(work, "char.mmgpt")], check=True)
+        put(out, "fuzz_mmgpt_file", "char.mmgpt", read(os.path.join(work, "char.mmgpt")))
+
+        vocab, merges = small_bpe()
+        bpe_dir = os.path.join(work, "bpe")
+        os.makedirs(bpe_dir)
+        torch.save(tiny_nanogpt(len(vocab)), os.path.join(bpe_dir, "ckpt.pt"))
+        with open(os.path.join(bpe_dir, "vocab.json"), "w", encoding="utf-8") as f:
+            json.dump(vocab, f, ensure_ascii=False)
+        with open(os.path.join(bpe_dir, "merges.txt"), "w", encoding="utf-8") as f:
+            f.write("#version: 0.2\n" + "\n".join(merges) + "\n")
+        subprocess.run([a.mmgpt, "convert", os.path.join(bpe_dir, "ckpt.pt"), "--tokenizer",
+                        os.path.join(bpe_dir, "vocab.json"), "-o", os.path.join(work, "bpe.mmgpt")], check=True)
+        put(out, "fuzz_mmgpt_file", "bpe.mmgpt", read(os.path.join(work, "bpe.mmgpt")))
+
+        # vocab.json NUL merges.txt (see fuzz_bpe_files.cpp).
+        vj, mt = read(os.path.join(bpe_dir, "vocab.json")), read(os.path.join(bpe_dir, "merges.txt"))
+        put(out, "fuzz_bpe_files", "small", vj + b"\0" + mt)
+        put(out, "fuzz_bpe_files", "no_header", vj + b"\0" + mt.split(b"\n", 1)[1])
+        put(out, "fuzz_bpe_files", "tiny", json.dumps({"a": 0, "b": 1, "ab": 2}).encode() + b"\0#version: 0.2\na b\n")
+
+        # Text prompts (first byte: allow_special, see fuzz_gpt2_bpe.cpp).
+        texts = {
+            "ascii": "Hello, world! It's 2024; they'll've   spaces\tand\nnewlines\r\n",
+            "special": "before<|endoftext|>after <|endoftext|>",
+            "unicode": "héllo wörld — 日本語のテキスト 🙂👍🏽 ﬁ Ǆ ١٢٣",
+            "numbers": "3.14159 1,000,000 0x1F 12345678901234567890",
+            "contractions": "I'M you'RE we'd 's 't 're 've 'm 'll 'd",
+        }
+        for name, t in texts.items():
+            put(out, "fuzz_gpt2_bpe", name, b"\x01" + t.encode("utf-8"))
+        put(out, "fuzz_gpt2_bpe", "invalid_utf8", b"\x00abc\xff\xfe\xc3(\xe2\x82 \xf0\x9f\x92 end")
+        if os.path.exists(SHAKESPEARE):
+            put(out, "fuzz_gpt2_bpe", "shakespeare", b"\x00" + read(SHAKESPEARE)[:2000])
+
+        # Id prompts (first byte: vocabulary size, see fuzz_token_ids.cpp).
+        for name, t in {"spaces": "\x021 2 3", "commas": "\x030,5,\n7\t50303",
+                        "big": "\x0418446744073709551615 2147483647", "bad": "\x02-1 +3 4x"}.items():
+            put(out, "fuzz_token_ids", name, t)
+
+        # Hand-made seeds committed in the tree.
+        seeds = os.path.join(ROOT, "tests", "fuzz", "seeds")
+        if os.path.isdir(seeds):
+            for target in os.listdir(seeds):
+                for name in os.listdir(os.path.join(seeds, target)):
+                    put(out, target, "committed-" + name, read(os.path.join(seeds, target, name)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for target in sorted(os.listdir(out)):
+        files = os.listdir(os.path.join(out, target))
+        print("%-24s %3d seeds, %8d bytes" % (target, len(files),
+              sum(os.path.getsize(os.path.join(out, target, f)) for f in files)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+// mmgpt bench: end-to-end prefill and decode throughput, llama-bench style.
+//
+// For every (threads, batch, prompt length) combination: one warm-up, then r
+// timed repetitions of a prefill of p random token ids (fixed seed) in each of
+// b sequences, then n greedy decode steps (end-of-text ignored). Reported:
+// medians with the min-max spread, time to first token, peak RSS, and the
+// decode's fraction of the read bandwidth, which is what bounds decode: a step
+// reads every weight once (the LM head included), so
+//   frac_of_bw = weight bytes per step * steps/s / read bandwidth
+// where the bandwidth is measured in this process, with the same thread count,
+// by a probe (bench/machine_limits.hpp) run before the timed runs.
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <tbb/global_control.h>
+
+#include "bench/machine_limits.hpp"
+#include "engine/executor.hpp"
+#include "engine/mmgpt.hpp"
+#include "engine/sampler.hpp"
+#include "kernels/kernels.hpp"
+#include "tools/cli/commands.hpp"
+
+namespace mmgpt::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct BenchArgs {
+  std::string model;
+  std::vector<size_t> prompt{512}, batch{1};
+  size_t n = 128, reps = 5, bw_mib = 1024;
+  std::vector<unsigned> threads;
+  bool json = false;
+};
+
+struct Spread {
+  double median = 0, min = 0, max = 0;
+  std::vector<double> samples;
+};
+Spread spread(std::vector<double> v) {
+  Spread s;
+  s.samples = v;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.min = v.front(), s.max = v.back();
+  const size_t m = v.size() / 2;
+  s.median = v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+  return s;
+}
+
+// Peak RSS since the last reset, from /proc (Linux). Resetting (clear_refs
+// "5") lets each combination report its own peak, not the probe's buffer or
+// an earlier, larger batch; where that is unavailable the lifetime peak
+// (getrusage) is reported and `scoped` says so.
+bool reset_peak_rss() {
+  const int fd = ::open("/proc/self/clear_refs", O_WRONLY);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, "5", 1) == 1;
+  ::close(fd);
+  return ok;
+}
+double peak_rss_mib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;
+}
+
+// Bytes of weights a decode step reads: every matrix and vector once, the LM
+// head included (wte when tied), but only one row of each embedding table.
+uint64_t decode_weight_bytes(const Model& model) {
+  const ModelConfig& c = model.config();
+  const uint64_t row = uint64_t{c.n_embd} * sizeof(float);
+  uint64_t bytes = 0;
+  for (const TensorView& t : model.file().tensors()) {
+    if (t.name == "wpe" || (t.name == "wte" && !c.tied_lm_head))
+      bytes += row;
+    else
+      bytes += t.nbytes;
+  }
+  return bytes;
+}
+
+struct Result {
+  unsigned threads = 0;
+  size_t batch = 0, prompt = 0, decode = 0;
+  Spread prefill_tps, decode_tps, ttft_ms;
+  double decode_gbps = 0, frac_of_bw = 0, read_bw = 0, peak_rss = 0;
+};
+
+// One timed run: prefill then decode, b sequences together.
+struct RunTimes {
+  double prefill_s = 0, ttft_s = 0, decode_s = 0;
+};
+RunTimes run_once(Executor& exec, std::vector<KVCache>& caches, const std::vector<std::vector<int32_t>>& prompts,
+                  size_t n) {
+  const size_t b = prompts.size(), vocab = exec.model().config().vocab_size;
+  for (KVCache& c : caches) c.clear();
+  std::vector<SequenceStep> steps(b);
+  std::vector<int32_t> next(b);
+  auto pick = [&](std::span<const float> logits) {  // greedy, one row per sequence
+    for (size_t i = 0; i < b; ++i) next[i] = argmax(logits.subspan(i * vocab, vocab));
+  };
+  RunTimes t;
+  const Clock::time_point start = Clock::now();
+  for (size_t i = 0; i < b; ++i) steps[i] = SequenceStep{prompts[i], &caches[i], 1};
+  std::span<const float> logits = exec.run(steps);
+  t.prefill_s = since(start);
+  pick(logits);
+  t.ttft_s = since(start);
+  const Clock::time_point d0 = Clock::now();
+  for (size_t s = 0; s < n; ++s) {
+    for (size_t i = 0; i < b; ++i) steps[i] = SequenceStep{std::span<const int32_t>(&next[i], 1), &caches[i], 1};
+    pick(exec.run(steps));
+  }
+  t.decode_s = since(d0);
+  return t;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+std::string fmt_spread(const Spread& s, const char* f) {
+  return fmt(f, s.median) + " (" + fmt(f, s.min) + "-" + fmt(f, s.max) + ")";
+}
+
+void run_bench(const BenchArgs& a) {
+  const LanguageModel lm = LanguageModel::load(a.model);  // first: a bad path fails before the probe
+  // Bandwidth probes; their buffer is freed before any timed run, and peak
+  // RSS is reset per combination, so it does not count there.
+  std::map<unsigned, double> bw;
+  std::string probe_kind;
+  {
+    const limits::ReadBuffer buf(a.bw_mib << 20, limits::ReadBuffer::Kind::AnonHugePages);
+    probe_kind = buf.describe();
+    for (unsigned t : a.threads)
+      if (!bw.count(t)) bw[t] = limits::read_bandwidth_gbps(buf, t, 3);
+  }
+  const ModelConfig& config = lm.config();
+  const uint64_t step_bytes = decode_weight_bytes(lm.model());
+  uint64_t params = 0;
+  for (const TensorView& t : lm.model().file().tensors()) params += t.numel();
+  std::vector<std::string> notes;
+  std::mt19937 rng(1234);  // the same prompts every run
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(config.vocab_size - 1));
+
+  std::vector<Result> results;
+  bool rss_scoped = true;
+  for (unsigned threads : a.threads) {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+    for (size_t b : a.batch)
+      for (size_t p_req : a.prompt) {
+        size_t p = std::min<size_t>(p_req, config.n_ctx);
+        if (p != p_req)
+          notes.push_back("-p " + std::to_string(p_req) + " exceeds the context length " +
+                          std::to_string(config.n_ctx) + "; using " + std::to_string(p));
+        const size_t n = std::min(a.n, size_t{config.n_ctx} - p);
+        if (n != a.n)
+          notes.push_back("-n " + std::to_string(a.n) + " after " + std::to_string(p) +
+                          " prompt tokens exceeds the context length; decoding " + std::to_string(n));
+        std::vector<std::vector<int32_t>> prompts(b, std::vector<int32_t>(p));
+        for (auto& pr : prompts)
+          for (int32_t& x : pr) x = id(rng);
+        rss_scoped = reset_peak_rss() && rss_scoped;
+        Executor exec(lm.shared_model());
+        std::vector<KVCache> caches(b, KVCache(config));
+        run_once(exec, caches, prompts, n);  // warm-up: pages in the weights, plans the buffers
+        std::vector<double> pre, dec, ttft;
+        for (size_t r = 0; r < a.reps; ++r) {
+          const RunTimes t = run_once(exec, caches, prompts, n);
+          pre.push_back(double(b * p) / t.prefill_s);
+          ttft.push_back(t.ttft_s * 1e3);
+          if (n > 0) dec.push_back(double(b * n) / t.decode_s);
+        }
+        Result res;
+        res.threads = threads, res.batch = b, res.prompt = p, res.decode = n;
+        res.prefill_tps = spread(pre), res.decode_tps = spread(dec), res.ttft_ms = spread(ttft);
+        res.read_bw = bw.at(threads);
+        if (n > 0) {
+          const double steps_per_s = res.decode_tps.median / double(b);
+          res.decode_gbps = double(step_bytes) * steps_per_s * 1e-9;
+          res.frac_of_bw = res.decode_gbps / res.read_bw;
+        }
+        res.peak_rss = peak_rss_mib();
+        results.push_back(std::move(res));
+      }
+  }
+  if (!rss_scoped) notes.push_back("peak RSS is the process's lifetime peak (cannot reset it here)");
+  for (const std::string& note : notes) std::fprintf(stderr, "mmgpt bench: note: %s\n", note.c_str());
+
+  const std::string isa(kernels::isa_name());
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = a.model;
+    j["params"] = params;
+    j["n_layer"] = config.n_layer, j["n_embd"] = config.n_embd, j["n_ctx"] = config.n_ctx;
+    j["kernel_isa"] = isa;
+    j["weight_bytes_per_decode_step"] = step_bytes;
+    j["repetitions"] = a.reps;
+    nlohmann::json probe;
+    probe["memory"] = probe_kind;
+    probe["mib"] = a.bw_mib;
+    probe["statistic"] = "best of 3 passes";
+    for (auto& [t, g] : bw) probe["gbps_by_threads"][std::to_string(t)] = g;
+    j["read_bandwidth_probe"] = probe;
+    auto spread_json = [](const Spread& s) {
+      return nlohmann::json{{"median", s.median}, {"min", s.min}, {"max", s.max}, {"samples", s.samples}};
+    };
+    for (const Result& r : results) {
+      nlohmann::json e{{"threads", r.threads},         {"batch", r.batch},
+                       {"prompt_tokens", r.prompt},    {"decode_tokens", r.decode},
+                       {"prefill_tok_s", spread_json(r.prefill_tps)},
+                       {"ttft_ms", spread_json(r.ttft_ms)},
+                       {"read_bw_gbps", r.read_bw},    {"peak_rss_mib", r.peak_rss}};
+      if (r.decode > 0) {
+        e["decode_tok_s"] = spread_json(r.decode_tps);
+        e["decode_weight_gbps"] = r.decode_gbps;
+        e["decode_frac_of_bw"] = r.frac_of_bw;
+      } else {
+        e["decode_tok_s"] = nullptr, e["decode_weight_gbps"] = nullptr, e["decode_frac_of_bw"] = nullptr;
+      }
+      j["results"].push_back(std::move(e));
+    }
+    j["notes"] = notes;
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("model: %s (%.1fM params, %u layers, width %u); kernels: %s; %zu runs after 1 warm-up\n",
+              a.model.c_str(), params / 1e6, config.n_layer, config.n_embd, isa.c_str(), a.reps);
+  std::printf("weights read per decode step: %.1f MB; read bandwidth (%s, %zu MiB, best of 3):", step_bytes / 1e6,
+              probe_kind.c_str(), a.bw_mib);
+  for (auto& [t, g] : bw) std::printf(" %u thread%s %.1f GB/s;", t, t == 1 ? "" : "s", g);
+  std::printf("\nfigures: median (min-max) over the runs\n\n");
+  std::printf("| threads | batch | test | prefill tok/s | decode tok/s | TTFT ms | decode GB/s | frac of bw | peak RSS MiB |\n");
+  std::printf("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const Result& r : results) {
+    const std::string test = "pp" + std::to_string(r.prompt) + "+tg" + std::to_string(r.decode);
+    std::printf("| %u | %zu | %s | %s | %s | %s | %s | %s | %.0f |\n", r.threads, r.batch, test.c_str(),
+                fmt_spread(r.prefill_tps, "%.1f").c_str(),
+                r.decode ? fmt_spread(r.decode_tps, "%.1f").c_str() : "-", fmt_spread(r.ttft_ms, "%.1f").c_str(),
+                r.decode ? fmt("%.1f", r.decode_gbps).c_str() : "-", r.decode ? fmt("%.3f", r.frac_of_bw).c_str() : "-",
+                r.peak_rss);
+  }
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  a->threads = {std::max(1u, std::thread::hardware_concurrency())};
+  CLI::App* cmd = app.add_subcommand("bench", "measure prefill and decode speed (llama-bench style table)");
+  cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required();
+  cmd->add_option("-p,--n-prompt", a->prompt, "prompt lengths, comma-separated (default 512)")
+      ->delimiter(',')
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  cmd->add_option("-n,--n-gen", a->n, "decode steps per run (default 128; 0 = prefill only)")
+      ->check(CLI::Range(size_t{0}, size_t{1} << 20));
+  cmd->add_option("-t,--threads", a->threads, "thread counts, comma-separated (default: all cores)")
+      ->delimiter(',')
+      ->check(CLI::Range(1u, 4096u));
+  cmd->add_option("-b,--batch", a->batch, "batch sizes (sequences decoded together), comma-separated (default 1)")
+      ->delimiter(',')
+      ->check(CLI::Range(size_t{1}, size_t{256}));
+  cmd->add_option("-r,--repetitions", a->reps, "timed runs per combination, after one warm-up (default 5)")
+      ->check(CLI::Range(size_t{1}, size_t{1000}));
+  cmd->add_option("--bw-mib", a->bw_mib, "bandwidth probe buffer in MiB; keep it far past the LLC (default 1024)")
+      ->check(CLI::Range(size_t{16}, size_t{1} << 20));
+  cmd->add_flag("--json", a->json, "print the results as JSON instead of a table");
+  cmd->callback([a]() { run_bench(*a); });
+}
+
+}  // namespace mmgpt::cli
