@@ -5,76 +5,20 @@ and bad arguments give one-line errors. Speed itself is never asserted here
 Run by ctest as: /usr/bin/python3 test_bench.py --mmgpt PATH --shared DIR --workdir DIR
 Builds a tiny character-level nanoGPT checkpoint with torch and converts it.
 """
-import argparse
 import json
 import math
 import os
-import pickle
-import shutil
-import subprocess
 import sys
 
-import torch
 
-parser = argparse.ArgumentParser()
-parser.add_argument('--mmgpt', required=True)
-parser.add_argument('--shared')
-parser.add_argument('--workdir', required=True)
-args = parser.parse_args()
-MM = args.mmgpt
-W = args.workdir
-shutil.rmtree(W, ignore_errors=True)
-os.makedirs(W)
-
-passed, failed = 0, 0
-
-
-def check(name, ok, detail=''):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f'[PASS] {name}')
-    else:
-        failed += 1
-        print(f'[FAIL] {name}: {detail}')
-
-
-def run(*argv, timeout=300):
-    p = subprocess.run([MM, *argv], capture_output=True, timeout=timeout)
-    return p.returncode, p.stdout.decode('utf-8', 'replace'), p.stderr.decode('utf-8', 'replace')
-
-
-def expect_error(name, *argv, mentions=()):
-    rc, out, err = run(*argv)
-    lines = err.splitlines()
-    ok = rc != 0 and rc < 128 and len(lines) == 1 and lines[0].startswith('mmgpt: error: ')
-    ok = ok and all(m in err for m in mentions)
-    check(name, ok, f'exit {rc}, stderr {err!r}')
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_harness import MM, W, check, expect_error, finish, run, write_char_model  # noqa: E402
 
 # --- a tiny nanoGPT-style char model: 2 layers, width 32, context 16
 alphabet = sorted(set('\n !,.:;?abcdefghijklmnopqrstuvwxyz'))
 V, D, L, H, CTX = len(alphabet), 32, 2, 4, 16
-g = torch.Generator().manual_seed(0)
-sd = {'transformer.wte.weight': torch.randn(V, D, generator=g) * 0.3,
-      'transformer.wpe.weight': torch.randn(CTX, D, generator=g) * 0.3}
-for i in range(L):
-    p = f'transformer.h.{i}.'
-    for name, shape in [('ln_1.weight', (D,)), ('ln_1.bias', (D,)), ('attn.c_attn.weight', (3 * D, D)),
-                        ('attn.c_attn.bias', (3 * D,)), ('attn.c_proj.weight', (D, D)), ('attn.c_proj.bias', (D,)),
-                        ('ln_2.weight', (D,)), ('ln_2.bias', (D,)), ('mlp.c_fc.weight', (4 * D, D)),
-                        ('mlp.c_fc.bias', (4 * D,)), ('mlp.c_proj.weight', (D, 4 * D)), ('mlp.c_proj.bias', (D,))]:
-        sd[p + name] = torch.randn(*shape, generator=g) * 0.3
-sd['transformer.ln_f.weight'] = torch.ones(D)
-sd['transformer.ln_f.bias'] = torch.zeros(D)
-sd['lm_head.weight'] = sd['transformer.wte.weight']
 ckdir = os.path.join(W, 'ck')
-os.makedirs(ckdir)
-ckpt = os.path.join(ckdir, 'ckpt.pt')
-torch.save({'model': sd, 'model_args': dict(n_layer=L, n_head=H, n_embd=D, block_size=CTX, bias=True,
-                                            vocab_size=V, dropout=0.0), 'iter_num': 0}, ckpt)
-with open(os.path.join(ckdir, 'meta.pkl'), 'wb') as f:
-    pickle.dump({'vocab_size': V, 'itos': dict(enumerate(alphabet)), 'stoi': {c: i for i, c in enumerate(alphabet)}}, f)
+ckpt, sd = write_char_model(ckdir, alphabet, n_embd=D, n_layer=L, n_head=H, ctx=CTX)
 model = os.path.join(W, 'model.mmgpt')
 rc, _, err = run('convert', ckpt, '-o', model)
 if rc != 0:
@@ -155,5 +99,4 @@ for name, argv, mention in [
         ('--bw-mib too small', ['bench', '-m', model, '--bw-mib', '1'], '--bw-mib')]:
     expect_error('bench: ' + name, *argv, mentions=(mention,))
 
-print(f'{passed} passed, {failed} failed')
-sys.exit(1 if failed else 0)
+finish()
