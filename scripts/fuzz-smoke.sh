@@ -7,7 +7,7 @@
 # target reached. Crashing inputs land in build-fuzz/artifacts/<target>/:
 # once fixed, commit them under tests/fuzz/regressions/<target>/.
 #
-# usage: scripts/fuzz-smoke.sh [SECONDS]     (env: MMGPT_FUZZ_JOBS, default 2)
+# usage: scripts/fuzz-smoke.sh [SECONDS]     (env: MMGPT_FUZZ_JOBS, default 2; MMGPT_FUZZ_SEED)
 set -euo pipefail
 
 seconds="${1:-30}"
@@ -25,6 +25,9 @@ cmake --build "$build" -j"${MMGPT_FUZZ_JOBS:-2}" --target mmgpt "${targets[@]}"
 
 # Leaks are findings too; a single input taking over 10 s is a hang.
 opts=(-timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
+# MMGPT_FUZZ_SEED fixes libFuzzer's random seed, so CI's short smoke run explores
+# the same inputs every time (a finding there is then reproducible, not luck).
+[ -n "${MMGPT_FUZZ_SEED:-}" ] && opts+=(-seed="$MMGPT_FUZZ_SEED")
 failed=()
 declare -A execs
 for t in "${targets[@]}"; do
