@@ -21,7 +21,9 @@ class GraphBuilder {
   }
 
   Op& op(OpKind kind, std::string label, int input, int output) {
-    Op o{kind, std::move(label)};
+    Op o;
+    o.kind = kind;
+    o.label = std::move(label);
     o.input = input;
     o.output = output;
     graph_.ops.push_back(std::move(o));

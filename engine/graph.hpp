@@ -38,7 +38,7 @@ struct BufferSpec {
 };
 
 struct Op {
-  OpKind kind;
+  OpKind kind = OpKind::Embed;
   std::string label;          // e.g. "h.3.mlp.fc"
   int input = -1;             // buffer ids
   int output = -1;

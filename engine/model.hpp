@@ -21,11 +21,6 @@ class Model {
 
   // Named weight lookup; throws if absent (the reader guarantees required ones exist).
   const float* weight(const std::string& name) const { return file_.tensor(name).f32(); }
-  // Optional weight: nullptr when the config says it does not exist (e.g. bias=False).
-  const float* weight_or_null(const std::string& name) const {
-    const TensorView* t = file_.find(name);
-    return t ? t->f32() : nullptr;
-  }
 
  private:
   explicit Model(ModelFile file) : file_(std::move(file)) {}

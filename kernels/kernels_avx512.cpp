@@ -8,7 +8,9 @@
 // (`__m512i __Y = __Y;`), which -Wmaybe-uninitialized reports once inlined.
 // A known false positive in the compiler's own header, silenced only here.
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // clang has no such warning (and warns about the pragma)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "kernels/kernels_simd.hpp"
 
 namespace mmgpt::kernels::detail {

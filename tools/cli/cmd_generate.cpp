@@ -59,10 +59,8 @@ void print_stats(const LanguageModel& lm, double load_s, double ttft_s, const st
   rusage usage{};
   ::getrusage(RUSAGE_SELF, &usage);
   const ModelFile& f = lm.model().file();
-  std::fprintf(stderr, "\n--- stats (kernels: %s, threads: %d)\n", std::string(kernels::isa_name()).c_str(),
-               tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism) > 0
-                   ? static_cast<int>(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism))
-                   : 0);
+  std::fprintf(stderr, "\n--- stats (kernels: %s, threads: %zu)\n", std::string(kernels::isa_name()).c_str(),
+               tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism));
   std::fprintf(stderr, "load          %8.2f ms\n", load_s * 1e3);
   std::fprintf(stderr, "prompt        %8zu tokens in %zu sequence(s)\n", prompt_tokens, results.size());
   std::fprintf(stderr, "prefill       %8.2f ms  %10.1f tokens/s\n", t.prefill_seconds * 1e3,
