@@ -7,12 +7,13 @@
 # target reached. Crashing inputs land in build-fuzz/artifacts/<target>/:
 # once fixed, commit them under tests/fuzz/regressions/<target>/.
 #
-# usage: scripts/fuzz-smoke.sh [SECONDS]     (env: MMGPT_FUZZ_JOBS, default 2; MMGPT_FUZZ_SEED)
+# usage: scripts/fuzz-smoke.sh [SECONDS]
+#   env: MMGPT_FUZZ_JOBS (default 2), MMGPT_FUZZ_SEED, MMGPT_FUZZ_BUILD_DIR (default build-fuzz)
 set -euo pipefail
 
 seconds="${1:-30}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="$root/build-fuzz"
+build="${MMGPT_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 targets=(fuzz_mmgpt_file fuzz_pickle fuzz_zip fuzz_torch_checkpoint fuzz_safetensors
          fuzz_bpe_files fuzz_meta_pkl fuzz_gpt2_bpe fuzz_token_ids)
 
