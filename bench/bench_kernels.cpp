@@ -80,19 +80,29 @@ void set_rates(benchmark::State& state, Clock::time_point loop_start, double flo
 // A GEMV (M = 1) reads each weight once per call, so to measure what decode
 // sees it must read from memory, not from a cache that the previous iteration
 // filled: it cycles through enough copies of W to overflow any LLC (256 MiB).
-void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, size_t N) {
+// packed: W in the panel layout the converter writes (matmul_packed, what the
+// engine runs); otherwise row-major (matmul, kept for older files).
+void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, size_t N, bool packed) {
     IsaScope scope(isa);
     const auto x = random_floats(M * K, 1), b = random_floats(N, 3);
-    const size_t wn = N * K;
+    const size_t wn = packed ? k::panel_floats(N, K) : N * K;
     const size_t copies = M == 1 ? std::max<size_t>(1, ((size_t{256} << 20) / sizeof(float) + wn - 1) / wn) : 1;
-    std::vector<float> w = random_floats(wn, 2);
+    std::vector<float> w = random_floats(N * K, 2);
+    if (packed) {
+        std::vector<float> p(wn);
+        k::pack_panels(w.data(), N, K, p.data());
+        w.swap(p);
+    }
     w.resize(wn * copies);
     for (size_t c = 1; c < copies; ++c) std::copy(w.begin(), w.begin() + wn, w.begin() + c * wn);
     std::vector<float> y(M * N);
     size_t next = 0;
     const Clock::time_point start = Clock::now();
     for (auto _ : state) {
-        k::matmul(x.data(), w.data() + next * wn, b.data(), y.data(), M, K, N);
+        if (packed)
+            k::matmul_packed(x.data(), w.data() + next * wn, b.data(), y.data(), M, K, N);
+        else
+            k::matmul(x.data(), w.data() + next * wn, b.data(), y.data(), M, K, N);
         next = next + 1 == copies ? 0 : next + 1;
         benchmark::DoNotOptimize(y.data());
         benchmark::ClobberMemory();
@@ -149,11 +159,14 @@ void register_all(const std::string& isa, std::initializer_list<size_t> widths, 
             for (Shape s : {Shape{d, 3 * d}, Shape{d, d}, Shape{d, 4 * d}, Shape{4 * d, d}}) {
                 const std::string name = "matmul/" + isa + "/M=" + std::to_string(M) + "/K=" + std::to_string(s.K) +
                                          "/N=" + std::to_string(s.N);
-                reg(name, [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N); });
+                reg(name, [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, true); });
+                if (d == 768)  // the row-major kernel of older files, for comparison
+                    reg("matmul_rowmajor" + name.substr(6),
+                        [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, false); });
             }
         // The LM head: one row per step (prefill needs only the last position's logits).
         reg("matmul/" + isa + "/M=1/K=" + std::to_string(d) + "/N=" + std::to_string(kVocab) + "/lm_head",
-            [=](benchmark::State& st) { bench_matmul(st, isa, 1, d, kVocab); });
+            [=](benchmark::State& st) { bench_matmul(st, isa, 1, d, kVocab, true); });
     }
     // Streaming kernels at decode (one row) and prefill (max of `rows`) sizes of each width.
     const size_t prefill_rows = std::max<size_t>(rows);

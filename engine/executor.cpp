@@ -70,10 +70,15 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
       for (const SequenceStep& s : steps) {
         const size_t base = s.cache->length();
         for (size_t t = 0; t < s.ids.size(); ++t, ++row) {
-          const float* tok = op.w + static_cast<size_t>(s.ids[t]) * d;
           const float* pos = op.b + (base + t) * d;
           float* dst = out + row * d;
-          for (size_t i = 0; i < d; ++i) dst[i] = tok[i] + pos[i];
+          if (op.packed) {  // the token's row is strided through its panel (a tied LM head)
+            kernels::unpack_panel_row(op.w, d, static_cast<size_t>(s.ids[t]), dst);
+            for (size_t i = 0; i < d; ++i) dst[i] += pos[i];
+          } else {
+            const float* tok = op.w + static_cast<size_t>(s.ids[t]) * d;
+            for (size_t i = 0; i < d; ++i) dst[i] = tok[i] + pos[i];
+          }
         }
       }
       break;
@@ -82,7 +87,10 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
       kernels::layernorm(in, op.w, op.b, out, out_rows, width, c.norm_eps);
       break;
     case OpKind::MatMul:
-      kernels::matmul(in, op.w, op.b, out, out_rows, op.in_features, op.out_features);
+      if (op.packed)
+        kernels::matmul_packed(in, op.w, op.b, out, out_rows, op.in_features, op.out_features, op.epilogue);
+      else
+        kernels::matmul(in, op.w, op.b, out, out_rows, op.in_features, op.out_features);
       break;
     case OpKind::Attention: {
       // Each sequence attends to its own cache; sequences run in parallel.

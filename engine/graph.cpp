@@ -33,6 +33,7 @@ class GraphBuilder {
   void weights(Op& o, const std::string& w, const std::string& b) {
     o.weight = w;
     o.w = model_.weight(w);
+    o.packed = model_.file().tensor(w).layout == Layout::Panel16;
     if (!b.empty()) {
       o.bias = b;
       o.b = model_.weight(b);
@@ -54,6 +55,32 @@ class GraphBuilder {
     o.in_features = in;
     o.out_features = out_features;
     return out;
+  }
+
+  // out = gelu(in W^T + b): one fused op when W is packed, else a matmul then a GELU.
+  int matmul_gelu(const std::string& name, int input, size_t in, size_t out_features, bool has_bias, GeluKind gelu,
+                  const std::string& gelu_label) {
+    int out = matmul(name, input, in, out_features, has_bias);
+    Op& m = graph_.ops.back();
+    if (m.packed)
+      m.epilogue.act = gelu == GeluKind::Erf ? kernels::Activation::GeluErf : kernels::Activation::GeluTanh;
+    else
+      op(OpKind::Gelu, gelu_label, out, out);
+    return out;
+  }
+
+  // residual += in W^T + b: the matmul writes into the residual stream when W
+  // is packed (the buffer `name` is then never used), else a matmul then an add.
+  void matmul_residual(const std::string& name, int input, size_t in, size_t out_features, bool has_bias,
+                       int residual, const std::string& add_label) {
+    int out = matmul(name, input, in, out_features, has_bias);
+    Op& m = graph_.ops.back();
+    if (m.packed) {
+      m.output = residual;
+      m.epilogue.accumulate = true;
+    } else {
+      op(OpKind::AddInPlace, add_label, out, residual);
+    }
   }
 
   Graph finish() { return std::move(graph_); }
@@ -86,13 +113,10 @@ Graph build_gpt_graph(const Model& model) {
     int qkv = g.matmul(p + "attn.qkv", h, d, 3 * d, c.qkv_bias);
     int att = g.buffer(p + "attn.out", Rows::Tokens, d);
     g.op(OpKind::Attention, p + "attn", qkv, att).layer = static_cast<int>(layer);
-    int proj = g.matmul(p + "attn.proj", att, d, d, c.linear_bias);
-    g.op(OpKind::AddInPlace, p + "attn.residual", proj, x);
+    g.matmul_residual(p + "attn.proj", att, d, d, c.linear_bias, x, p + "attn.residual");
     int h2 = g.layernorm(p + "ln_2", x, c.norm_bias);
-    int fc = g.matmul(p + "mlp.fc", h2, d, ff, c.linear_bias);
-    g.op(OpKind::Gelu, p + "mlp.gelu", fc, fc);
-    int mproj = g.matmul(p + "mlp.proj", fc, ff, d, c.linear_bias);
-    g.op(OpKind::AddInPlace, p + "mlp.residual", mproj, x);
+    int fc = g.matmul_gelu(p + "mlp.fc", h2, d, ff, c.linear_bias, c.gelu, p + "mlp.gelu");
+    g.matmul_residual(p + "mlp.proj", fc, ff, d, c.linear_bias, x, p + "mlp.residual");
   }
 
   int hf = g.layernorm("ln_f", x, c.norm_bias);
@@ -118,7 +142,10 @@ std::string Graph::to_string() const {
     const Op& o = ops[i];
     out << i << ": " << kNames[static_cast<int>(o.kind)] << " " << o.label << "  " << shape(o.input) << " -> "
         << shape(o.output);
-    if (!o.weight.empty()) out << "  w=" << o.weight;
+    if (o.kind == OpKind::MatMul && o.epilogue.act != kernels::Activation::None)
+      out << " +" << (o.epilogue.act == kernels::Activation::GeluErf ? "gelu_erf" : "gelu_tanh");
+    if (o.kind == OpKind::MatMul && o.epilogue.accumulate) out << " (added into " << buffers[o.output].name << ")";
+    if (!o.weight.empty()) out << "  w=" << o.weight << (o.packed ? " [panel16]" : "");
     if (!o.bias.empty()) out << " b=" << o.bias;
     out << "\n";
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "formats/model_config.hpp"
+#include "kernels/epilogue.hpp"
 
 namespace mmgpt {
 
@@ -22,7 +23,7 @@ class Model;
 enum class OpKind {
   Embed,       // out[t] = wte[id_t] + wpe[pos_t]
   LayerNorm,   // out = layernorm(in; w, b)
-  MatMul,      // out = in * W^T (+ b)
+  MatMul,      // out = in * W^T (+ b); with a panel-packed W, optionally act(...) or out += ...
   Attention,   // causal self-attention of the qkv rows against the KV cache of `layer`
   AddInPlace,  // out += in
   Gelu,        // out = gelu(out) in place, erf or tanh flavour from the config
@@ -45,6 +46,8 @@ struct Op {
   std::string weight, bias;   // tensor names in the model file ("" = none)
   const float* w = nullptr;   // resolved when the graph is built
   const float* b = nullptr;
+  bool packed = false;        // w is in the panel layout (Embed, MatMul)
+  kernels::Epilogue epilogue; // MatMul with a packed W: fused GELU and/or residual add
   size_t in_features = 0, out_features = 0;  // MatMul
   int layer = -1;             // Attention
 };

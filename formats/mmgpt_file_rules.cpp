@@ -69,7 +69,28 @@ uint64_t dtype_size(uint32_t dtype_id) {
   }
 }
 
-bool layout_known(uint32_t layout_id) { return layout_id == static_cast<uint32_t>(Layout::RowMajor); }
+bool layout_known(uint32_t layout_id) { return layout_name(layout_id) != nullptr; }
+
+const char* layout_name(uint32_t layout_id) {
+  switch (layout_id) {
+    case static_cast<uint32_t>(Layout::RowMajor): return "row-major";
+    case static_cast<uint32_t>(Layout::Panel16): return "panel16";
+    default: return nullptr;
+  }
+}
+
+bool tensor_bytes(uint64_t elem_size, uint32_t layout_id, const std::vector<uint64_t>& shape, uint64_t& bytes) {
+  bytes = elem_size;
+  if (layout_id == static_cast<uint32_t>(Layout::Panel16)) {
+    if (shape.size() != 2) return false;
+    const uint64_t panels = shape[0] / 16 + (shape[0] % 16 != 0);
+    return !__builtin_mul_overflow(bytes, panels, &bytes) && !__builtin_mul_overflow(bytes, uint64_t{16}, &bytes) &&
+           !__builtin_mul_overflow(bytes, shape[1], &bytes);
+  }
+  for (uint64_t dim : shape)
+    if (__builtin_mul_overflow(bytes, dim, &bytes)) return false;
+  return true;
+}
 
 std::string shape_string(const std::vector<uint64_t>& shape) {
   std::string s = "[";
@@ -127,23 +148,24 @@ void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t lay
                 " (this reader knows 0 = f32; the file needs a newer mmgpt)");
   if (!layout_known(layout_id))
     throw Error(where + ": unknown layout id " + std::to_string(layout_id) +
-                " (this reader knows 0 = row-major; the file needs a newer mmgpt)");
+                " (this reader knows 0 = row-major, 1 = panel16; the file needs a newer mmgpt)");
   if (shape.size() > kMaxDims)
     throw Error(where + ": ndim " + std::to_string(shape.size()) + " exceeds limit " + std::to_string(kMaxDims));
-  uint64_t bytes = elem;
-  for (uint64_t dim : shape)
-    if (__builtin_mul_overflow(bytes, dim, &bytes))
-      throw Error(where + ": shape " + shape_string(shape) + " overflows a 64-bit byte count");
+  if (layout_id == static_cast<uint32_t>(Layout::Panel16) && shape.size() != 2)
+    throw Error(where + ": layout panel16 needs a matrix, but the shape is " + shape_string(shape));
+  uint64_t bytes = 0;
+  if (!tensor_bytes(elem, layout_id, shape, bytes))
+    throw Error(where + ": shape " + shape_string(shape) + " overflows a 64-bit byte count");
   if (bytes != nbytes)
     throw Error(where + ": nbytes " + std::to_string(nbytes) + " does not match shape " + shape_string(shape) +
-                " (expected " + std::to_string(bytes) + ")");
+                " in layout " + layout_name(layout_id) + " (expected " + std::to_string(bytes) + ")");
 }
 
 void check_tensor_set(const std::vector<NamedShape>& tensors, const ModelConfig& config, const std::string& source) {
-  std::unordered_map<std::string_view, const std::vector<uint64_t>*> by_name;
+  std::unordered_map<std::string_view, const NamedShape*> by_name;
   by_name.reserve(tensors.size());
   for (const NamedShape& t : tensors)
-    if (!by_name.emplace(*t.name, t.shape).second)
+    if (!by_name.emplace(*t.name, &t).second)
       throw Error(source + ": tensor '" + *t.name + "' appears more than once");
   const std::vector<TensorSpec> required = required_tensors(config);
   std::unordered_set<std::string_view> required_names;
@@ -154,9 +176,12 @@ void check_tensor_set(const std::vector<NamedShape>& tensors, const ModelConfig&
     if (it == by_name.end())
       throw Error(source + ": missing tensor '" + spec.name + "' (shape " + shape_string(spec.shape) +
                   ") required by the config");
-    if (*it->second != spec.shape)
-      throw Error(source + ": tensor '" + spec.name + "' has shape " + shape_string(*it->second) +
+    if (*it->second->shape != spec.shape)
+      throw Error(source + ": tensor '" + spec.name + "' has shape " + shape_string(*it->second->shape) +
                   " but the config requires " + shape_string(spec.shape));
+    if (it->second->layout == Layout::Panel16 && !spec.matrix)
+      throw Error(source + ": tensor '" + spec.name +
+                  "' has layout panel16, which only the weight matrices of the matmuls may have");
   }
   for (const NamedShape& t : tensors)
     if (!required_names.count(*t.name))

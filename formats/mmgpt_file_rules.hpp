@@ -22,18 +22,26 @@ bool layout_known(uint32_t layout_id);
 void check_tokenizer(const TokenizerData& tok, const ModelConfig& config, const std::string& source);
 
 // One directory entry on its own: name well-formed, dtype and layout known,
-// at most kMaxDims dims, element count * element size computed without
+// at most kMaxDims dims, stored bytes (tensor_bytes) computed without
 // overflow and equal to nbytes. Does not look at offsets.
 void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t layout_id,
                         const std::vector<uint64_t>& shape, uint64_t nbytes, const std::string& source);
 
 // The set of tensors against required_tensors(config): no duplicate names,
 // every required tensor present with exactly its shape, nothing extra.
+// Panel16 is allowed only for the required tensors marked `matrix`.
 struct NamedShape {
   const std::string* name;
   const std::vector<uint64_t>* shape;
+  Layout layout = Layout::RowMajor;
 };
 void check_tensor_set(const std::vector<NamedShape>& tensors, const ModelConfig& config, const std::string& source);
+
+// Bytes a tensor of this shape occupies in this layout (Panel16: 2-D only, rows
+// rounded up to whole panels of 16), or false on overflow or a shape the layout
+// cannot hold (the caller reports which).
+bool tensor_bytes(uint64_t elem_size, uint32_t layout_id, const std::vector<uint64_t>& shape, uint64_t& bytes);
+const char* layout_name(uint32_t layout_id);  // "row-major", "panel16", or nullptr
 
 // "[1, 2, 3]" for messages.
 std::string shape_string(const std::vector<uint64_t>& shape);

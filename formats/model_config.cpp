@@ -53,17 +53,19 @@ void validate_config(const ModelConfig& c, const std::string& source) {
 std::vector<TensorSpec> required_tensors(const ModelConfig& c) {
   const uint64_t d = c.n_embd, ff = c.n_ff, vocab = c.vocab_size, ctx = c.n_ctx;
   std::vector<TensorSpec> out;
-  auto add = [&](std::string name, std::vector<uint64_t> shape) { out.push_back({std::move(name), std::move(shape)}); };
+  auto add = [&](std::string name, std::vector<uint64_t> shape, bool matrix = false) {
+    out.push_back({std::move(name), std::move(shape), matrix});
+  };
   auto add_norm = [&](const std::string& prefix) {
     add(prefix + ".weight", {d});
     if (c.norm_bias) add(prefix + ".bias", {d});
   };
   auto add_linear = [&](const std::string& prefix, uint64_t out_dim, uint64_t in_dim, bool bias) {
-    add(prefix + ".weight", {out_dim, in_dim});
+    add(prefix + ".weight", {out_dim, in_dim}, true);
     if (bias) add(prefix + ".bias", {out_dim});
   };
 
-  add("wte", {vocab, d});
+  add("wte", {vocab, d}, true);  // also the LM head when tied
   add("wpe", {ctx, d});
   for (uint32_t i = 0; i < c.n_layer; ++i) {
     const std::string h = "h." + std::to_string(i);
@@ -75,7 +77,7 @@ std::vector<TensorSpec> required_tensors(const ModelConfig& c) {
     add_linear(h + ".mlp.proj", d, ff, c.linear_bias);
   }
   add_norm("ln_f");
-  if (!c.tied_lm_head) add("lm_head.weight", {vocab, d});
+  if (!c.tied_lm_head) add("lm_head.weight", {vocab, d}, true);
   return out;
 }
 

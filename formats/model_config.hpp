@@ -46,11 +46,14 @@ struct TokenizerData {
 enum class DType : uint32_t { F32 = 0 };
 // How a tensor's elements are arranged (ids are part of the file format).
 // RowMajor: plain C order over the shape; matrices are [out, in] so each output row is contiguous.
-enum class Layout : uint32_t { RowMajor = 0 };
+// Panel16: a matrix [N, K] in the panels the matmul kernels stream (kernels/panel_layout.hpp,
+//   docs/format.md): ceil(N/16) panels, each K steps of 16 consecutive rows' values.
+enum class Layout : uint32_t { RowMajor = 0, Panel16 = 1 };
 
 struct TensorSpec {
   std::string name;
   std::vector<uint64_t> shape;
+  bool matrix = false;  // a weight the forward pass multiplies by (may be stored as Panel16)
 };
 
 // Every tensor a model with this config must have, with the shape it implies,

@@ -10,6 +10,8 @@
 // work over threads (by output rows, never over a reduction).
 #include <cstddef>
 
+#include "kernels/epilogue.hpp"
+
 namespace mmgpt::kernels::detail {
 
 struct IsaTable {
@@ -17,6 +19,10 @@ struct IsaTable {
     // y[m, n] for all m in [0, M) and n in [n0, n1): x[M, K] . W[N, K]^T + bias[n].
     void (*matmul_cols)(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K,
                         size_t N, size_t n0, size_t n1);
+    // Panel-packed W (panel_layout.hpp): the output columns of panels [p0, p1),
+    // y[M, N] (+)= act(x[M, K] W^T + bias); scratch: gemm_scratch_floats(M, K, p1 - p0).
+    void (*gemm_panels)(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
+                        size_t p0, size_t p1, Epilogue e, float* scratch);
     float (*dot)(const float* a, const float* b, size_t n);
     void (*axpy)(float a, const float* x, float* y, size_t n);
     void (*add)(float* y, const float* x, size_t n);

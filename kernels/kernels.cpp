@@ -5,11 +5,15 @@
 // fixed grain with simple_partitioner, so results do not depend on the thread
 // count.
 #include <algorithm>
+#include <vector>
 
 #include <tbb/blocked_range.h>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 
+#include "kernels/gemm_blocking.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
 
@@ -53,6 +57,35 @@ void matmul(const float* x, const float* w, const float* bias, float* y, size_t 
     // a multiple of 4 so tasks start on the kernels' tile boundaries.
     const size_t grain = ceil_div(std::max<size_t>(ceil_div(kMinWorkPerTask, per_column), 16), 4) * 4;
     for_chunks(N, grain, [&](size_t n0, size_t n1) { t.matmul_cols(x, w, bias, y, M, K, N, n0, n1); });
+}
+
+void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
+                   Epilogue e) {
+    if (M == 0 || N == 0) return;
+    const auto& t = detail::active_table();
+    const size_t panels = panel_count(N);
+    // Tasks own whole panel ranges (each streams its own part of W). Decode:
+    // ranges just big enough to be worth a task (>= kMinWorkPerTask), so the
+    // threads share the stream evenly. Prefill: about two ranges per thread,
+    // since each range re-reads all of x (from L2/L3) once per K block.
+    // The split never changes a result (gemm_blocking.hpp), only the speed.
+    const size_t per_panel = std::max<size_t>(M * K * kPanelWidth, 1);
+    size_t grain = ceil_div(kMinWorkPerTask, per_panel);
+    if (M > 1) {
+        const size_t threads = std::max<size_t>(
+            1, std::min<size_t>(tbb::this_task_arena::max_concurrency(),
+                                tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)));
+        grain = std::max(grain, ceil_div(panels, 2 * threads));
+    }
+    // Whole tiles: decode tiles are at most 8 panels, GEMM tiles at most 2.
+    grain = M == 1 ? ceil_div(grain, 8) * 8 : ceil_div(grain, 2) * 2;
+    for_chunks(panels, grain, [&](size_t p0, size_t p1) {
+        // Partial sums between K blocks; one buffer per thread, kept between calls.
+        thread_local std::vector<float> scratch;
+        const size_t need = detail::gemm_scratch_floats(M, K, p1 - p0);
+        if (scratch.size() < need) scratch.resize(need);
+        t.gemm_panels(x, wp, bias, y, M, K, N, p0, p1, e, scratch.data());
+    });
 }
 
 float dot(const float* a, const float* b, size_t n) { return detail::active_table().dot(a, b, n); }

@@ -11,6 +11,9 @@
 #include <cstddef>
 #include <string_view>
 
+#include "kernels/epilogue.hpp"
+#include "kernels/panel_layout.hpp"
+
 namespace mmgpt::kernels {
 
 // Name of the instantiation in use: "avx512", "avx2", "neon" or "scalar".
@@ -19,6 +22,11 @@ std::string_view isa_name();
 bool force_isa(std::string_view name);
 
 void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N);
+// The same product with W packed in the panel layout (panel_layout.hpp), the
+// layout the converter writes; the epilogue fuses an activation and/or a
+// residual add: y[M, N] (+)= act(x[M, K] W^T + bias).
+void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
+                   Epilogue e = {});
 float dot(const float* a, const float* b, size_t n);
 void axpy(float a, const float* x, float* y, size_t n);                // y += a*x
 void add(float* y, const float* x, size_t n);                          // y += x
@@ -30,6 +38,11 @@ void softmax(float* x, size_t n);    // in place, max-subtracted
 
 namespace scalar {
 void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N);
+void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
+                   Epilogue e = {});
+// Table entry behind matmul_packed (isa_table.hpp).
+void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
+                 size_t p0, size_t p1, Epilogue e, float* scratch);
 float dot(const float* a, const float* b, size_t n);
 void axpy(float a, const float* x, float* y, size_t n);
 void add(float* y, const float* x, size_t n);

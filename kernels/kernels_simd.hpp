@@ -19,6 +19,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "kernels/constants.hpp"
+#include "kernels/gemm_simd.hpp"
 #include "kernels/isa_table.hpp"
 
 // Each ISA TU compiles the same inline functions (std::, xsimd internals)
@@ -124,6 +125,11 @@ struct Kernels {
             const size_t m1 = M - m0 < mb ? M : m0 + mb;
             sweep<4, 2>(x, w, bias, y, K, N, m0, m1, n0, n1);
         }
+    }
+
+    MMGPT_SIMD_ENTRY static void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M,
+                                             size_t K, size_t N, size_t p0, size_t p1, Epilogue e, float* scratch) {
+        PanelGemm<Arch, Kernels>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
     }
 
     // ------------------------------------------------------------ reductions
@@ -288,7 +294,7 @@ struct Kernels {
     }
 
     static detail::IsaTable table(const char* name) {
-        return detail::IsaTable{name, &matmul_cols, &dot, &axpy, &add, &layernorm, &gelu_erf, &gelu_tanh, &softmax};
+        return detail::IsaTable{name, &matmul_cols, &gemm_panels, &dot, &axpy, &add, &layernorm, &gelu_erf, &gelu_tanh, &softmax};
     }
 };
 

@@ -104,7 +104,7 @@ namespace mmgpt::kernels::detail {
 
 const IsaTable& scalar_table() {
     static const IsaTable table{
-        "scalar",         &scalar::matmul_cols, &scalar::dot,      &scalar::axpy,     &scalar::add,
+        "scalar",         &scalar::matmul_cols, &scalar::gemm_panels, &scalar::dot,      &scalar::axpy,     &scalar::add,
         &scalar::layernorm, &scalar::gelu_erf,  &scalar::gelu_tanh, &scalar::softmax,
     };
     return table;

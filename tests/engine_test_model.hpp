@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "formats/mmgpt_file.hpp"
+#include "kernels/panel_layout.hpp"
 
 namespace mmgpt::test {
 
@@ -17,8 +18,10 @@ inline std::string temp_path(const std::string& name) {
 
 // Writes a random model with `config` (and a char tokenizer over `alphabet`
 // when non-empty) to `path`. Weights ~ N(0, scale); norm weights around 1.
+// `layout` Panel16 stores the matrices as the converter does (same values).
 inline void write_random_model(const std::string& path, const ModelConfig& config, uint64_t seed,
-                               const std::string& alphabet = "", float scale = 0.2f, int64_t eos_id = -1) {
+                               const std::string& alphabet = "", float scale = 0.2f, int64_t eos_id = -1,
+                               Layout layout = Layout::RowMajor) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, scale);
   std::vector<std::vector<float>> storage;
@@ -29,9 +32,15 @@ inline void write_random_model(const std::string& path, const ModelConfig& confi
     std::vector<float> data(n);
     const bool norm_weight = spec.name.find("ln_") != std::string::npos && spec.name.ends_with(".weight");
     for (float& v : data) v = (norm_weight ? 1.0f : 0.0f) + normal(rng);
+    const bool pack = layout == Layout::Panel16 && spec.matrix;
+    if (pack) {
+      std::vector<float> packed(kernels::panel_floats(spec.shape[0], spec.shape[1]));
+      kernels::pack_panels(data.data(), spec.shape[0], spec.shape[1], packed.data());
+      data.swap(packed);
+    }
     storage.push_back(std::move(data));
-    tensors.push_back({spec.name, DType::F32, Layout::RowMajor, spec.shape, storage.back().data(),
-                       n * sizeof(float)});
+    tensors.push_back({spec.name, DType::F32, pack ? Layout::Panel16 : Layout::RowMajor, spec.shape,
+                       storage.back().data(), storage.back().size() * sizeof(float)});
   }
   TokenizerData tok;
   if (!alphabet.empty()) {

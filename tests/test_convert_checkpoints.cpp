@@ -16,6 +16,7 @@
 
 #include "formats/error.hpp"
 #include "formats/mmgpt_file.hpp"
+#include "kernels/panel_layout.hpp"
 #include "tools/convert/converter.hpp"
 
 namespace fs = std::filesystem;
@@ -300,8 +301,14 @@ void check_tensors(const mmgpt::ModelFile& m, const std::string& case_name) {
     CHECK(t->shape == shape);
     const std::vector<float> want = read_f32(dir / (name + ".f32"));
     REQUIRE(t->numel() == want.size());
+    // Matrices are written in the panel layout: compare each element where it lives.
+    const bool packed = t->layout == mmgpt::Layout::Panel16;
+    CHECK(packed == (shape.size() == 2 && name != "wpe"));
     size_t bad = 0;
-    for (size_t i = 0; i < want.size(); ++i) bad += std::memcmp(&t->f32()[i], &want[i], sizeof(float)) != 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const size_t at = packed ? mmgpt::kernels::panel_index(shape[1], i / shape[1], i % shape[1]) : i;
+      bad += std::memcmp(&t->f32()[at], &want[i], sizeof(float)) != 0;
+    }
     CHECK(bad == 0);
     ++count;
   }

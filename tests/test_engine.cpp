@@ -39,13 +39,19 @@ std::vector<int32_t> random_ids(size_t n, uint32_t vocab, uint64_t seed) {
 
 }  // namespace
 
+// Both weight layouts: panel16 (what the converter writes: packed kernels,
+// fused epilogues) and row-major (older files: the unfused graph).
+const Layout kLayouts[] = {Layout::Panel16, Layout::RowMajor};
+
 TEST_CASE("decoding with the KV cache matches a full prefill, row by row") {
+  for (Layout layout : kLayouts)
   for (auto cfg : {test::small_config(), test::small_config(1, 1, 8, 9, 5), test::small_config(3, 4, 60, 24, 101)}) {
     for (bool bias : {true, false}) {
+      CAPTURE(static_cast<int>(layout));
       cfg.qkv_bias = cfg.linear_bias = cfg.norm_bias = bias;
       cfg.gelu = bias ? GeluKind::Tanh : GeluKind::Erf;
       const std::string path = test::temp_path("engine_cache.mmgpt");
-      test::write_random_model(path, cfg, 7 + cfg.n_embd);
+      test::write_random_model(path, cfg, 7 + cfg.n_embd, "", 0.2f, -1, layout);
       Executor ex(Model::load(path));
       const size_t V = cfg.vocab_size;
       auto ids = random_ids(cfg.n_ctx, cfg.vocab_size, 3);
@@ -82,9 +88,11 @@ TEST_CASE("a prefix's logits do not depend on what follows (causal mask)") {
 }
 
 TEST_CASE("results are identical for any thread count") {
+  for (Layout layout : kLayouts) {
+  CAPTURE(static_cast<int>(layout));
   auto cfg = test::small_config(2, 4, 64, 32, 300);
   const std::string path = test::temp_path("engine_threads.mmgpt");
-  test::write_random_model(path, cfg, 5);
+  test::write_random_model(path, cfg, 5, "", 0.2f, -1, layout);
   auto model = Model::load(path);
   auto ids = random_ids(32, cfg.vocab_size, 9);
   std::vector<float> one, two;
@@ -99,6 +107,35 @@ TEST_CASE("results are identical for any thread count") {
     two = all_logits(ex, ids);
   }
   CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("a panel16 file computes what its row-major twin computes") {
+  for (auto cfg : {test::small_config(2, 3, 30, 16, 37), test::small_config(2, 4, 64, 40, 300)}) {
+    cfg.gelu = cfg.n_embd == 30 ? GeluKind::Erf : GeluKind::Tanh;
+    const std::string a = test::temp_path("engine_twin_rm.mmgpt"), b = test::temp_path("engine_twin_p16.mmgpt");
+    test::write_random_model(a, cfg, 21, "", 0.3f, -1, Layout::RowMajor);
+    test::write_random_model(b, cfg, 21, "", 0.3f, -1, Layout::Panel16);
+    Executor ra(Model::load(a)), pb(Model::load(b));
+    const std::string graph = pb.graph().to_string();
+    CHECK(graph.find("+gelu") != std::string::npos);         // fused bias + GELU
+    CHECK(graph.find("(added into x)") != std::string::npos); // fused residual adds
+    CHECK(graph.find("mlp.residual") == std::string::npos);   // no separate add ops left
+    CHECK(ra.graph().to_string().find("mlp.residual") != std::string::npos);
+    auto ids = random_ids(cfg.n_ctx, cfg.vocab_size, 4);
+    auto la = all_logits(ra, ids), lb = all_logits(pb, ids);
+    float scale = 1;
+    for (float v : la) scale = std::max(scale, std::fabs(v));
+    // Same math, different summation order: rounding only.
+    CHECK(max_abs_diff(la, lb) / scale < 2e-6f);
+    // And the same greedy choice at every position.
+    const size_t V = cfg.vocab_size;
+    size_t differ = 0;
+    for (size_t t = 0; t < ids.size(); ++t)
+      differ += std::max_element(la.begin() + t * V, la.begin() + (t + 1) * V) - la.begin() !=
+                std::max_element(lb.begin() + t * V, lb.begin() + (t + 1) * V) - lb.begin();
+    CHECK(differ == 0);
+  }
 }
 
 TEST_CASE("token ids outside the vocabulary are refused") {
@@ -235,9 +272,11 @@ TEST_CASE("a stop string ends generation, across token boundaries, and is not em
 }
 
 TEST_CASE("a batch gives each prompt exactly what it gets alone") {
+  for (Layout layout : kLayouts) {
+  CAPTURE(static_cast<int>(layout));
   auto cfg = test::small_config(2, 3, 24, 12, 29);
   const std::string path = test::temp_path("engine_batch.mmgpt");
-  test::write_random_model(path, cfg, 8, "", 0.4f);
+  test::write_random_model(path, cfg, 8, "", 0.4f, -1, layout);
   auto lm = LanguageModel::load(path);
   const std::vector<std::vector<int32_t>> prompts = {{1}, {2, 3, 4, 5, 6, 7, 8}, {9, 10, 11}, {12, 1, 2, 3, 4, 5, 6, 7,
                                                                                                8, 9, 10, 11, 12, 13}};
@@ -260,5 +299,6 @@ TEST_CASE("a batch gives each prompt exactly what it gets alone") {
       CHECK(batch[i].tokens.size() == 25);
       CHECK(events[i] == 25);
     }
+  }
   }
 }

@@ -621,7 +621,7 @@ TEST_CASE("tensor directory entries are validated") {
   }
   img = base;
   set_u64(img, entry_of(img, "wte").nbytes, 348);
-  CHECK_REJECTS(img, "tensor 'wte': nbytes 348 does not match shape [11, 8] (expected 352)");
+  CHECK_REJECTS(img, "tensor 'wte': nbytes 348 does not match shape [11, 8] in layout row-major (expected 352)");
   img = base;
   set_u32(img, entry_of(img, "wte").dtype, 5);
   CHECK_REJECTS(img, "tensor 'wte': unknown dtype id 5");
@@ -818,4 +818,59 @@ TEST_CASE("the writer reports a missing output directory or a directory target")
   CHECK_THROWS_WITH_AS(write(dir + "/sub", m), doctest::Contains("output path is a directory"), Error);
   CHECK_THROWS_WITH_AS(write(dir + "/", m), doctest::Contains("output path names a directory"), Error);
   CHECK(fs::is_empty(dir + "/sub"));
+}
+
+// ---------------------------------------------------------------- panel16 layout
+
+TEST_CASE("panel16 matrices: round trip, and the layout's own rules") {
+  ModelConfig cfg = tiny_config();
+  cfg.tied_lm_head = false;
+  Model m = make_model(cfg, char_tokenizer());
+  // Pack every matrix as docs/format.md says: panels of 16 rows, k-major, zero-padded.
+  std::vector<std::vector<float>> packed;
+  packed.reserve(m.tensors.size());
+  const std::vector<TensorSpec> specs = required_tensors(cfg);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (!specs[i].matrix) continue;
+    const uint64_t n = specs[i].shape[0], k = specs[i].shape[1], panels = (n + 15) / 16;
+    std::vector<float> p(panels * 16 * k, 0.0f);
+    for (uint64_t r = 0; r < n; ++r)
+      for (uint64_t c = 0; c < k; ++c) p[(r / 16) * 16 * k + c * 16 + r % 16] = m.storage[i][r * k + c];
+    packed.push_back(std::move(p));
+    m.tensors[i].layout = Layout::Panel16;
+    m.tensors[i].data = packed.back().data();
+    m.tensors[i].nbytes = packed.back().size() * sizeof(float);
+  }
+  const std::string dir = test_dir("panel16");
+  write(dir + "/model.mmgpt", m);
+  const ModelFile f = ModelFile::open(dir + "/model.mmgpt");
+  for (const TensorSpec& s : specs) {
+    CAPTURE(s.name);
+    const TensorView& t = f.tensor(s.name);
+    CHECK(t.layout == (s.matrix ? Layout::Panel16 : Layout::RowMajor));
+  }
+  const TensorView& wte = f.tensor("wte");  // [11, 8]: one panel, 5 padding rows
+  CHECK(wte.nbytes == 16 * 8 * 4);
+  CHECK(wte.f32()[3 * 16 + 2] == m.storage[0][2 * 8 + 3]);  // W[2][3]
+  CHECK(wte.f32()[3 * 16 + 12] == 0.0f);                      // padding row 12
+
+  // A vector in panel16 is refused by the writer and the reader.
+  Model bad = make_model(cfg, char_tokenizer());
+  for (TensorToWrite& t : bad.tensors)
+    if (t.name == "h.0.ln_1.weight") t.layout = Layout::Panel16;
+  CHECK_THROWS_WITH_AS(write(dir + "/bad.mmgpt", bad),
+                       doctest::Contains("tensor 'h.0.ln_1.weight': layout panel16 needs a matrix, but the shape is [8]"),
+                       mmgpt::Error);
+  const Bytes& base = tiny_image();
+  Bytes img = base;
+  set_u32(img, entry_of(img, "h.0.ln_1.weight").layout, 1);
+  CHECK_REJECTS(img, "tensor 'h.0.ln_1.weight': layout panel16 needs a matrix, but the shape is [8]");
+  // Flipping a row-major matrix to panel16 changes its expected size.
+  img = base;
+  set_u32(img, entry_of(img, "wte").layout, 1);
+  CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16 (expected 512)");
+  // wpe [16, 8] has the same size in both layouts, but it is a table, not a matmul weight.
+  img = base;
+  set_u32(img, entry_of(img, "wpe").layout, 1);
+  CHECK_REJECTS(img, "tensor 'wpe' has layout panel16, which only the weight matrices of the matmuls may have");
 }

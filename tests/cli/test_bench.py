@@ -40,7 +40,10 @@ if j is not None:
     check('header fields', j.get('kernel_isa') in ('avx512', 'avx2', 'neon', 'scalar') and j.get('params', 0) > 0
           and j.get('repetitions') == 2, str({k: j.get(k) for k in ('kernel_isa', 'params', 'repetitions')}))
     # Every weight once per decode step: all tensors, but one row of wpe (tied LM head: wte counted whole).
-    want_bytes = 4 * (sum(t.numel() for k, t in sd.items() if k != 'lm_head.weight') - CTX * D + D)
+    # Matrices are stored in panels of 16 rows (the last one zero-padded), and the padding is streamed too.
+    def stored(k, t):
+        return -(-t.shape[0] // 16) * 16 * t.shape[1] if t.dim() == 2 and 'wpe' not in k else t.numel()
+    want_bytes = 4 * (sum(stored(k, t) for k, t in sd.items() if k != 'lm_head.weight') - CTX * D + D)
     check('weight bytes per decode step count every weight once, one wpe row',
           j.get('weight_bytes_per_decode_step') == want_bytes, f"{j.get('weight_bytes_per_decode_step')} != {want_bytes}")
     bw = j.get('read_bandwidth_probe', {})

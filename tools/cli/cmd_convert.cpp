@@ -49,6 +49,9 @@ void add_convert(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--tokenizer", o->tokenizer,
                   "tokenizer: meta.pkl, vocab.json/encoder.json, or a directory holding them");
+  cmd->add_option("--weight-layout", o->weight_layout,
+                  "how weight matrices are stored: panel16 (default: what the fast kernels read) or row-major")
+      ->check(CLI::IsMember({"panel16", "row-major"}));
   cmd->callback([o]() {
     print_summary(*o, convert_checkpoint(*o));
   });

@@ -10,6 +10,7 @@
 #include "tools/convert/checkpoint_loader.hpp"
 #include "tools/convert/file_util.hpp"
 #include "tools/convert/layout.hpp"
+#include "kernels/panel_layout.hpp"
 #include "tools/convert/tokenizer_files.hpp"
 
 namespace mmgpt {
@@ -78,27 +79,42 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
   validate_config(model.config, file);
 
   // Belt and braces: the mapper's output must be exactly what the file format requires.
-  std::map<std::string, const HostTensor*> by_name;
-  for (const auto& [name, t] : model.tensors)
-    if (!by_name.emplace(name, t.get()).second) throw Error("internal: layout produced '" + name + "' twice");
+  if (opt.weight_layout != "panel16" && opt.weight_layout != "row-major")
+    throw Error("--weight-layout '" + opt.weight_layout + "' is not one of panel16, row-major");
+  const bool pack = opt.weight_layout == "panel16";
+  std::map<std::string, TensorPtr*> by_name;
+  for (auto& [name, t] : model.tensors)
+    if (!by_name.emplace(name, &t).second) throw Error("internal: layout produced '" + name + "' twice");
   std::vector<TensorToWrite> to_write;
+  std::vector<std::vector<float>> packed;  // panel-layout copies of the matrices
+  packed.reserve(model.tensors.size());
   uint64_t bytes = 0;
   std::set<std::string> dtypes;
   for (const TensorSpec& spec : required_tensors(model.config)) {
     auto it = by_name.find(spec.name);
     if (it == by_name.end()) throw Error("internal: layout " + std::string(layout_name(kind)) + " did not produce " + spec.name);
-    const HostTensor& t = *it->second;
+    const HostTensor& t = **it->second;
     if (t.shape != spec.shape || t.data.size() != t.numel())
       throw Error("internal: " + spec.name + " has shape " + shape_str(t.shape) + ", the format wants " +
                   shape_str(spec.shape));
+    if (!t.source_dtype.empty() && t.source_dtype != "float32") dtypes.insert(t.source_dtype);
     TensorToWrite w;
     w.name = spec.name;
     w.shape = spec.shape;
-    w.data = t.data.data();
-    w.nbytes = uint64_t(t.data.size()) * sizeof(float);
+    if (pack && spec.matrix) {
+      const size_t n = spec.shape[0], k = spec.shape[1];
+      packed.emplace_back(kernels::panel_floats(n, k));
+      kernels::pack_panels(t.data.data(), n, k, packed.back().data());
+      it->second->reset();  // frees the unpacked copy unless the checkpoint still holds it
+      w.layout = Layout::Panel16;
+      w.data = packed.back().data();
+      w.nbytes = uint64_t(packed.back().size()) * sizeof(float);
+    } else {
+      w.data = t.data.data();
+      w.nbytes = uint64_t(t.data.size()) * sizeof(float);
+    }
     bytes += w.nbytes;
     to_write.push_back(std::move(w));
-    if (!t.source_dtype.empty() && t.source_dtype != "float32") dtypes.insert(t.source_dtype);
     by_name.erase(it);
   }
   if (!by_name.empty()) throw Error("internal: layout produced an unexpected tensor " + by_name.begin()->first);

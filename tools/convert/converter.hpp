@@ -17,6 +17,9 @@ struct ConvertOptions {
   std::string layout = "auto";  // auto | hf-gpt2 | nanogpt | llms-from-scratch
   int n_head = 0;               // --n-head; 0 = not given
   std::string tokenizer;        // --tokenizer PATH; empty = look beside the checkpoint
+  // --weight-layout: how weight matrices are stored. panel16 (the default) is
+  // what the fast kernels stream; row-major is the plain layout of older files.
+  std::string weight_layout = "panel16";
 };
 
 struct ConvertSummary {

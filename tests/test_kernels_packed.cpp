@@ -1,0 +1,236 @@
+// The panel-packed matmul (kernels/panel_layout.hpp, gemm_simd.hpp): the
+// layout itself, every SIMD instantiation against the scalar reference on
+// awkward shapes (rows 1 .. MR and beyond, N around the panel width, K around
+// the vector widths and the K block), every epilogue, and the invariants the
+// engine relies on: fusing changes nothing, a row's result does not depend on
+// M or on the thread count.
+//
+// Tolerances are those of test_kernels_simd.cpp: on small-integer data every
+// product and partial sum is exact, so results must be bit-identical; on
+// random data each side is within (K+1) u sum|x w| of the exact value.
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+#include <vector>
+
+#include <tbb/global_control.h>
+
+#include "kernels_testing.hpp"
+
+namespace k = mmgpt::kernels;
+using k::Activation;
+using k::Epilogue;
+using kt::kU;
+
+namespace {
+
+std::vector<float> pack(const std::vector<float>& w, size_t N, size_t K) {
+    std::vector<float> p(k::panel_floats(N, K), -7.0f);
+    k::pack_panels(w.data(), N, K, p.data());
+    return p;
+}
+
+// sum |x_k w_k| for row m of x and row n of W.
+double abs_dot(const std::vector<float>& x, const std::vector<float>& w, size_t m, size_t n, size_t K) {
+    double s = 0;
+    for (size_t i = 0; i < K; ++i) s += std::fabs(double(x[m * K + i]) * w[n * K + i]);
+    return s;
+}
+
+const char* act_name(Activation a) {
+    return a == Activation::None ? "none" : a == Activation::GeluErf ? "gelu_erf" : "gelu_tanh";
+}
+
+// matmul_packed against scalar::matmul_packed for one shape and epilogue.
+void check_packed(size_t M, size_t K, size_t N, bool with_bias, Epilogue e, uint32_t seed) {
+    CAPTURE(M);
+    CAPTURE(K);
+    CAPTURE(N);
+    CAPTURE(with_bias);
+    CAPTURE(act_name(e.act));
+    CAPTURE(e.accumulate);
+    if (e.act == Activation::None) {  // integer data: exact, so bit-identical
+        const auto x = kt::random_ints(M * K, -4, 4, seed), w = kt::random_ints(N * K, -4, 4, seed + 1);
+        const auto b = kt::random_ints(N, -100, 100, seed + 2), y0 = kt::random_ints(M * N, -50, 50, seed + 3);
+        const auto wp = pack(w, N, K);
+        auto got = y0, want = y0;
+        const float* bias = with_bias ? b.data() : nullptr;
+        k::matmul_packed(x.data(), wp.data(), bias, got.data(), M, K, N, e);
+        k::scalar::matmul_packed(x.data(), wp.data(), bias, want.data(), M, K, N, e);
+        CHECK(got == want);
+    }
+    const auto x = kt::random_floats(M * K, -1, 1, seed + 4), w = kt::random_floats(N * K, -1, 1, seed + 5);
+    const auto b = kt::random_floats(N, -1, 1, seed + 6), y0 = kt::random_floats(M * N, -1, 1, seed + 7);
+    const auto wp = pack(w, N, K);
+    auto got = y0, want = y0;
+    const float* bias = with_bias ? b.data() : nullptr;
+    k::matmul_packed(x.data(), wp.data(), bias, got.data(), M, K, N, e);
+    k::scalar::matmul_packed(x.data(), wp.data(), bias, want.data(), M, K, N, e);
+    size_t bad = 0;
+    for (size_t m = 0; m < M; ++m)
+        for (size_t n = 0; n < N; ++n) {
+            const double pre = 2.0 * (double(K) + 1) * kU * abs_dot(x, w, m, n, K) + (bias ? 2 * kU * std::fabs(b[n]) : 0);
+            // GELU's slope is below 1.13, and each side's GELU is a few ulp from exact.
+            double tol = e.act == Activation::None ? pre : 1.13 * pre + 4 * kt::ulp(want[m * N + n]) + 0x1p-22;
+            if (e.accumulate) tol += 2 * kU * std::fabs(y0[m * N + n]);
+            tol += 2 * kt::ulp(want[m * N + n]);
+            if (!(std::fabs(double(got[m * N + n]) - want[m * N + n]) <= tol)) ++bad;
+        }
+    CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("panel layout: pack puts W[n][k] at panel_index and zero-pads the last panel") {
+    for (size_t N : {1, 15, 16, 17, 33}) {
+        for (size_t K : {1, 3, 64}) {
+            CAPTURE(N);
+            CAPTURE(K);
+            const auto w = kt::random_ints(N * K, -9, 9, 1);
+            const auto p = pack(w, N, K);
+            REQUIRE(p.size() == (N + 15) / 16 * 16 * K);
+            for (size_t n = 0; n < N; ++n)
+                for (size_t kk = 0; kk < K; ++kk) CHECK(p[k::panel_index(K, n, kk)] == w[n * K + kk]);
+            size_t nonzero_padding = 0;
+            for (size_t n = N; n < (N + 15) / 16 * 16; ++n)
+                for (size_t kk = 0; kk < K; ++kk) nonzero_padding += p[k::panel_index(K, n, kk)] != 0.0f;
+            CHECK(nonzero_padding == 0);
+            std::vector<float> row(K);
+            for (size_t n = 0; n < N; ++n) {
+                k::unpack_panel_row(p.data(), K, n, row.data());
+                CHECK(std::equal(row.begin(), row.end(), w.begin() + n * K));
+            }
+        }
+    }
+}
+
+TEST_CASE("scalar packed matmul equals the scalar row-major matmul on exact data") {
+    const size_t M = 5, K = 37, N = 19;
+    const auto x = kt::random_ints(M * K, -4, 4, 1), w = kt::random_ints(N * K, -4, 4, 2), b = kt::random_ints(N, -9, 9, 3);
+    std::vector<float> a(M * N), c(M * N);
+    k::scalar::matmul(x.data(), w.data(), b.data(), a.data(), M, K, N);
+    k::scalar::matmul_packed(x.data(), pack(w, N, K).data(), b.data(), c.data(), M, K, N);
+    CHECK(a == c);
+}
+
+TEST_CASE("packed matmul matches the scalar reference on awkward shapes") {
+    const size_t Ks[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 33, 65, 257};
+    const size_t Ns[] = {1, 5, 15, 16, 17, 31, 32, 33, 47, 129};
+    kt::for_each_simd_isa([&](std::string_view) {
+        uint32_t seed = 1;
+        for (size_t M : {1, 2, 3, 5, 6, 7, 12, 13})
+            for (size_t K : Ks)
+                for (size_t N : Ns) {
+                    check_packed(M, K, N, true, {}, seed);
+                    check_packed(M, K, N, false, {}, seed + 1);
+                    seed += 13;
+                }
+    });
+}
+
+TEST_CASE("packed matmul epilogues match the scalar reference") {
+    kt::for_each_simd_isa([&](std::string_view) {
+        uint32_t seed = 500;
+        for (Activation act : {Activation::None, Activation::GeluErf, Activation::GeluTanh})
+            for (bool accumulate : {false, true})
+                for (size_t M : {1, 4, 7})
+                    for (size_t N : {1, 16, 45}) {
+                        check_packed(M, 33, N, true, {act, accumulate}, seed);
+                        check_packed(M, 20, N, false, {act, accumulate}, seed + 1);
+                        seed += 5;
+                    }
+    });
+}
+
+TEST_CASE("packed matmul: K-blocked shapes (x larger than the L2 budget) match the reference") {
+    // M x K x 4 bytes > 256 KiB, so K is split into blocks and partial sums go
+    // through scratch; M > 240 also splits the rows into blocks.
+    kt::for_each_simd_isa([&](std::string_view) {
+        check_packed(300, 300, 37, true, {}, 1);
+        check_packed(241, 1031, 18, true, {Activation::GeluTanh, false}, 2);
+        check_packed(97, 769, 33, false, {Activation::None, true}, 3);
+    });
+}
+
+TEST_CASE("packed matmul with K = 0 is the epilogue of zero") {
+    kt::for_each_simd_isa([](std::string_view) {
+        const float bias[3] = {1.5f, -2.0f, 0.25f};
+        std::vector<float> y(6, 99.0f);
+        k::matmul_packed(nullptr, nullptr, bias, y.data(), 2, 0, 3);
+        CHECK(y == std::vector<float>{1.5f, -2.0f, 0.25f, 1.5f, -2.0f, 0.25f});
+        k::matmul_packed(nullptr, nullptr, nullptr, y.data(), 2, 0, 3, {Activation::None, true});
+        CHECK(y == std::vector<float>{1.5f, -2.0f, 0.25f, 1.5f, -2.0f, 0.25f});
+    });
+}
+
+TEST_CASE("fused epilogues equal the unfused kernels bit for bit") {
+    kt::for_each_simd_isa([](std::string_view) {
+        for (size_t M : {1, 5, 300}) {
+            for (size_t N : {45, 64}) {
+                CAPTURE(M);
+                CAPTURE(N);
+                const size_t K = 300;
+                const auto x = kt::random_floats(M * K, -1, 1, 1), w = kt::random_floats(N * K, -1, 1, 2);
+                const auto b = kt::random_floats(N, -1, 1, 3), r = kt::random_floats(M * N, -1, 1, 4);
+                const auto wp = pack(w, N, K);
+                for (Activation act : {Activation::GeluErf, Activation::GeluTanh}) {
+                    std::vector<float> fused(M * N), plain(M * N);
+                    k::matmul_packed(x.data(), wp.data(), b.data(), fused.data(), M, K, N, {act, false});
+                    k::matmul_packed(x.data(), wp.data(), b.data(), plain.data(), M, K, N);
+                    if (act == Activation::GeluErf)
+                        k::gelu_erf(plain.data(), plain.size());
+                    else
+                        k::gelu_tanh(plain.data(), plain.size());
+                    CHECK(fused == plain);
+                }
+                auto fused = r, plain = r;
+                std::vector<float> tmp(M * N);
+                k::matmul_packed(x.data(), wp.data(), b.data(), fused.data(), M, K, N, {Activation::None, true});
+                k::matmul_packed(x.data(), wp.data(), b.data(), tmp.data(), M, K, N);
+                k::add(plain.data(), tmp.data(), plain.size());
+                CHECK(fused == plain);
+            }
+        }
+    });
+}
+
+TEST_CASE("packed matmul: a row's result does not depend on M (decode equals prefill equals a batch)") {
+    kt::for_each_simd_isa([](std::string_view) {
+        for (auto [M, K] : {std::pair<size_t, size_t>{13, 7}, {17, 768}, {300, 1031}}) {
+            CAPTURE(M);
+            CAPTURE(K);
+            const size_t N = 45;
+            const auto x = kt::random_floats(M * K, -1, 1, 31), w = kt::random_floats(N * K, -1, 1, 32);
+            const auto b = kt::random_floats(N, -1, 1, 33);
+            const auto wp = pack(w, N, K);
+            std::vector<float> all(M * N), one(N);
+            k::matmul_packed(x.data(), wp.data(), b.data(), all.data(), M, K, N);
+            size_t differ = 0;
+            for (size_t m = 0; m < M; ++m) {
+                k::matmul_packed(x.data() + m * K, wp.data(), b.data(), one.data(), 1, K, N);
+                differ += !std::equal(one.begin(), one.end(), all.begin() + m * N);
+            }
+            CHECK(differ == 0);
+        }
+    });
+}
+
+TEST_CASE("packed matmul results do not depend on the thread count") {
+    kt::for_each_simd_isa([](std::string_view) {
+        for (auto [M, K, N] : {std::tuple<size_t, size_t, size_t>{1, 768, 2307}, {8, 768, 2307}, {300, 1031, 515}}) {
+            CAPTURE(M);
+            const auto x = kt::random_floats(M * K, -1, 1, 5), w = kt::random_floats(N * K, -1, 1, 6);
+            const auto b = kt::random_floats(N, -1, 1, 7);
+            const auto wp = pack(w, N, K);
+            std::vector<std::vector<float>> runs;
+            for (size_t threads : {1, 2, 7}) {
+                tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+                std::vector<float> y(M * N);
+                k::matmul_packed(x.data(), wp.data(), b.data(), y.data(), M, K, N, {Activation::GeluTanh, false});
+                runs.push_back(std::move(y));
+            }
+            CHECK(runs[0] == runs[1]);
+            CHECK(runs[0] == runs[2]);
+        }
+    });
+}
