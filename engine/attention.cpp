@@ -1,10 +1,12 @@
 #include "engine/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include <tbb/blocked_range2d.h>
+#include <tbb/blocked_range.h>
+#include <tbb/partitioner.h>
 #include <tbb/parallel_for.h>
 
 #include "kernels/kernels.hpp"
@@ -28,22 +30,24 @@ void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, 
     }
   }
 
-  tbb::parallel_for(tbb::blocked_range2d<size_t>(0, n_head, 0, tokens), [&](const tbb::blocked_range2d<size_t>& r) {
-    std::vector<float> scores(base + r.cols().end());
-    for (size_t h = r.rows().begin(); h < r.rows().end(); ++h) {
-      const float* k = cache.keys(layer, h);
-      const float* v = cache.values(layer, h);
-      for (size_t t = r.cols().begin(); t < r.cols().end(); ++t) {
-        const float* q = qkv + t * 3 * d + h * hd;
-        const size_t n = base + t + 1;  // causal: positions 0 .. base+t
-        for (size_t j = 0; j < n; ++j) scores[j] = kernels::dot(q, k + j * hd, hd) * scale;
-        kernels::softmax(scores.data(), n);
-        float* o = out + t * d + h * hd;
-        std::memset(o, 0, hd * sizeof(float));
-        for (size_t j = 0; j < n; ++j) kernels::axpy(scores[j], v + j * hd, o, hd);
-      }
-    }
-  });
+  // One task per group of (head, token) rows with enough work to be worth
+  // scheduling: decode has one row per head, prefill many. Rows are
+  // independent, so the split never changes a result.
+  const size_t rows = n_head * tokens;
+  const size_t work_per_row = (base + (tokens + 1) / 2) * hd * 2 + 1;  // multiply-adds, on average
+  const size_t grain = std::max<size_t>(1, (size_t{1} << 15) / work_per_row);
+  tbb::parallel_for(
+      tbb::blocked_range<size_t>(0, rows, grain),
+      [&](const tbb::blocked_range<size_t>& r) {
+        std::vector<float> scores(base + tokens);
+        for (size_t i = r.begin(); i < r.end(); ++i) {
+          const size_t h = i / tokens, t = i % tokens;
+          const size_t n = base + t + 1;  // causal: positions 0 .. base+t
+          kernels::attention_row(qkv + t * 3 * d + h * hd, cache.keys(layer, h), cache.values(layer, h), n, hd, scale,
+                                 scores.data(), out + t * d + h * hd);
+        }
+      },
+      tbb::simple_partitioner());
 }
 
 }  // namespace mmgpt

@@ -23,6 +23,9 @@ struct IsaTable {
     // y[M, N] (+)= act(x[M, K] W^T + bias); scratch: gemm_scratch_floats(M, K, p1 - p0).
     void (*gemm_panels)(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                         size_t p0, size_t p1, Epilogue e, float* scratch);
+    // One attention row (see kernels.hpp attention_row); s: n floats of scratch.
+    void (*attention_row)(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
+                          float* out);
     float (*dot)(const float* a, const float* b, size_t n);
     void (*axpy)(float a, const float* x, float* y, size_t n);
     void (*add)(float* y, const float* x, size_t n);

@@ -88,6 +88,11 @@ void matmul_packed(const float* x, const float* wp, const float* bias, float* y,
     });
 }
 
+void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
+                   float* out) {
+    detail::active_table().attention_row(q, k, v, n, hd, scale, s, out);
+}
+
 float dot(const float* a, const float* b, size_t n) { return detail::active_table().dot(a, b, n); }
 
 void axpy(float a, const float* x, float* y, size_t n) {

@@ -27,6 +27,12 @@ void matmul(const float* x, const float* w, const float* bias, float* y, size_t 
 // residual add: y[M, N] (+)= act(x[M, K] W^T + bias).
 void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                    Epilogue e = {});
+// One query's causal attention over n keys and values (rows of hd floats):
+//   out[d] = sum_j softmax_j(scale * q . k_j) v_j[d].
+// s: n floats of scratch (left holding the probabilities). Serial: the
+// engine runs rows of different heads and tokens in parallel.
+void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
+                   float* out);
 float dot(const float* a, const float* b, size_t n);
 void axpy(float a, const float* x, float* y, size_t n);                // y += a*x
 void add(float* y, const float* x, size_t n);                          // y += x
@@ -40,6 +46,8 @@ namespace scalar {
 void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N);
 void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                    Epilogue e = {});
+void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
+                   float* out);
 // Table entry behind matmul_packed (isa_table.hpp).
 void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                  size_t p0, size_t p1, Epilogue e, float* scratch);

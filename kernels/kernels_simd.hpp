@@ -19,6 +19,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "kernels/constants.hpp"
+#include "kernels/attention_simd.hpp"
 #include "kernels/gemm_simd.hpp"
 #include "kernels/isa_table.hpp"
 
@@ -130,6 +131,11 @@ struct Kernels {
     MMGPT_SIMD_ENTRY static void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M,
                                              size_t K, size_t N, size_t p0, size_t p1, Epilogue e, float* scratch) {
         PanelGemm<Arch, Kernels>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
+    }
+
+    MMGPT_SIMD_ENTRY static void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd,
+                                               float scale, float* s, float* out) {
+        AttentionRow<Arch, Kernels>::run(q, k, v, n, hd, scale, s, out);
     }
 
     // ------------------------------------------------------------ reductions
@@ -294,7 +300,7 @@ struct Kernels {
     }
 
     static detail::IsaTable table(const char* name) {
-        return detail::IsaTable{name, &matmul_cols, &gemm_panels, &dot, &axpy, &add, &layernorm, &gelu_erf, &gelu_tanh, &softmax};
+        return detail::IsaTable{name, &matmul_cols, &gemm_panels, &attention_row, &dot, &axpy, &add, &layernorm, &gelu_erf, &gelu_tanh, &softmax};
     }
 };
 

@@ -86,6 +86,14 @@ void gelu_tanh(float* x, size_t n) {
     }
 }
 
+void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
+                   float* out) {
+    for (size_t j = 0; j < n; ++j) s[j] = dot(q, k + j * hd, hd) * scale;
+    softmax(s, n);
+    for (size_t d = 0; d < hd; ++d) out[d] = 0.0f;
+    for (size_t j = 0; j < n; ++j) axpy(s[j], v + j * hd, out, hd);
+}
+
 void softmax(float* x, size_t n) {
     if (n == 0) return;
     float mx = -std::numeric_limits<float>::infinity();
@@ -104,7 +112,7 @@ namespace mmgpt::kernels::detail {
 
 const IsaTable& scalar_table() {
     static const IsaTable table{
-        "scalar",         &scalar::matmul_cols, &scalar::gemm_panels, &scalar::dot,      &scalar::axpy,     &scalar::add,
+        "scalar",         &scalar::matmul_cols, &scalar::gemm_panels, &scalar::attention_row, &scalar::dot,      &scalar::axpy,     &scalar::add,
         &scalar::layernorm, &scalar::gelu_erf,  &scalar::gelu_tanh, &scalar::softmax,
     };
     return table;
