@@ -170,18 +170,23 @@ inline std::atomic<uint64_t> sink{0};  // keeps the folded reads alive
 
 }  // namespace detail
 
-// Best read bandwidth in GB/s (1e9 bytes/s) over `passes` passes of the whole buffer.
-inline double read_bandwidth_gbps(const ReadBuffer& buf, unsigned threads, int passes = 3) {
+// Best read bandwidth in GB/s (1e9 bytes/s) over `passes` passes of the
+// `bytes` at `data` (64-byte aligned), split evenly over `threads` threads.
+inline double read_bandwidth_gbps(const unsigned char* data, size_t bytes, unsigned threads, int passes = 3) {
   threads = std::max(1u, threads);
-  const size_t slice = (buf.size() / threads) & ~size_t(127);
+  const size_t slice = (bytes / threads) & ~size_t(127);
   double best = 0;
   for (int pass = 0; pass < passes; ++pass) {
     const double s = detail::timed_parallel(threads, [&](unsigned t) {
-      detail::sink.fetch_xor(detail::read_slice(buf.data() + t * slice, slice), std::memory_order_relaxed);
+      detail::sink.fetch_xor(detail::read_slice(data + t * slice, slice), std::memory_order_relaxed);
     });
     best = std::max(best, double(slice) * threads / s * 1e-9);
   }
   return best;
+}
+
+inline double read_bandwidth_gbps(const ReadBuffer& buf, unsigned threads, int passes = 3) {
+  return read_bandwidth_gbps(buf.data(), buf.size(), threads, passes);
 }
 
 namespace detail {
@@ -192,8 +197,12 @@ namespace detail {
 #define MMGPT_FMA_STEP(FMA, a) a = FMA(a, m, c)
 __attribute__((target("avx2,fma"))) inline float fma_chains_avx2(uint64_t iters) {
   const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-  __m256 a0 = _mm256_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
-         a9 = a0, a10 = a0, a11 = a0;  // 12 chains >= 4-cycle latency x 2 FMA pipes (+ slack)
+  // Distinct starting values: identical chains would be merged by the
+  // compiler into one (GCC 12 did: one FMA per iteration, a 1.5x overstated peak).
+  __m256 a0 = _mm256_set1_ps(1.000f), a1 = _mm256_set1_ps(1.001f), a2 = _mm256_set1_ps(1.002f),
+         a3 = _mm256_set1_ps(1.003f), a4 = _mm256_set1_ps(1.004f), a5 = _mm256_set1_ps(1.005f),
+         a6 = _mm256_set1_ps(1.006f), a7 = _mm256_set1_ps(1.007f), a8 = _mm256_set1_ps(1.008f),
+         a9 = _mm256_set1_ps(1.009f), a10 = _mm256_set1_ps(1.010f), a11 = _mm256_set1_ps(1.011f);  // 12 chains >= 4-cycle latency x 2 FMA pipes (+ slack)
   for (uint64_t i = 0; i < iters; ++i) {
     MMGPT_FMA_STEP(_mm256_fmadd_ps, a0); MMGPT_FMA_STEP(_mm256_fmadd_ps, a1); MMGPT_FMA_STEP(_mm256_fmadd_ps, a2);
     MMGPT_FMA_STEP(_mm256_fmadd_ps, a3); MMGPT_FMA_STEP(_mm256_fmadd_ps, a4); MMGPT_FMA_STEP(_mm256_fmadd_ps, a5);
@@ -209,8 +218,10 @@ __attribute__((target("avx2,fma"))) inline float fma_chains_avx2(uint64_t iters)
 }
 __attribute__((target("avx512f"))) inline float fma_chains_avx512(uint64_t iters) {
   const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-  __m512 a0 = _mm512_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
-         a9 = a0, a10 = a0, a11 = a0;
+  __m512 a0 = _mm512_set1_ps(1.000f), a1 = _mm512_set1_ps(1.001f), a2 = _mm512_set1_ps(1.002f),
+         a3 = _mm512_set1_ps(1.003f), a4 = _mm512_set1_ps(1.004f), a5 = _mm512_set1_ps(1.005f),
+         a6 = _mm512_set1_ps(1.006f), a7 = _mm512_set1_ps(1.007f), a8 = _mm512_set1_ps(1.008f),
+         a9 = _mm512_set1_ps(1.009f), a10 = _mm512_set1_ps(1.010f), a11 = _mm512_set1_ps(1.011f);
   for (uint64_t i = 0; i < iters; ++i) {
     MMGPT_FMA_STEP(_mm512_fmadd_ps, a0); MMGPT_FMA_STEP(_mm512_fmadd_ps, a1); MMGPT_FMA_STEP(_mm512_fmadd_ps, a2);
     MMGPT_FMA_STEP(_mm512_fmadd_ps, a3); MMGPT_FMA_STEP(_mm512_fmadd_ps, a4); MMGPT_FMA_STEP(_mm512_fmadd_ps, a5);
@@ -230,8 +241,8 @@ __attribute__((target("avx512f"))) inline float fma_chains_avx512(uint64_t iters
 // Portable fallback (SSE2 mul+add on x86 without FMA; NEON fma on aarch64 at -O2+).
 inline float fma_chains_generic(uint64_t iters) {
   float a[12][4];
-  for (auto& r : a)
-    for (float& x : r) x = 1.0f;
+  for (int c = 0; c < 12; ++c)  // distinct values, so no two chains can be merged
+    for (int l = 0; l < 4; ++l) a[c][l] = 1.0f + 0.001f * float(c) + 0.0001f * float(l);
   for (uint64_t i = 0; i < iters; ++i)
     for (auto& r : a)
       for (float& x : r) x = x * 0.999999f + 1e-7f;

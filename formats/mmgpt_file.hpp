@@ -53,6 +53,8 @@ class ModelFile {
   // Bytes of the mapping currently in memory (page cache), from mincore(2):
   // how much of the model a process has touched, or shares with others.
   uint64_t resident_bytes() const;
+  // The whole mapped file (page-aligned base), e.g. to measure how fast its pages can be read.
+  const unsigned char* mapped_bytes() const { return static_cast<const unsigned char*>(map_); }
   const TensorView& tensor(std::string_view name) const; // throws mmgpt::Error if absent
 
  private:

@@ -7,8 +7,11 @@
 // decode's fraction of the read bandwidth, which is what bounds decode: a step
 // reads every weight once (the LM head included), so
 //   frac_of_bw = weight bytes per step * steps/s / read bandwidth
-// where the bandwidth is measured in this process, with the same thread count,
-// by a probe (bench/machine_limits.hpp) run before the timed runs.
+// where the read bandwidth is measured in this process, with the same thread
+// count, right before each timed run, by streaming the model's own mapped file
+// (the very pages decode reads) with plain vector loads (bench/machine_limits.hpp);
+// frac_of_bw is the median over the runs of each run's ratio. A probe of
+// anonymous huge-page memory is printed in the header for reference.
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -100,11 +103,23 @@ uint64_t decode_weight_bytes(const Model& model) {
   return bytes;
 }
 
+// Floating-point operations of a prefill of p tokens in one sequence: every
+// block matmul for each token, attention (q.k and p.v over the causal
+// triangle), and the LM head for the last position only.
+double prefill_flops(const ModelConfig& c, size_t p) {
+  const double d = c.n_embd, ff = c.n_ff, L = c.n_layer, P = double(p);
+  const double matmul = 2.0 * P * L * (3 * d * d + d * d + 2 * d * ff);
+  const double attention = 2.0 * 2.0 * L * d * (P * (P + 1) / 2);
+  return matmul + attention + 2.0 * d * c.vocab_size;
+}
+
 struct Result {
   unsigned threads = 0;
   size_t batch = 0, prompt = 0, decode = 0;
   Spread prefill_tps, decode_tps, ttft_ms;
   double decode_gbps = 0, frac_of_bw = 0, read_bw = 0, peak_rss = 0;
+  Spread model_bw;  // GB/s streaming the mapped model file, probed before each run
+  double prefill_gflops = 0, frac_of_peak = 0;
 };
 
 // One timed run: prefill then decode, b sequences together.
@@ -157,6 +172,9 @@ void run_bench(const BenchArgs& a) {
     for (unsigned t : a.threads)
       if (!bw.count(t)) bw[t] = limits::read_bandwidth_gbps(buf, t, 3);
   }
+  std::map<unsigned, double> peak;  // fp32 FMA peak, GFLOP/s, per thread count
+  for (unsigned t : a.threads)
+    if (!peak.count(t)) peak[t] = limits::fma_peak_gflops(t);
   const ModelConfig& config = lm.config();
   const uint64_t step_bytes = decode_weight_bytes(lm.model());
   uint64_t params = 0;
@@ -186,21 +204,30 @@ void run_bench(const BenchArgs& a) {
         Executor exec(lm.shared_model());
         std::vector<KVCache> caches(b, KVCache(config));
         run_once(exec, caches, prompts, n);  // warm-up: pages in the weights, plans the buffers
-        std::vector<double> pre, dec, ttft;
+        std::vector<double> pre, dec, ttft, mbw, frac;
+        const ModelFile& file = lm.model().file();
         for (size_t r = 0; r < a.reps; ++r) {
+          // The limit, measured now: the machine's load moves both figures together.
+          mbw.push_back(limits::read_bandwidth_gbps(file.mapped_bytes(), file.file_size(), threads, 2));
           const RunTimes t = run_once(exec, caches, prompts, n);
           pre.push_back(double(b * p) / t.prefill_s);
           ttft.push_back(t.ttft_s * 1e3);
-          if (n > 0) dec.push_back(double(b * n) / t.decode_s);
+          if (n > 0) {
+            dec.push_back(double(b * n) / t.decode_s);
+            frac.push_back(double(step_bytes) * double(n) / t.decode_s * 1e-9 / mbw.back());
+          }
         }
         Result res;
         res.threads = threads, res.batch = b, res.prompt = p, res.decode = n;
         res.prefill_tps = spread(pre), res.decode_tps = spread(dec), res.ttft_ms = spread(ttft);
         res.read_bw = bw.at(threads);
+        res.model_bw = spread(mbw);
+        res.prefill_gflops = prefill_flops(config, p) * double(b) / (double(b * p) / res.prefill_tps.median) * 1e-9;
+        res.frac_of_peak = res.prefill_gflops / peak.at(threads);
         if (n > 0) {
           const double steps_per_s = res.decode_tps.median / double(b);
           res.decode_gbps = double(step_bytes) * steps_per_s * 1e-9;
-          res.frac_of_bw = res.decode_gbps / res.read_bw;
+          res.frac_of_bw = spread(frac).median;
         }
         res.peak_rss = peak_rss_mib();
         results.push_back(std::move(res));
@@ -223,6 +250,7 @@ void run_bench(const BenchArgs& a) {
     probe["mib"] = a.bw_mib;
     probe["statistic"] = "best of 3 passes";
     for (auto& [t, g] : bw) probe["gbps_by_threads"][std::to_string(t)] = g;
+    for (auto& [t, g] : peak) j["fma_peak_gflops_by_threads"][std::to_string(t)] = g;
     j["read_bandwidth_probe"] = probe;
     auto spread_json = [](const Spread& s) {
       return nlohmann::json{{"median", s.median}, {"min", s.min}, {"max", s.max}, {"samples", s.samples}};
@@ -232,7 +260,9 @@ void run_bench(const BenchArgs& a) {
                        {"prompt_tokens", r.prompt},    {"decode_tokens", r.decode},
                        {"prefill_tok_s", spread_json(r.prefill_tps)},
                        {"ttft_ms", spread_json(r.ttft_ms)},
-                       {"read_bw_gbps", r.read_bw},    {"peak_rss_mib", r.peak_rss}};
+                       {"read_bw_gbps", r.read_bw},    {"peak_rss_mib", r.peak_rss},
+                       {"model_read_bw_gbps", spread_json(r.model_bw)},
+                       {"prefill_gflops", r.prefill_gflops}, {"prefill_frac_of_fma_peak", r.frac_of_peak}};
       if (r.decode > 0) {
         e["decode_tok_s"] = spread_json(r.decode_tps);
         e["decode_weight_gbps"] = r.decode_gbps;
@@ -248,19 +278,23 @@ void run_bench(const BenchArgs& a) {
   }
   std::printf("model: %s (%.1fM params, %u layers, width %u); kernels: %s; %zu runs after 1 warm-up\n",
               a.model.c_str(), params / 1e6, config.n_layer, config.n_embd, isa.c_str(), a.reps);
-  std::printf("weights read per decode step: %.1f MB; read bandwidth (%s, %zu MiB, best of 3):", step_bytes / 1e6,
-              probe_kind.c_str(), a.bw_mib);
+  std::printf("weights read per decode step: %.1f MB; reference read bandwidth (%s, %zu MiB, best of 3):",
+              step_bytes / 1e6, probe_kind.c_str(), a.bw_mib);
   for (auto& [t, g] : bw) std::printf(" %u thread%s %.1f GB/s;", t, t == 1 ? "" : "s", g);
-  std::printf("\nfigures: median (min-max) over the runs\n\n");
-  std::printf("| threads | batch | test | prefill tok/s | decode tok/s | TTFT ms | decode GB/s | frac of bw | peak RSS MiB |\n");
-  std::printf("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("\nfp32 FMA peak (%s, measured now):", limits::best_fma_path().isa);
+  for (auto& [t, g] : peak) std::printf(" %u thread%s %.1f GFLOP/s;", t, t == 1 ? "" : "s", g);
+  std::printf("\nfigures: median (min-max) over the runs; bw GB/s: streaming the mapped model file before each run;"
+              " frac of bw: median of each run's decode GB/s / its bw;\n"
+              "prefill GFLOP/s: matmuls, attention and the last position's LM head at the median rate; frac of peak: of the FMA peak\n\n");
+  std::printf("| threads | batch | test | prefill tok/s | prefill GFLOP/s | frac of peak | decode tok/s | TTFT ms | decode GB/s | bw GB/s | frac of bw | peak RSS MiB |\n");
+  std::printf("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Result& r : results) {
     const std::string test = "pp" + std::to_string(r.prompt) + "+tg" + std::to_string(r.decode);
-    std::printf("| %u | %zu | %s | %s | %s | %s | %s | %s | %.0f |\n", r.threads, r.batch, test.c_str(),
-                fmt_spread(r.prefill_tps, "%.1f").c_str(),
+    std::printf("| %u | %zu | %s | %s | %.1f | %.3f | %s | %s | %s | %s | %s | %.0f |\n", r.threads, r.batch, test.c_str(),
+                fmt_spread(r.prefill_tps, "%.1f").c_str(), r.prefill_gflops, r.frac_of_peak,
                 r.decode ? fmt_spread(r.decode_tps, "%.1f").c_str() : "-", fmt_spread(r.ttft_ms, "%.1f").c_str(),
-                r.decode ? fmt("%.1f", r.decode_gbps).c_str() : "-", r.decode ? fmt("%.3f", r.frac_of_bw).c_str() : "-",
-                r.peak_rss);
+                r.decode ? fmt("%.1f", r.decode_gbps).c_str() : "-", fmt_spread(r.model_bw, "%.1f").c_str(),
+                r.decode ? fmt("%.3f", r.frac_of_bw).c_str() : "-", r.peak_rss);
   }
 }
 
