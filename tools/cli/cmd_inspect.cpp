@@ -9,6 +9,8 @@
 #include "engine/graph.hpp"
 #include "engine/mmgpt.hpp"
 #include "formats/error.hpp"
+#include "formats/mmgpt_file_rules.hpp"
+#include "kernels/kernels.hpp"
 #include "tools/cli/commands.hpp"
 
 namespace mmgpt::cli {
@@ -24,7 +26,10 @@ const char* tokenizer_name(TokenizerKind k) {
   return "?";
 }
 const char* dtype_name(DType d) { return d == DType::F32 ? "f32" : "?"; }
-const char* layout_name(Layout l) { return l == Layout::RowMajor ? "row-major" : "?"; }
+const char* layout_name(Layout l) {
+  const char* name = mmgpt_file::layout_name(static_cast<uint32_t>(l));
+  return name ? name : "?";
+}
 
 std::string shape_string(const std::vector<uint64_t>& shape) {
   std::string s = "[";
@@ -36,6 +41,7 @@ nlohmann::json to_json(const ModelFile& f) {
   const ModelConfig& c = f.config();
   nlohmann::json j;
   j["file"] = f.path();
+  j["kernel_isa"] = std::string(kernels::isa_name());
   j["format_version"] = f.version();
   j["file_bytes"] = f.file_size();
   j["config"] = {{"n_layer", c.n_layer},        {"n_head", c.n_head},
@@ -67,6 +73,8 @@ void print_text(const ModelFile& f) {
   for (const TensorView& v : f.tensors()) params += v.numel();
   std::printf("file          %s (%llu bytes, format version %u)\n", f.path().c_str(),
               static_cast<unsigned long long>(f.file_size()), f.version());
+  std::printf("kernels       %s (chosen for this CPU; MMGPT_ISA=scalar|avx2|avx512|neon forces one)\n",
+              std::string(kernels::isa_name()).c_str());
   std::printf("model         GPT: %u layers, %u heads, width %u, MLP width %u, context %u, vocabulary %u\n", c.n_layer,
               c.n_head, c.n_embd, c.n_ff, c.n_ctx, c.vocab_size);
   std::printf("              %llu parameters, layer-norm eps %g, GELU %s, LM head %s\n",
