@@ -6,15 +6,53 @@
 // layout), so the row streams them front to back.
 //
 // Scores: W keys at a time, each with its own vector accumulator over d,
-// folded by one parallel horizontal add (haddp) instead of W separate
+// folded by one parallel horizontal add (column_sums) instead of W separate
 // reductions. Weighted sum of values: the output stays in registers (up to
 // 8 vectors) while the keys stream by. Everything is sequenced per element,
 // so the result for a query does not depend on the other rows of the step.
 #include <cstddef>
+#include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace mmgpt::kernels::simd {
+
+#if defined(__AVX512F__)
+// out[i] = sum of the 16 lanes of r[i]. xsimd 8.1.0 (Debian 12) returns the
+// lanes of haddp permuted on avx512f (2,3 <-> 4,5 and 10,11 <-> 12,13), so
+// this one is written out: pairwise within 128-bit lanes, then across lanes.
+inline __m512 column_sums_avx512(const __m512* r) {
+    __m512 s[8];
+    for (int i = 0; i < 8; ++i)  // per lane: x0+x2, y0+y2, x1+x3, y1+y3
+        s[i] = _mm512_add_ps(_mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]), _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]));
+    __m512 u[4];
+    for (int i = 0; i < 4; ++i)  // per lane: the lane's sum of rows 4i .. 4i+3
+        u[i] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    auto pair = [](__m512 a, __m512 b) {
+        return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+    };
+    return pair(pair(u[0], u[1]), pair(u[2], u[3]));  // lane m: rows 4m .. 4m+3
+}
+#endif
+
+// out[i] = horizontal sum of acc[i], for i < batch size.
+template <class Arch>
+xsimd::batch<float, Arch> column_sums(const xsimd::batch<float, Arch>* acc) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+        __m512 r[16];
+        for (int i = 0; i < 16; ++i) r[i] = acc[i];
+        return column_sums_avx512(r);
+    }
+#endif
+    return xsimd::haddp(acc);
+}
 
 template <class Arch, class Softmax>
 struct AttentionRow {
@@ -34,7 +72,7 @@ struct AttentionRow {
 #pragma GCC unroll 16
                 for (size_t i = 0; i < W; ++i) acc[i] = xsimd::fma(qv, B::load_unaligned(k + (j + i) * hd + d), acc[i]);
             }
-            B sum = xsimd::haddp(acc);
+            B sum = column_sums<Arch>(acc);
             if (d < hd) {  // head sizes that are not a multiple of the vector width
                 alignas(64) float t[W];
                 sum.store_aligned(t);
