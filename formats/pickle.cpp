@@ -6,6 +6,8 @@
 
 #include <charconv>
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -15,9 +17,15 @@ namespace mmgpt::pickle {
 namespace {
 
 // Bounds that keep a hostile pickle from exhausting memory through the
-// machine itself (data sizes are already bounded by the input length).
-constexpr size_t kMaxStack = size_t(1) << 22;
-constexpr size_t kMaxMemo = size_t(1) << 22;
+// machine itself (data sizes are already bounded by the input length). A
+// value costs about 150 bytes and each opcode byte can make one, so values
+// and container items are capped, not just the stack: a few megabytes of
+// NONE/APPEND would otherwise cost gigabytes. Real checkpoints and meta.pkl
+// files hold thousands to a few hundred thousand values.
+constexpr size_t kMaxStack = size_t(1) << 20;
+constexpr size_t kMaxMemo = size_t(1) << 20;
+constexpr size_t kMaxValues = size_t(1) << 20;
+constexpr size_t kMaxItems = size_t(1) << 22;  // list/tuple items and dict entries, all together
 constexpr int kMaxDepth = 512;
 // A view may read fewer elements than its result holds only through zero
 // strides; cap that expansion so a tiny storage cannot request terabytes.
@@ -140,12 +148,6 @@ const std::unordered_map<std::string, Global>& allow_list() {
 
 using Ptr = std::shared_ptr<Value>;
 
-Ptr make(Value::Kind kind) {
-  auto v = std::make_shared<Value>();
-  v->kind = kind;
-  return v;
-}
-
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
     out += static_cast<char>(cp);
@@ -175,11 +177,14 @@ int hex_digit(char c) {
 
 class Machine {
  public:
-  Machine(const uint8_t* data, size_t size, const std::string& source, const PersistentLoad& load)
-      : r_{data, size, source}, load_(load) {}
+  Machine(const uint8_t* data, size_t size, const std::string& source, const PersistentLoad& load,
+          ElementBudget* budget)
+      : r_{data, size, source}, load_(load), budget_(budget) {}
 
   ~Machine() {
-    // On failure, containers may reference each other in cycles; break them so nothing leaks.
+    // On failure, containers may reference each other in cycles (a leak), or
+    // nest a million levels deep (a recursive destructor would overflow the
+    // stack); unlink them all so each is freed on its own.
     if (!done_)
       for (const Ptr& c : containers_) {
         c->items.clear();
@@ -210,10 +215,28 @@ class Machine {
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, Ptr> memo_;
   std::unordered_map<const Value*, Global> globals_;  // objects pushed by GLOBAL, what they name
-  std::vector<Ptr> containers_;                       // every list/dict made, to break cycles on failure
+  std::vector<Ptr> containers_;                       // every list/tuple/dict made, to unlink on failure
+  ElementBudget* budget_;                             // tensor data materialised by rebuilds, or nullptr
+  // Rebuilds of the same view of the same storage (tied weights under several
+  // keys) share one tensor instead of copying the data again.
+  // The storage is held too, so that its address cannot be reused by another.
+  using ViewKey = std::tuple<const HostTensor*, int64_t, std::vector<uint64_t>, std::vector<uint64_t>>;
+  std::map<ViewKey, std::pair<std::shared_ptr<const HostTensor>, Ptr>> rebuilt_;
+  size_t values_ = 0, items_ = 0;
   bool done_ = false;
 
   [[noreturn]] void fail(const std::string& what) const { r_.fail(what); }
+
+  Ptr make(Value::Kind kind) {
+    if (++values_ > kMaxValues) fail("more than " + std::to_string(kMaxValues) + " values");
+    auto v = std::make_shared<Value>();
+    v->kind = kind;
+    return v;
+  }
+  void count_items(size_t n) {
+    items_ += n;
+    if (items_ > kMaxItems) fail("more than " + std::to_string(kMaxItems) + " list, tuple and dict items");
+  }
 
   void push(Ptr v) {
     if (stack_.size() >= kMaxStack) fail("stack exceeds " + std::to_string(kMaxStack) + " values");
@@ -248,6 +271,10 @@ class Machine {
     if (memo_.size() >= kMaxMemo && !memo_.count(index)) fail("memo exceeds " + std::to_string(kMaxMemo) + " entries");
     memo_[index] = top();
   }
+  uint64_t memo_index(int64_t index) {  // protocol 0 GET/PUT: as CPython, a negative index is an error
+    if (index < 0) fail("negative memo index " + std::to_string(index));
+    return static_cast<uint64_t>(index);
+  }
   Ptr memo_get(uint64_t index) {
     const auto it = memo_.find(index);
     if (it == memo_.end()) fail("memo index " + std::to_string(index) + " was never stored");
@@ -275,7 +302,8 @@ class Machine {
     return p;
   }
   Ptr make_seq(Value::Kind kind, std::vector<Ptr> items) {
-    Ptr p = kind == Value::Kind::List ? container(kind) : make(kind);
+    Ptr p = container(kind);
+    count_items(items.size());
     p->items.assign(items.begin(), items.end());
     return p;
   }
@@ -428,6 +456,11 @@ class Machine {
       fail("tensor rebuild: " + std::to_string(numel) + " elements from a storage of " + std::to_string(storage_numel));
 
     const bool placeholder = st.data.size() != storage_numel;
+    ViewKey key{&st, offset, out->shape, strides};
+    if (!placeholder) {
+      if (const auto it = rebuilt_.find(key); it != rebuilt_.end()) return it->second.second;
+      if (budget_) budget_->take(numel, r_.source);
+    }
     if (!placeholder && numel > 0) {
       out->data.resize(static_cast<size_t>(numel));
       const float* src = st.data.data() + offset;
@@ -457,6 +490,7 @@ class Machine {
     }
     Ptr v = make(Value::Kind::Tensor);
     v->tensor = std::move(out);
+    if (!placeholder) rebuilt_.emplace(std::move(key), std::make_pair(storage.tensor, v));
     return v;
   }
 
@@ -469,6 +503,7 @@ class Machine {
         if (!args.items.empty()) {
           const Value& pairs = arg(args, 0);
           if (pairs.kind != Value::Kind::List && pairs.kind != Value::Kind::Tuple) fail("OrderedDict argument is not a list");
+            count_items(pairs.items.size());
           for (const auto& p : pairs.items) {
             if ((p->kind != Value::Kind::Tuple && p->kind != Value::Kind::List) || p->items.size() != 2)
               fail("OrderedDict item is not a pair");
@@ -501,6 +536,7 @@ class Machine {
   void set_items(Value& dict, std::vector<Ptr>& kv) {
     if (dict.kind != Value::Kind::Dict) fail("SETITEM(S) on a value that is not a dict");
     if (kv.size() % 2) fail("SETITEMS with an odd number of values");
+    count_items(kv.size() / 2);
     // A pickled dict never repeats a key, so entries are appended without a
     // (quadratic) duplicate search; Value::get returns the first match.
     for (size_t i = 0; i < kv.size(); i += 2) dict.entries.emplace_back(kv[i], kv[i + 1]);
@@ -508,6 +544,7 @@ class Machine {
 
   void append_items(Value& list, std::vector<Ptr>& items) {
     if (list.kind != Value::Kind::List) fail("APPEND(S)/ADDITEMS on a value that is not a list");
+    count_items(items.size());
     list.items.insert(list.items.end(), items.begin(), items.end());
   }
 
@@ -608,10 +645,10 @@ class Machine {
         return;
       }
       case SETITEMS: { auto kv = pop_mark(); set_items(*top(), kv); return; }
-      case GET: push(memo_get(static_cast<uint64_t>(parse_decimal(r_.line(), "GET index")))); return;
+      case GET: push(memo_get(memo_index(parse_decimal(r_.line(), "GET index")))); return;
       case BINGET: push(memo_get(r_.le(1))); return;
       case LONG_BINGET: push(memo_get(r_.le(4))); return;
-      case PUT: memo_put(static_cast<uint64_t>(parse_decimal(r_.line(), "PUT index"))); return;
+      case PUT: memo_put(memo_index(parse_decimal(r_.line(), "PUT index"))); return;
       case BINPUT: memo_put(r_.le(1)); return;
       case LONG_BINPUT: memo_put(r_.le(4)); return;
       case MEMOIZE: memo_put(memo_.size()); return;
@@ -684,8 +721,17 @@ class Machine {
 
 }  // namespace
 
-ValuePtr unpickle(const void* data, size_t size, const std::string& source, const PersistentLoad& persistent_load) {
-  Machine m(static_cast<const uint8_t*>(data), size, source, persistent_load);
+void ElementBudget::take(uint64_t n, const std::string& source) {
+  if (n > left_)
+    throw Error(source + ": the tensors would take more than " + std::to_string(limit_) +
+                " float elements in memory, more than a file of this size can hold (" + std::to_string(limit_ - left_) +
+                " taken, " + std::to_string(n) + " more asked): many tensors read the same storage bytes");
+  left_ -= n;
+}
+
+ValuePtr unpickle(const void* data, size_t size, const std::string& source, const PersistentLoad& persistent_load,
+                  ElementBudget* budget) {
+  Machine m(static_cast<const uint8_t*>(data), size, source, persistent_load, budget);
   return m.run();
 }
 

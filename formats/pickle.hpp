@@ -5,6 +5,7 @@
 // global (torch tensor rebuild functions, storage types, collections.OrderedDict,
 // ...); any other is refused by name with mmgpt::Error before anything runs.
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -15,9 +16,26 @@ namespace mmgpt::pickle {
 // Resolves a persistent id (torch storages): receives the id tuple, returns the value to push.
 using PersistentLoad = std::function<ValuePtr(const Value& pid)>;
 
-// `source` names the file (or zip entry) in error messages.
+// Caps the float elements one load may materialise (storages converted to f32
+// and the tensors rebuilt from them). Each storage byte is read into at most
+// one element and each tensor usually copies its own slice, so real files
+// need at most about two elements per file byte; without a cap, a small file
+// could rebuild one big storage a million times. take() throws mmgpt::Error,
+// naming `source`, when the budget is spent.
+class ElementBudget {
+ public:
+  explicit ElementBudget(uint64_t limit) : limit_(limit), left_(limit) {}
+  void take(uint64_t n, const std::string& source);
+
+ private:
+  uint64_t limit_, left_;
+};
+
+// `source` names the file (or zip entry) in error messages. Tensor rebuilds
+// draw on `budget` when one is given; identical views of one storage are
+// rebuilt once and shared.
 ValuePtr unpickle(const void* data, size_t size, const std::string& source,
-                  const PersistentLoad& persistent_load = {});
+                  const PersistentLoad& persistent_load = {}, ElementBudget* budget = nullptr);
 
 // Added for the legacy torch.save format, which is several pickles in a row:
 // the length of the pickle starting at `data` (up to and including its STOP

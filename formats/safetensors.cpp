@@ -3,7 +3,9 @@
 // then the tensor bytes, offsets relative to the end of the header.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "formats/error.hpp"
 #include "formats/file_bytes.hpp"
@@ -15,6 +17,12 @@ namespace {
 
 // Real headers are kilobytes; the reference implementation caps them at 100 MB.
 constexpr uint64_t kMaxHeader = 100u << 20;
+// A header is {name: {field: scalar or [scalars]}}: three levels of nesting.
+// Deeper values are refused while parsing, and shapes are capped, so what the
+// parser holds stays a small multiple of the header's bytes (a generic JSON
+// document of nested arrays would cost ~50 bytes of memory per header byte).
+constexpr int kMaxNesting = 3;
+constexpr size_t kMaxShapeDims = 64;
 
 enum class Kind { F32, F16, BF16, F64, I64, I32, I16, I8, U8, Bool };
 
@@ -65,6 +73,101 @@ struct Entry {
   uint64_t begin, end;
 };
 
+using Json = nlohmann::json;
+
+// One tensor's fields as the header gives them (null when absent): scalars,
+// or arrays of scalars. Validated after the whole header has parsed.
+struct RawTensor {
+  std::string name;
+  Json dtype, shape, offsets;
+};
+
+// Reads the header as a stream of JSON events into RawTensors, in header
+// order, refusing what no safetensors header holds (deeper nesting, a tensor
+// that is not an object, a name given twice) as soon as it appears.
+class HeaderReader : public nlohmann::json_sax<Json> {
+ public:
+  explicit HeaderReader(std::function<Error(const std::string&)> fail) : fail_(std::move(fail)) {}
+  std::vector<RawTensor> tensors;
+
+  bool null() override { return scalar(Json()); }
+  bool boolean(bool v) override { return scalar(Json(v)); }
+  bool number_integer(number_integer_t v) override { return scalar(Json(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return scalar(Json(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return scalar(Json(v)); }
+  bool string(string_t& v) override { return scalar(Json(v)); }
+  bool binary(binary_t&) override { return scalar(Json()); }
+
+  bool start_object(std::size_t) override {
+    enter();
+    if (depth_ == 2 && !in_metadata_) tensors.push_back({key_, Json(), Json(), Json()});
+    if (depth_ == 3 && keep()) *field_ = Json::object();  // kept only to be refused as the wrong type
+    return true;
+  }
+  bool end_object() override { return leave(); }
+  bool start_array(std::size_t) override {
+    enter();
+    if (depth_ == 1) throw fail_("header is not a JSON object");
+    if (depth_ == 2 && !in_metadata_) throw fail_("tensor '" + key_ + "' is not an object");
+    if (depth_ == 3 && keep()) *field_ = Json::array();
+    return true;
+  }
+  bool end_array() override { return leave(); }
+
+  bool key(string_t& k) override {
+    if (depth_ == 1) {
+      in_metadata_ = k == "__metadata__";
+      if (!in_metadata_ && !names_.insert(k).second) throw fail_("tensor '" + k + "' appears twice in the header");
+      key_ = k;
+    } else if (depth_ == 2 && !in_metadata_) {
+      field_ = k == "dtype" ? &tensors.back().dtype
+               : k == "shape" ? &tensors.back().shape
+               : k == "data_offsets" ? &tensors.back().offsets
+                                     : nullptr;  // other fields are ignored, as before
+      if (field_ && !field_->is_null()) throw fail_("tensor '" + key_ + "' gives '" + k + "' twice");
+    }
+    return true;
+  }
+
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    throw fail_(std::string("header is not valid JSON: ") + e.what());
+  }
+
+ private:
+  std::function<Error(const std::string&)> fail_;
+  int depth_ = 0;
+  bool in_metadata_ = false;
+  std::string key_;
+  std::unordered_set<std::string> names_;
+  Json* field_ = nullptr;  // where the values of the current tensor field go, if kept
+
+  void enter() {
+    if (++depth_ > kMaxNesting) throw fail_("header nests values deeper than " + std::to_string(kMaxNesting) + " levels");
+  }
+  bool leave() {
+    if (--depth_ == 2) field_ = nullptr;
+    return true;
+  }
+  bool keep() const { return !in_metadata_ && field_; }
+  // A scalar field value (depth 2) or an array element (depth 3) of a kept field.
+  void store(Json v) {
+    if (!keep()) return;
+    if (depth_ == 2) {
+      *field_ = std::move(v);
+    } else if (field_->is_array()) {
+      if (field_->size() >= kMaxShapeDims)
+        throw fail_("tensor '" + key_ + "' has an array of more than " + std::to_string(kMaxShapeDims) + " values");
+      field_->push_back(std::move(v));
+    }
+  }
+  bool scalar(Json v) {
+    if (depth_ == 0) throw fail_("header is not a JSON object");
+    if (depth_ == 1 && !in_metadata_) throw fail_("tensor '" + key_ + "' is not an object");
+    store(std::move(v));
+    return true;
+  }
+};
+
 }  // namespace
 
 std::vector<std::pair<std::string, HostTensor>> load_safetensors(const std::string& path) {
@@ -82,28 +185,28 @@ std::vector<std::pair<std::string, HostTensor>> load_safetensors(const std::stri
   const uint8_t* body = data + 8 + header_len;
   const uint64_t body_size = size - 8 - header_len;
 
-  // ordered_json keeps the header's order, which callers see.
-  nlohmann::ordered_json header;
+  // Streamed, so that nothing is built for what the format never holds; the
+  // tensors come back in header order, which callers see.
+  HeaderReader reader(fail);
   try {
-    header = nlohmann::ordered_json::parse(data + 8, data + 8 + header_len);
+    Json::sax_parse(data + 8, data + 8 + header_len, &reader);
   } catch (const nlohmann::json::exception& e) {
     throw fail(std::string("header is not valid JSON: ") + e.what());
   }
-  if (!header.is_object()) throw fail("header is not a JSON object");
 
   std::vector<Entry> entries;
-  for (const auto& [name, info] : header.items()) {
-    if (name == "__metadata__") continue;  // free-form string map, not needed
+  entries.reserve(reader.tensors.size());
+  for (const RawTensor& raw : reader.tensors) {
+    const std::string& name = raw.name;
     const std::string where = "tensor '" + name + "'";
-    if (!info.is_object()) throw fail(where + " is not an object");
-    const auto dt = info.find("dtype"), sh = info.find("shape"), off = info.find("data_offsets");
-    if (dt == info.end() || !dt->is_string()) throw fail(where + " has no string 'dtype'");
+    const Json *dt = &raw.dtype, *sh = &raw.shape, *off = &raw.offsets;
+    if (!dt->is_string()) throw fail(where + " has no string 'dtype'");
     const std::string dtype = dt->get<std::string>();
     const DType* d = nullptr;
     for (const DType& k : kDTypes)
       if (dtype == k.name) d = &k;
     if (!d) throw fail(where + " has unsupported dtype '" + dtype + "'");
-    if (sh == info.end() || !sh->is_array()) throw fail(where + " has no 'shape' array");
+    if (!sh->is_array()) throw fail(where + " has no 'shape' array");
     Entry e{name, d, {}, 0, 0};
     uint64_t numel = 1;
     for (const auto& s : *sh) {
@@ -113,7 +216,7 @@ std::vector<std::pair<std::string, HostTensor>> load_safetensors(const std::stri
       numel *= n;
       e.shape.push_back(n);
     }
-    if (off == info.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+    if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
         !(*off)[1].is_number_unsigned())
       throw fail(where + " has no 'data_offsets' pair of non-negative integers");
     e.begin = (*off)[0].get<uint64_t>();

@@ -74,13 +74,24 @@ std::vector<float> to_f32(const uint8_t* src, uint64_t numel, Elem elem) {
   return out;
 }
 
+// What one load may materialise: two float elements per file byte (every
+// storage byte once as a storage element, once more in the tensors viewing
+// it) plus room for views that repeat elements through zero strides.
+pickle::ElementBudget load_budget(size_t file_size) {
+  return pickle::ElementBudget(2 * uint64_t(file_size) + (uint64_t(1) << 24));
+}
+
 // A storage as the unpickler wants it: a 1-D Tensor value. With src == nullptr
 // it is a placeholder (shape only, see pickle.hpp).
-ValuePtr storage_value(const uint8_t* src, uint64_t numel, const StorageType& type) {
+ValuePtr storage_value(const uint8_t* src, uint64_t numel, const StorageType& type, pickle::ElementBudget& budget,
+                       const std::string& source) {
   auto t = std::make_shared<HostTensor>();
   t->shape = {numel};
   t->source_dtype = type.name;
-  if (src) t->data = to_f32(src, numel, type.elem);
+  if (src) {
+    budget.take(numel, source);
+    t->data = to_f32(src, numel, type.elem);
+  }
   auto v = std::make_shared<Value>();
   v->kind = Value::Kind::Tensor;
   v->tensor = std::move(t);
@@ -142,7 +153,12 @@ ValuePtr load_zip(const FileBytes& file) {
     if (value != "little") throw Error(path + ": byteorder is '" + value.substr(0, 20) + "'; only little-endian checkpoints are supported");
   }
 
+  const auto pkl_bytes = zip.bytes(*pkl);
+  if (ZipReader::looks_like_zip(pkl_bytes.data(), pkl_bytes.size()))
+    throw Error(path + ": entry '" + pkl->name + "' is itself a zip archive; nested archives are not supported");
+
   const std::string source = path + " (" + pkl->name + ")";
+  pickle::ElementBudget budget = load_budget(file.size());
   std::unordered_map<std::string, ValuePtr> storages;  // shared storages (tied weights) are read once
   auto load = [&](const Value& pid) -> ValuePtr {
     const StorageRef ref = parse_pid(pid, source);
@@ -158,12 +174,11 @@ ValuePtr load_zip(const FileBytes& file) {
     if (entry->size != bytes)
       throw Error(path + ": storage entry '" + name + "' holds " + std::to_string(entry->size) + " bytes, expected " +
                   std::to_string(bytes) + " (" + std::to_string(ref.numel) + " x " + ref.type->name + ")");
-    ValuePtr v = storage_value(zip.bytes(*entry).data(), ref.numel, *ref.type);
+    ValuePtr v = storage_value(zip.bytes(*entry).data(), ref.numel, *ref.type, budget, path);
     storages.emplace(ref.key, v);
     return v;
   };
-  const auto bytes = zip.bytes(*pkl);
-  return pickle::unpickle(bytes.data(), bytes.size(), source, load);
+  return pickle::unpickle(pkl_bytes.data(), pkl_bytes.size(), source, load, &budget);
 }
 
 // ---- legacy format (torch < 1.6) ----------------------------------------------
@@ -189,10 +204,11 @@ ValuePtr load_legacy(const FileBytes& file) {
   const uint8_t* data = file.data();
   const size_t size = file.size();
   size_t pos = 0;
+  pickle::ElementBudget budget = load_budget(size);
   auto next_pickle = [&](const char* what, const pickle::PersistentLoad& load = {}) {
     const std::string source = path + " (legacy " + std::string(what) + " pickle)";
     const size_t len = pickle::pickle_length(data + pos, size - pos, source);
-    ValuePtr v = pickle::unpickle(data + pos, len, source, load);
+    ValuePtr v = pickle::unpickle(data + pos, len, source, load, &budget);
     pos += len;
     return v;
   };
@@ -224,7 +240,6 @@ ValuePtr load_legacy(const FileBytes& file) {
     s.type = ref.type;
     s.numel = ref.numel;
     storage_bytes(ref.numel, ref.type->size, path, ref.key);
-    const std::string cache_key = ref.key + (ref.view ? "#view" : "");
     uint64_t offset = 0, numel = ref.numel;
     if (ref.view) {  // (view_key, offset, size): a slice of the root storage
       const Value& v = *ref.view;
@@ -236,12 +251,14 @@ ValuePtr load_legacy(const FileBytes& file) {
       offset = static_cast<uint64_t>(v.items[1]->integer);
       numel = static_cast<uint64_t>(v.items[2]->integer);
     }
-    if (!with_data) return storage_value(nullptr, numel, *ref.type);
-    if (!ref.view)
-      if (auto it = built.find(cache_key); it != built.end()) return it->second;
+    if (!with_data) return storage_value(nullptr, numel, *ref.type, budget, main_source);
+    // Each distinct slice is copied once, however often it is referenced.
+    const std::string cache_key =
+        ref.view ? ref.key + "#" + std::to_string(offset) + ":" + std::to_string(numel) : ref.key;
+    if (auto it = built.find(cache_key); it != built.end()) return it->second;
     if (!s.bytes) throw Error(main_source + ": storage '" + ref.key + "' has no data in the file");
-    ValuePtr v = storage_value(s.bytes + offset * ref.type->size, numel, *ref.type);
-    if (!ref.view) built.emplace(cache_key, v);
+    ValuePtr v = storage_value(s.bytes + offset * ref.type->size, numel, *ref.type, budget, main_source);
+    built.emplace(cache_key, v);
     return v;
   };
 

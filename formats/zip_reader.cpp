@@ -1,5 +1,6 @@
 #include "formats/zip_reader.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "formats/error.hpp"
@@ -82,7 +83,13 @@ ZipReader::ZipReader(const uint8_t* data, size_t size, std::string source)
            ") lies outside the file of " + std::to_string(size) + " bytes");
   if (count > cd_size / kCentralSize) b.fail("entry count " + std::to_string(count) + " does not fit in the central directory");
 
-  entries_.reserve(static_cast<size_t>(count));
+  entries_.reserve(static_cast<size_t>(count));  // bounded by the directory's size just above
+  struct Span {
+    uint64_t begin, end;
+    size_t entry;  // SIZE_MAX: the central directory
+  };
+  std::vector<Span> spans;
+  spans.reserve(static_cast<size_t>(count) + 1);
   uint64_t pos = cd_offset;
   const uint64_t cd_end = cd_offset + cd_size;
   for (uint64_t i = 0; i < count; ++i) {
@@ -120,8 +127,8 @@ ZipReader::ZipReader(const uint8_t* data, size_t size, std::string source)
     if (flags & 1) b.fail("entry '" + name + "' is encrypted");
     if (method != 0)
       throw Error(source_ + ": zip entry '" + name + "' is compressed (method " + std::to_string(method) +
-                  "); torch checkpoints store entries uncompressed, so this file was not written by torch.save "
-                  "(re-save it with torch.save)");
+                  "); torch checkpoints store entries uncompressed and mmgpt does not decompress, so this file "
+                  "was not written by torch.save (re-save it with torch.save)");
     if (comp != uncomp)
       b.fail("stored entry '" + name + "' has compressed size " + std::to_string(comp) +
              " != uncompressed size " + std::to_string(uncomp));
@@ -129,7 +136,13 @@ ZipReader::ZipReader(const uint8_t* data, size_t size, std::string source)
     // The local header repeats the name and has its own extra field (torch pads with it for alignment).
     if (b.read(local, 4, "local header") != kLocalHeaderSig || !b.fits(local, kLocalSize))
       b.fail("entry '" + name + "' has no local header at offset " + std::to_string(local));
+    const uint64_t lflags = le(data + local + 6, 2), lmethod = le(data + local + 8, 2);
     const uint64_t lname = le(data + local + 26, 2), lextra = le(data + local + 28, 2);
+    // The local header's own flags and method are what an extracting tool
+    // trusts; an entry whose two headers disagree is refused, not interpreted.
+    if (lmethod != method || (lflags & 1))
+      b.fail("entry '" + name + "': local header (method " + std::to_string(lmethod) + ", flags " +
+             std::to_string(lflags) + ") does not match the central directory (method 0, not encrypted)");
     const uint64_t data_offset = local + kLocalSize + lname + lextra;
     if (!b.fits(local + kLocalSize, lname + lextra) || !b.fits(data_offset, uncomp))
       b.fail("entry '" + name + "' (offset " + std::to_string(data_offset) + ", size " + std::to_string(uncomp) +
@@ -139,8 +152,23 @@ ZipReader::ZipReader(const uint8_t* data, size_t size, std::string source)
 
     if (!index_.emplace(name, entries_.size()).second) b.fail("duplicate entry '" + name + "'");
     entries_.push_back(ZipEntry{std::move(name), data_offset, uncomp});
+    spans.push_back({local, data_offset + uncomp, entries_.size() - 1});
     pos += kCentralSize + var_len;
   }
+
+  // Entries (local header through data) may not share bytes with each other
+  // or with the central directory: a writer never does that, and overlapping
+  // entries are how zip bombs make a small file claim many copies of its data.
+  spans.push_back({cd_offset, cd_end, SIZE_MAX});
+  std::sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) { return x.begin < y.begin; });
+  auto label = [&](size_t i) {
+    return i == SIZE_MAX ? std::string("the central directory") : "entry '" + entries_[i].name + "'";
+  };
+  for (size_t i = 1; i < spans.size(); ++i)
+    if (spans[i].begin < spans[i - 1].end)
+      b.fail(label(spans[i].entry) + " (at offset " + std::to_string(spans[i].begin) + ") overlaps " +
+             label(spans[i - 1].entry) + " (offsets " + std::to_string(spans[i - 1].begin) + " to " +
+             std::to_string(spans[i - 1].end) + ")");
 }
 
 const ZipEntry* ZipReader::find(std::string_view name) const {

@@ -1,6 +1,7 @@
 #include "tools/convert/tokenizer_files.hpp"
 
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <unordered_map>
 
 #include "formats/error.hpp"
@@ -12,6 +13,59 @@ namespace mmgpt::convert {
 namespace {
 
 constexpr const char* kEndOfText = "<|endoftext|>";
+// GPT-2's vocab.json is 1 MB and its merges 0.5 MB; the largest published
+// BPE vocabularies are a few times that. Everything read is held in memory
+// (about 40 bytes per token or merge), so the files are capped well below
+// what would matter.
+constexpr uint64_t kMaxTokenizerFile = uint64_t(64) << 20;
+
+// Reads vocab.json as JSON events straight into (token, id) pairs: only a
+// flat {string: integer} object is accepted, so a hostile file of nested
+// arrays cannot make the parser build a document many times its size.
+class VocabReader : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  explicit VocabReader(const std::string& path) : path_(path) {}
+  std::vector<std::pair<std::string, int64_t>> pairs;
+
+  bool null() override { return bad_value(); }
+  bool boolean(bool) override { return bad_value(); }
+  bool number_integer(number_integer_t v) override { return value(v); }
+  bool number_unsigned(number_unsigned_t v) override {
+    return v > uint64_t(INT64_MAX) ? bad_value() : value(static_cast<int64_t>(v));
+  }
+  bool number_float(number_float_t, const string_t&) override { return bad_value(); }
+  bool string(string_t&) override { return bad_value(); }
+  bool binary(binary_t&) override { return bad_value(); }
+  bool start_object(std::size_t) override {
+    if (started_) return bad_value();
+    started_ = true;
+    return true;
+  }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return bad_value(); }
+  bool end_array() override { return true; }
+  bool key(string_t& k) override {
+    key_ = std::move(k);
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    throw Error(path_ + ": not a JSON object of {token: id}");
+  }
+
+ private:
+  const std::string& path_;
+  bool started_ = false;
+  std::string key_;
+
+  bool value(int64_t id) {
+    pairs.emplace_back(std::move(key_), id);
+    return true;
+  }
+  bool bad_value() {
+    if (!started_) throw Error(path_ + ": not a JSON object of {token: id}");
+    throw Error(path_ + ": the id of token " + nlohmann::json(key_).dump() + " is not an integer");
+  }
+};
 
 }  // namespace
 
@@ -67,47 +121,55 @@ TokenizerData read_bpe_files(const std::string& vocab_json, const std::string& m
   TokenizerData tok;
   tok.kind = TokenizerKind::Gpt2Bpe;
 
-  const nlohmann::json vocab = nlohmann::json::parse(read_small_file(vocab_json), nullptr, false);
-  if (vocab.is_discarded() || !vocab.is_object() || vocab.empty())
-    throw Error(vocab_json + ": not a JSON object of {token: id}");
-  const size_t n = vocab.size();
+  VocabReader vocab(vocab_json);
+  {
+    const std::string text = read_small_file(vocab_json, kMaxTokenizerFile);
+    nlohmann::json::sax_parse(text, &vocab);
+  }
+  if (vocab.pairs.empty()) throw Error(vocab_json + ": not a JSON object of {token: id}");
+  const size_t n = vocab.pairs.size();
   tok.tokens.resize(n);
   std::vector<bool> seen(n, false);
-  for (const auto& [token, idv] : vocab.items()) {
-    if (!idv.is_number_integer())
-      throw Error(vocab_json + ": the id of token " + nlohmann::json(token).dump() + " is not an integer");
-    const int64_t id = idv.get<int64_t>();
+  std::unordered_map<std::string_view, int64_t> ids;  // a JSON object may repeat a key; a vocabulary may not
+  for (auto& [token, id] : vocab.pairs) {
+    if (const auto [it, fresh] = ids.emplace(token, id); !fresh)
+      throw Error(vocab_json + ": token " + nlohmann::json(token).dump() + " appears twice (ids " +
+                  std::to_string(it->second) + " and " + std::to_string(id) + ")");
     if (id < 0 || uint64_t(id) >= n)
       throw Error(vocab_json + ": token " + nlohmann::json(token).dump() + " has id " + std::to_string(id) +
                   ", outside 0.." + std::to_string(n - 1) + " (ids must be exactly 0..n-1 without gaps)");
     if (seen[size_t(id)]) throw Error(vocab_json + ": id " + std::to_string(id) + " is given to two tokens");
     if (token.empty()) throw Error(vocab_json + ": the token of id " + std::to_string(id) + " is empty");
     seen[size_t(id)] = true;
-    tok.tokens[size_t(id)] = token;
     if (token == kEndOfText) tok.eos_id = id;
+    tok.tokens[size_t(id)] = token;  // copied: `ids` still views the pair's string
   }
 
-  const std::string text = read_small_file(merges_txt);
-  size_t line_no = 0;
-  std::vector<std::pair<size_t, std::string>> lines;
-  for (size_t pos = 0; pos <= text.size();) {
+  // Line by line, without a copy of the lines: a file of blank lines costs nothing.
+  const std::string text = read_small_file(merges_txt, kMaxTokenizerFile);
+  size_t line_no = 0, blank_no = 0;  // blank_no: the first blank line not yet followed by a merge
+  for (size_t pos = 0; pos < text.size();) {
     size_t end = text.find('\n', pos);
     if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(pos, end - pos);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines.emplace_back(++line_no, std::move(line));
+    std::string_view line(text.data() + pos, end - pos);
     pos = end + 1;
-  }
-  while (!lines.empty() && lines.back().second.empty()) lines.pop_back();  // trailing newline(s)
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const auto& [no, line] = lines[i];
-    if (i == 0 && line.rfind("#version", 0) == 0) continue;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) {  // only trailing blank lines are allowed
+      if (!blank_no) blank_no = line_no;
+      continue;
+    }
+    if (blank_no) throw Error(merges_txt + ": line " + std::to_string(blank_no) + " is not a merge of two tokens \"a b\"");
+    const size_t no = line_no;
+    if (no == 1 && line.rfind("#version", 0) == 0) continue;
     const size_t space = line.find(' ');
     if (space == std::string::npos || space == 0 || space + 1 == line.size() ||
         line.find(' ', space + 1) != std::string::npos)
       throw Error(merges_txt + ": line " + std::to_string(no) + " is not a merge of two tokens \"a b\"");
-    if (!valid_utf8(line)) throw Error(merges_txt + ": line " + std::to_string(no) + " is not valid UTF-8");
-    tok.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+    std::string left(line.substr(0, space)), right(line.substr(space + 1));
+    if (!valid_utf8(left) || !valid_utf8(right))
+      throw Error(merges_txt + ": line " + std::to_string(no) + " is not valid UTF-8");
+    tok.merges.emplace_back(std::move(left), std::move(right));
   }
   return tok;
 }
