@@ -1,4 +1,5 @@
 // mmgpt: convert PyTorch GPT checkpoints and run them on the CPU.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -7,6 +8,9 @@
 #include "tools/cli/commands.hpp"
 
 int main(int argc, char** argv) {
+  // Past a file-size limit (ulimit -f) a write then fails with EFBIG, which is
+  // reported as one line naming the file, instead of the kernel killing mmgpt.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"mmgpt: run PyTorch-trained GPT models on the CPU", "mmgpt"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "mmgpt 0.1.0");
