@@ -23,6 +23,28 @@ int main(int argc, char** argv) {
   mmgpt::cli::add_perplexity(app);
   mmgpt::cli::add_bench(app);
 
+  // An unknown first word: CLI11 says only "A subcommand is required", naming nothing.
+  if (argc > 1) {
+    const std::string first = argv[1];
+    std::string known;
+    bool is_command = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+      is_command = is_command || sub->get_name() == first;
+    }
+    std::string problem;
+    if (!first.empty() && first[0] != '-' && !is_command)
+      problem = "unknown command '" + first + "' (the commands are " + known + ")";
+    else if (first.empty())
+      problem = "empty command (the commands are " + known + ")";
+    else if (first[0] == '-' && first != "-h" && first != "--help" && first != "--version" && first != "--help-all")
+      problem = "unknown option '" + first + "': give a command first (mmgpt COMMAND [OPTIONS])";
+    if (!problem.empty()) {
+      std::cerr << "mmgpt: error: " << problem << " (see 'mmgpt --help')\n";
+      return 2;
+    }
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
