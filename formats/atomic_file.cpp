@@ -1,38 +1,152 @@
 #include "formats/atomic_file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <random>
 
 #include "formats/error.hpp"
 
 namespace mmgpt {
 
-AtomicFile::AtomicFile(const std::string& target) : target_(target) {
-  const size_t slash = target.rfind('/');
-  dir_ = slash == std::string::npos ? "." : slash == 0 ? "/" : target.substr(0, slash);
-  const std::string base = slash == std::string::npos ? target : target.substr(slash + 1);
-  if (base.empty()) throw Error(target + ": output path names a directory, not a file");
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+void split_path(const std::string& path, std::string& dir, std::string& base) {
+  const size_t slash = path.rfind('/');
+  dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  base = slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// `.<base>.tmp.` followed by exactly six letters or digits: the shape
+// mkostemp() and link_unnamed() give, so nothing else is ever deleted.
+bool is_temp_name(const char* name, const std::string& prefix) {
+  if (std::strncmp(name, prefix.c_str(), prefix.size()) != 0) return false;
+  const char* tail = name + prefix.size();
+  if (std::strlen(tail) != 6) return false;
+  for (const char* c = tail; *c; ++c)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) return false;
+  return true;
+}
+
+std::string random_suffix() {
+  static const char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::random_device rd;
+  std::string s(6, 'x');
+  for (char& c : s) c = kChars[rd() % (sizeof(kChars) - 1)];
+  return s;
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(const std::string& target, Temp temp) : target_(target) {
+  split_path(target, dir_, base_);
+  if (base_.empty()) throw Error(target + ": output path names a directory, not a file");
   struct stat st {};
+  if (::lstat(target.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    // Write through the link: replacing the link itself would silently detach it from its file.
+    std::error_code ec;
+    const std::filesystem::path real = std::filesystem::weakly_canonical(target, ec);
+    if (ec) throw Error(target + ": cannot resolve the symbolic link (" + ec.message() + ")");
+    target_ = real.string();
+    split_path(target_, dir_, base_);
+  }
   if (::stat(dir_.c_str(), &st) != 0)
-    throw Error(target + ": output directory '" + dir_ + "' does not exist (" + std::strerror(errno) + ")");
+    throw Error(target + ": output directory '" + dir_ + "' does not exist (" + errno_text(errno) + ")");
   if (!S_ISDIR(st.st_mode)) throw Error(target + ": output directory '" + dir_ + "' is not a directory");
-  if (::stat(target.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw Error(target + ": output path is a directory");
-  std::string tmpl = dir_ + "/." + base + ".tmp.XXXXXX";
-  fd_ = ::mkostemp(tmpl.data(), O_CLOEXEC);
-  if (fd_ < 0)
-    throw Error(target + ": cannot create a temporary file in '" + dir_ + "' (" + std::strerror(errno) + ")");
-  tmp_ = tmpl;
-  // mkstemp creates 0600; a model file is ordinary data others may read.
+  if (::stat(target_.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw Error(target + ": output path is a directory");
+    if (!S_ISREG(st.st_mode))
+      throw Error(target + ": output path exists and is not a regular file (a device, FIFO or socket); "
+                           "refusing to replace it");
+    existed_ = true;
+  }
+  remove_stale_temporaries(target_);
+
+#ifdef O_TMPFILE
+  if (temp == Temp::Auto) {
+    fd_ = ::open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+    // commit() names it through /proc/self/fd; without /proc, use a named temporary from the start.
+    if (fd_ >= 0 && ::access(("/proc/self/fd/" + std::to_string(fd_)).c_str(), F_OK) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+    if (fd_ >= 0) {
+      unnamed_ = true;
+      ::flock(fd_, LOCK_EX);  // guards its hidden name between link and rename in commit()
+    }
+  }
+#else
+  (void)temp;
+#endif
+  if (fd_ < 0) open_named();
+  // A model file is ordinary data others may read (mkostemp creates 0600).
   ::fchmod(fd_, 0644);
 }
 
+void AtomicFile::open_named() {
+  int err = 0;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    std::string tmpl = dir_ + "/." + base_ + ".tmp.XXXXXX";
+    const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
+    if (fd < 0) {
+      err = errno;
+      break;
+    }
+    // Another process's stale-temporary sweep may catch it between mkostemp and
+    // flock and unlink it; a temporary that lost its name is dropped and redone.
+    struct stat st {};
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd, &st) == 0 && st.st_nlink > 0) {
+      fd_ = fd;
+      tmp_ = tmpl;
+      return;
+    }
+    ::close(fd);
+    err = EAGAIN;
+  }
+  throw Error(target_ + ": cannot create a temporary file in '" + dir_ + "' (" + errno_text(err) + ")");
+}
+
+size_t AtomicFile::remove_stale_temporaries(const std::string& target) {
+  std::string dir, base;
+  split_path(target, dir, base);
+  if (base.empty()) return 0;
+  const std::string prefix = "." + base + ".tmp.";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return 0;
+  DIR* d = ::fdopendir(dfd);
+  if (!d) {
+    ::close(dfd);
+    return 0;
+  }
+  size_t removed = 0;
+  while (const dirent* e = ::readdir(d)) {
+    if (!is_temp_name(e->d_name, prefix)) continue;
+    const int fd = ::openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat held {}, named {};
+    // A live writer holds the lock; only a temporary no one holds is removed, and only
+    // if the name still refers to the very file that was found unlocked.
+    if (::fstat(fd, &held) == 0 && S_ISREG(held.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+        ::fstatat(dfd, e->d_name, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == held.st_dev &&
+        named.st_ino == held.st_ino && ::unlinkat(dfd, e->d_name, 0) == 0)
+      ++removed;
+    ::close(fd);
+  }
+  ::closedir(d);  // closes dfd
+  return removed;
+}
+
 AtomicFile::~AtomicFile() {
+  if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());  // while still locked: no sweep can race it
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(tmp_.c_str());
 }
 
 void AtomicFile::write(const void* data, uint64_t n) {
@@ -41,7 +155,7 @@ void AtomicFile::write(const void* data, uint64_t n) {
     const size_t chunk = n > (1u << 30) ? (1u << 30) : static_cast<size_t>(n);
     const ssize_t w = ::write(fd_, p, chunk);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail("cannot write", w < 0 ? errno : ENOSPC);
+    if (w <= 0) fail("cannot write the new file", w < 0 ? errno : ENOSPC);
     p += w;
     n -= static_cast<uint64_t>(w);
   }
@@ -56,13 +170,29 @@ void AtomicFile::zeros(uint64_t n) {
   }
 }
 
+// An O_TMPFILE cannot be renamed, only linked, and linkat() never replaces:
+// it gets a unique hidden name first, which rename() then moves over the target.
+void AtomicFile::link_unnamed() {
+  const std::string proc = "/proc/self/fd/" + std::to_string(fd_);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const std::string name = dir_ + "/." + base_ + ".tmp." + random_suffix();
+    if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+      tmp_ = name;
+      return;
+    }
+    if (errno != EEXIST) fail("cannot name the new file", errno);
+  }
+  fail("cannot name the new file", EEXIST);
+}
+
 void AtomicFile::commit() {
-  if (::fsync(fd_) != 0) fail("cannot flush", errno);
-  const int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) fail("cannot close", errno);
-  if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail("cannot rename into place", errno);
+  if (::fsync(fd_) != 0) fail("cannot flush the new file to disk", errno);
+  if (unnamed_) link_unnamed();
+  // Renamed while the lock is held (closing drops it), so no sweep can take the name first.
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail("cannot rename the new file into place", errno);
   committed_ = true;
+  ::close(fd_);  // after fsync, close cannot lose data
+  fd_ = -1;
   // Make the rename itself durable; failure here cannot undo a complete file, so it is not fatal.
   const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
@@ -72,8 +202,8 @@ void AtomicFile::commit() {
 }
 
 void AtomicFile::fail(const char* what, int err) {
-  throw Error(target_ + ": " + what + " temporary file '" + tmp_ + "' (" + std::strerror(err) +
-              "); the target was left untouched");
+  throw Error(target_ + ": " + what + " (" + errno_text(err) + "); " +
+              (existed_ ? "the previous file is left as it was" : "no file was written"));
 }
 
 }  // namespace mmgpt

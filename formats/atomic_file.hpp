@@ -1,9 +1,17 @@
 #pragma once
-// Writing a file so that it appears complete or not at all: the bytes go to a
-// temporary file beside the target (same directory, so rename() is atomic),
-// which is flushed and renamed into place by commit(). If commit() is never
-// reached (an exception, a full disk), the destructor removes the temporary
-// and the target -- absent or an older file -- is left exactly as it was.
+// Writing a file so that it appears complete or not at all, whatever happens
+// to the writer. The bytes go to an unnamed temporary file (O_TMPFILE) in the
+// target's directory; commit() flushes it, links it under a unique hidden name
+// and renames that over the target (same directory, so the rename is atomic).
+// Until that instant nothing of it has a name: an exception, a full disk or a
+// SIGKILL leaves the target -- absent or an older file -- exactly as it was,
+// and no debris.
+//
+// Where O_TMPFILE is unsupported (some file systems, no /proc), the temporary
+// is a named `.<base>.tmp.XXXXXX` beside the target instead. A writer holds an
+// flock on its temporary for its whole life, so a temporary nobody holds
+// belongs to a dead writer: constructing an AtomicFile for a target removes
+// such stale temporaries of that target (left by a SIGKILL or a power cut).
 #include <cstdint>
 #include <string>
 
@@ -11,23 +19,41 @@ namespace mmgpt {
 
 class AtomicFile {
  public:
+  enum class Temp {
+    Auto,   // O_TMPFILE where the file system supports it, else a named temporary
+    Named,  // always a named temporary (the fallback; tests use it)
+  };
+
   // Throws mmgpt::Error naming `target` when its directory is missing, the
-  // target is a directory, or the temporary cannot be created.
-  explicit AtomicFile(const std::string& target);
+  // target is a directory or another non-regular file (a device, a FIFO), or
+  // the temporary cannot be created. A symbolic link is written through: the
+  // file it points to is replaced, the link is kept.
+  explicit AtomicFile(const std::string& target, Temp temp = Temp::Auto);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
-  void write(const void* data, uint64_t n);  // throws mmgpt::Error on any short write
+  // Throw mmgpt::Error naming the target on any short write (a full disk,
+  // EFBIG past RLIMIT_FSIZE: the caller must ignore SIGXFSZ to get it).
+  void write(const void* data, uint64_t n);
   void zeros(uint64_t n);
-  void commit();                             // fsync, close, rename into place
+  void commit();  // fsync, name, rename into place; throws on failure
+
+  bool unnamed() const { return unnamed_; }                // the temporary is an O_TMPFILE
+  const std::string& temp_path() const { return tmp_; }  // the named temporary; "" while unnamed
+
+  // Removes the temporaries of `target` whose writer is dead (no flock held);
+  // returns how many. Never throws: a temporary it cannot examine is kept.
+  static size_t remove_stale_temporaries(const std::string& target);
 
  private:
   [[noreturn]] void fail(const char* what, int err);
+  void open_named();
+  void link_unnamed();
 
-  std::string target_, dir_, tmp_;
+  std::string target_, dir_, base_, tmp_;
   int fd_ = -1;
-  bool committed_ = false;
+  bool unnamed_ = false, existed_ = false, committed_ = false;
 };
 
 }  // namespace mmgpt

@@ -24,7 +24,6 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +35,7 @@
 #include "engine/sampler.hpp"
 #include "kernels/kernels.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/cli/validate.hpp"
 
 namespace mmgpt::cli {
 
@@ -49,6 +49,7 @@ struct BenchArgs {
   std::vector<size_t> prompt{512}, batch{1};
   size_t n = 128, reps = 5, bw_mib = 1024;
   std::vector<unsigned> threads;
+  std::string prompt_list = "512", batch_list = "1", threads_list;  // as given; parsed by the callback
   bool json = false;
 };
 
@@ -302,26 +303,40 @@ void run_bench(const BenchArgs& a) {
 
 void add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  a->threads = {std::max(1u, std::thread::hardware_concurrency())};
+  a->threads_list = std::to_string(available_cpus());
   CLI::App* cmd = app.add_subcommand("bench", "measure prefill and decode speed (llama-bench style table)");
-  cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required();
-  cmd->add_option("-p,--n-prompt", a->prompt, "prompt lengths, comma-separated (default 512)")
-      ->delimiter(',')
-      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required()->check(non_empty("path"));
+  // Lists are taken as text and checked whole: CLI11's own splitting drops empty entries silently.
+  cmd->add_option("-p,--n-prompt", a->prompt_list, "prompt lengths, comma-separated (default 512)")
+      ->check(count_list(1, uint64_t{1} << 20));
   cmd->add_option("-n,--n-gen", a->n, "decode steps per run (default 128; 0 = prefill only)")
-      ->check(CLI::Range(size_t{0}, size_t{1} << 20));
-  cmd->add_option("-t,--threads", a->threads, "thread counts, comma-separated (default: all cores)")
-      ->delimiter(',')
-      ->check(CLI::Range(1u, 4096u));
-  cmd->add_option("-b,--batch", a->batch, "batch sizes (sequences decoded together), comma-separated (default 1)")
-      ->delimiter(',')
-      ->check(CLI::Range(size_t{1}, size_t{256}));
+      ->check(count(0, uint64_t{1} << 20));
+  cmd->add_option("-t,--threads", a->threads_list, "thread counts, comma-separated, each at most the CPUs "
+                                                   "available (default: all of them)")
+      ->check(count_list(1, UINT32_MAX))
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            for (uint64_t t : parse_count_list(s))
+              if (t > available_cpus())
+                return std::to_string(t) + " threads is more than the " + std::to_string(available_cpus()) +
+                       " CPU(s) mmgpt may run on here";
+            return {};
+          },
+          ""));
+  cmd->add_option("-b,--batch", a->batch_list, "batch sizes (sequences decoded together), comma-separated (default 1)")
+      ->check(count_list(1, 256));
   cmd->add_option("-r,--repetitions", a->reps, "timed runs per combination, after one warm-up (default 5)")
-      ->check(CLI::Range(size_t{1}, size_t{1000}));
+      ->check(count(1, 1000));
   cmd->add_option("--bw-mib", a->bw_mib, "bandwidth probe buffer in MiB; keep it far past the LLC (default 1024)")
-      ->check(CLI::Range(size_t{16}, size_t{1} << 20));
+      ->check(count(16, uint64_t{1} << 20));
   cmd->add_flag("--json", a->json, "print the results as JSON instead of a table");
-  cmd->callback([a]() { run_bench(*a); });
+  cmd->callback([a]() {
+    a->prompt.clear(), a->batch.clear(), a->threads.clear();
+    for (uint64_t v : parse_count_list(a->prompt_list)) a->prompt.push_back(v);
+    for (uint64_t v : parse_count_list(a->batch_list)) a->batch.push_back(v);
+    for (uint64_t v : parse_count_list(a->threads_list)) a->threads.push_back(static_cast<unsigned>(v));
+    run_bench(*a);
+  });
 }
 
 }  // namespace mmgpt::cli

@@ -5,6 +5,7 @@
 
 #include "formats/error.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/cli/validate.hpp"
 #include "tools/convert/converter.hpp"
 
 namespace mmgpt::cli {
@@ -41,14 +42,17 @@ void print_summary(const ConvertOptions& o, const ConvertSummary& s) {
 void add_convert(CLI::App& app) {
   auto o = std::make_shared<ConvertOptions>();
   CLI::App* cmd = app.add_subcommand("convert", "convert a PyTorch checkpoint to a .mmgpt file");
-  cmd->add_option("input", o->input, "checkpoint file, or a directory holding one (Hugging Face style)")->required();
-  cmd->add_option("-o,--output", o->output, "output .mmgpt file")->required();
+  cmd->add_option("input", o->input, "checkpoint file, or a directory holding one (Hugging Face style)")
+      ->required()
+      ->check(non_empty("path"));
+  cmd->add_option("-o,--output", o->output, "output .mmgpt file")->required()->check(non_empty("path"));
   cmd->add_option("--layout", o->layout, "checkpoint layout (default: detected from tensor names)")
       ->check(CLI::IsMember({"auto", "hf-gpt2", "nanogpt", "llms-from-scratch"}));
   cmd->add_option("--n-head", o->n_head, "number of attention heads (required for llms-from-scratch)")
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(count(1, 1 << 16));
   cmd->add_option("--tokenizer", o->tokenizer,
-                  "tokenizer: meta.pkl, vocab.json/encoder.json, or a directory holding them");
+                  "tokenizer: meta.pkl, vocab.json/encoder.json, or a directory holding them")
+      ->check(non_empty("path"));
   cmd->add_option("--weight-layout", o->weight_layout,
                   "how weight matrices are stored: panel16 (default: what the fast kernels read) or row-major")
       ->check(CLI::IsMember({"panel16", "row-major"}));

@@ -18,6 +18,7 @@
 #include "kernels/kernels.hpp"
 #include "tools/cli/commands.hpp"
 #include "tools/cli/token_ids.hpp"
+#include "tools/cli/validate.hpp"
 
 namespace mmgpt::cli {
 
@@ -34,6 +35,7 @@ struct GenerateArgs {
   std::vector<std::string> stop;
   int threads = 0;
   bool ignore_eos = false, print_ids = false, no_special = false, stats = false;
+  bool ids_given = false;  // --ids "" is an empty id list, not "no --ids"
 };
 
 void write_out(std::string_view s) { std::fwrite(s.data(), 1, s.size(), stdout); }
@@ -91,7 +93,7 @@ void run_generate(const GenerateArgs& a) {
   if (!a.batch_file.empty()) {
     texts = read_batch_file(a.batch_file);
     for (const std::string& t : texts) prompts.push_back(lm.encode(t, !a.no_special));
-  } else if (!a.ids.empty()) {
+  } else if (a.ids_given) {
     prompts.push_back(parse_token_ids(a.ids, config.vocab_size));
     texts.push_back(tokenizer.kind() == TokenizerKind::None ? "" : lm.decode(prompts.back()));
   } else {
@@ -162,30 +164,37 @@ void run_generate(const GenerateArgs& a) {
 void add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt");
-  cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required();
+  cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required()->check(non_empty("path"));
   auto* p = cmd->add_option("-p,--prompt", a->prompt, "prompt text");
   auto* ids = cmd->add_option("--ids", a->ids, "prompt as token ids, e.g. \"1 2 3\"");
   auto* batch = cmd->add_option("--batch-file", a->batch_file,
                                 "generate for every line of FILE (one prompt per line, blank lines skipped) together, "
-                                "batched; prints each prompt with its continuation and an empty line");
+                                "batched; prints each prompt with its continuation and an empty line")
+                    ->check(non_empty("path"));
   p->excludes(ids)->excludes(batch);
   ids->excludes(batch);
   cmd->add_option("-n,--n-tokens", a->n, "number of tokens to generate (default 256)")
-      ->check(CLI::Range(size_t{0}, size_t{1} << 24));
+      ->check(count(0, uint64_t{1} << 24));
   auto* greedy = cmd->add_flag("--greedy", a->greedy, "always pick the most likely token");
-  auto* temp = cmd->add_option("--temperature", a->sampling.temperature, "sampling temperature (> 0; default 0.8)");
-  auto* topk = cmd->add_option("--top-k", a->sampling.top_k, "sample among the K most likely tokens (0 = all; default 200)");
+  auto* temp = cmd->add_option("--temperature", a->sampling.temperature, "sampling temperature (> 0; default 0.8)")
+                   ->check(real(0, true, INFINITY, true, " (--greedy for argmax decoding)"));
+  auto* topk = cmd->add_option("--top-k", a->sampling.top_k, "sample among the K most likely tokens (0 = all; default 200)")
+                   ->check(count(0, UINT32_MAX));
   auto* topp = cmd->add_option("--top-p", a->sampling.top_p,
-                               "sample among the most likely tokens whose probabilities add up to P (0 < P <= 1)");
+                               "sample among the most likely tokens whose probabilities add up to P (0 < P <= 1)")
+                   ->check(real(0, true, 1, false));
   auto* minp = cmd->add_option("--min-p", a->sampling.min_p,
-                               "drop tokens less likely than P times the most likely one (0 <= P < 1)");
+                               "drop tokens less likely than P times the most likely one (0 <= P < 1)")
+                   ->check(real(0, false, 1, true));
   for (CLI::Option* o : {temp, topk, topp, minp}) greedy->excludes(o);
   cmd->add_option("--repetition-penalty", a->sampling.repetition_penalty,
-                  "divide positive / multiply negative logits of tokens already seen (default 1 = off)");
-  cmd->add_option("--seed", a->seed, "random seed: the same seed repeats a run exactly");
+                  "divide positive / multiply negative logits of tokens already seen (default 1 = off)")
+      ->check(real(0, true, INFINITY, true));
+  cmd->add_option("--seed", a->seed, "random seed: the same seed repeats a run exactly")->check(count(0, UINT64_MAX));
   cmd->add_option("--stop", a->stop, "stop when this string appears (not printed); may be given several times")
-      ->allow_extra_args(false);
-  cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+      ->allow_extra_args(false)
+      ->check(non_empty("stop string"));
+  cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(thread_count());
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past the end-of-text token");
   cmd->add_flag("--no-special", a->no_special, "treat <|endoftext|> in a text prompt as plain text");
   cmd->add_flag("--print-ids", a->print_ids, "print only the generated token ids, space-separated, on one line");
@@ -193,6 +202,7 @@ void add_generate(CLI::App& app) {
   cmd->callback([a, p, ids, batch]() {
     if (p->count() == 0 && ids->count() == 0 && batch->count() == 0)
       throw Error("generate needs a prompt: -p TEXT, --ids \"I J K\" or --batch-file FILE");
+    a->ids_given = ids->count() > 0;
     Sampler check(a->sampling);  // refuses out-of-range sampling options before the model is loaded
     (void)check;
     run_generate(*a);

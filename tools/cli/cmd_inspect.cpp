@@ -12,6 +12,7 @@
 #include "formats/mmgpt_file_rules.hpp"
 #include "kernels/kernels.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/cli/validate.hpp"
 
 namespace mmgpt::cli {
 
@@ -103,7 +104,7 @@ void add_inspect(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("inspect", "show a model file's config, tokenizer and tensors");
-  cmd->add_option("model", a->model, "model file (.mmgpt)")->required();
+  cmd->add_option("model", a->model, "model file (.mmgpt)")->required()->check(non_empty("path"));
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->add_flag("--graph", a->graph, "also print the forward-pass graph");
   cmd->callback([a]() {

@@ -16,6 +16,7 @@
 #include "formats/error.hpp"
 #include "tools/cli/commands.hpp"
 #include "tools/cli/input_file.hpp"
+#include "tools/cli/validate.hpp"
 
 namespace mmgpt::cli {
 
@@ -68,9 +69,15 @@ void run_perplexity(const PerplexityArgs& a) {
     threads = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, a.threads);
 
   LanguageModel lm = LanguageModel::load(a.model);
-  // 0 means "the default" to the engine, so an explicit 0 is refused here.
-  if ((a.ctx_given && a.ctx == 0) || (a.stride_given && a.stride == 0))
-    throw Error(std::string(a.ctx_given && a.ctx == 0 ? "--ctx" : "--stride") + " must be at least 1");
+  // The ranges, checked here to name the option (count() checked only that they are whole numbers).
+  const size_t n_ctx = lm.config().n_ctx;
+  if (a.ctx_given && (a.ctx < 2 || a.ctx > n_ctx))
+    throw Error("--ctx " + std::to_string(a.ctx) + " must be between 2 and the model's context length " +
+                std::to_string(n_ctx));
+  const size_t ctx = a.ctx_given ? a.ctx : n_ctx;
+  if (a.stride_given && (a.stride < 1 || a.stride > ctx))
+    throw Error("--stride " + std::to_string(a.stride) + " must be between 1 and the window length " +
+                std::to_string(ctx) + (a.ctx_given ? " (--ctx)" : " (the model's context length)"));
 
   const std::string text = read_input_file(a.file, "text file");
   if (text.empty()) throw Error("-f: " + a.file + " is empty");
@@ -121,18 +128,19 @@ void add_perplexity(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "perplexity",
       "score a text file: mean negative log-likelihood (nats per token) and perplexity over sliding windows");
-  cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required();
+  cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required()->check(non_empty("path"));
   cmd->add_option("-f,--file", a->file, "text file, read as raw bytes and encoded with the model's tokenizer")
-      ->required();
+      ->required()
+      ->check(non_empty("path"));
   cmd->add_option("--ctx", a->ctx, "window length in tokens, 2..context length (default: the model's context length)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(count(0, UINT32_MAX))
       ->each([a](const std::string&) { a->ctx_given = true; });
   cmd->add_option("--stride", a->stride,
                   "tokens each window advances by, 1..ctx; each window scores only the tokens no earlier window "
                   "scored (default: ctx/2)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(count(0, UINT32_MAX))
       ->each([a](const std::string&) { a->stride_given = true; });
-  cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 4096));
+  cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(thread_count());
   cmd->add_flag("--no-special", a->no_special, "encode \"<|endoftext|>\" in the text as plain text, not the special token");
   cmd->add_flag("--json", a->json, "print the result as JSON");
   cmd->callback([a]() { run_perplexity(*a); });

@@ -9,6 +9,7 @@
 #include "tools/cli/commands.hpp"
 #include "tools/cli/input_file.hpp"
 #include "tools/cli/token_ids.hpp"
+#include "tools/cli/validate.hpp"
 
 namespace mmgpt::cli {
 
@@ -59,9 +60,10 @@ void run_detokenize(const TokenizeArgs& a) {
 void add_tokenize(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand("tokenize", "print the token ids of a text, space-separated, on one line");
-  cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required();
+  cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required()->check(non_empty("path"));
   auto* p = cmd->add_option("-p,--prompt", a->text, "the text");
-  auto* f = cmd->add_option("-f,--file", a->file, "read the text from this file (its exact bytes)");
+  auto* f = cmd->add_option("-f,--file", a->file, "read the text from this file (its exact bytes)")
+                ->check(non_empty("path"));
   p->excludes(f);
   cmd->add_flag("--no-special", a->no_special, "treat <|endoftext|> in the text as plain text, not the special token");
   cmd->callback([a, p, f]() {
@@ -73,9 +75,9 @@ void add_tokenize(CLI::App& app) {
 void add_detokenize(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand("detokenize", "write the exact bytes of token ids to stdout");
-  cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required();
+  cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required()->check(non_empty("path"));
   auto* ids = cmd->add_option("--ids", a->ids, "token ids, e.g. \"1 2 3\"");
-  auto* f = cmd->add_option("-f,--file", a->file, "read the token ids from this file");
+  auto* f = cmd->add_option("-f,--file", a->file, "read the token ids from this file")->check(non_empty("path"));
   ids->excludes(f);
   cmd->callback([a, ids, f]() {
     if (ids->count() == 0 && f->count() == 0) throw Error("detokenize needs token ids: --ids \"I J K\" or -f FILE");

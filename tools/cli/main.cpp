@@ -1,4 +1,5 @@
 // mmgpt: convert PyTorch GPT checkpoints and run them on the CPU.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -7,6 +8,9 @@
 #include "tools/cli/commands.hpp"
 
 int main(int argc, char** argv) {
+  // Past a file-size limit (ulimit -f) a write then fails with EFBIG, which is
+  // reported as one line naming the file, instead of the kernel killing mmgpt.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"mmgpt: run PyTorch-trained GPT models on the CPU", "mmgpt"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "mmgpt 0.1.0");
@@ -18,6 +22,28 @@ int main(int argc, char** argv) {
   mmgpt::cli::add_detokenize(app);
   mmgpt::cli::add_perplexity(app);
   mmgpt::cli::add_bench(app);
+
+  // An unknown first word: CLI11 says only "A subcommand is required", naming nothing.
+  if (argc > 1) {
+    const std::string first = argv[1];
+    std::string known;
+    bool is_command = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+      is_command = is_command || sub->get_name() == first;
+    }
+    std::string problem;
+    if (!first.empty() && first[0] != '-' && !is_command)
+      problem = "unknown command '" + first + "' (the commands are " + known + ")";
+    else if (first.empty())
+      problem = "empty command (the commands are " + known + ")";
+    else if (first[0] == '-' && first != "-h" && first != "--help" && first != "--version" && first != "--help-all")
+      problem = "unknown option '" + first + "': give a command first (mmgpt COMMAND [OPTIONS])";
+    if (!problem.empty()) {
+      std::cerr << "mmgpt: error: " << problem << " (see 'mmgpt --help')\n";
+      return 2;
+    }
+  }
 
   try {
     app.parse(argc, argv);

@@ -129,6 +129,16 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
     if (tok->data.tokens.size() > model.config.vocab_size)
       throw Error(tok->source + ": the tokenizer has " + std::to_string(tok->data.tokens.size()) +
                   " tokens but the model's vocabulary has only " + std::to_string(model.config.vocab_size) + " rows");
+    // The tokenizer's files were read too: never replace one of them with the model (-o ck/meta.pkl).
+    for (size_t at = 0; at <= tok->source.size();) {
+      const size_t plus = tok->source.find(" + ", at);
+      const std::string part = tok->source.substr(at, plus == std::string::npos ? std::string::npos : plus - at);
+      std::error_code ec;
+      if (is_file(opt.output) && std::filesystem::equivalent(part, opt.output, ec))
+        throw Error(opt.output + ": the output would overwrite the tokenizer file it was read from");
+      if (plus == std::string::npos) break;
+      at = plus + 3;
+    }
     tokenizer = std::move(tok->data);
     summary.tokenizer_source = tok->source;
   }

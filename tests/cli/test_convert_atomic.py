@@ -1,0 +1,167 @@
+"""`mmgpt convert` loses nothing: killed at any moment of its write (SIGKILL)
+it leaves the previous output byte for byte and no temporary, and a rerun
+completes; a full disk (ulimit -f, and a tiny tmpfs when it can be mounted)
+gives one line on stderr naming the output, a non-zero exit, the previous
+output intact and no temporary.
+
+Run by ctest as: /usr/bin/python3 test_convert_atomic.py --mmgpt PATH --shared DIR --workdir DIR
+"""
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_harness import MM, W, check, finish, run, write_char_model  # noqa: E402
+
+start = time.monotonic()
+alphabet = sorted(set('\n !,.:;?abcdefghijklmnopqrstuvwxyz'))
+# A 4-layer, width-384 model: about 28 MB to write, so the write takes a moment.
+big_ckpt, _ = write_char_model(os.path.join(W, 'big'), alphabet, n_embd=384, n_layer=4, n_head=6, ctx=64)
+small_ckpt, _ = write_char_model(os.path.join(W, 'small'), alphabet, n_embd=32, n_layer=1, n_head=4, ctx=16)
+
+out_dir = os.path.join(W, 'out')
+os.makedirs(out_dir)
+out = os.path.join(out_dir, 'model.mmgpt')
+old_file = os.path.join(W, 'old.mmgpt')  # the "previous output": the small model
+ref_file = os.path.join(W, 'ref.mmgpt')  # what a complete convert of the big model writes
+for ck, dest in ((small_ckpt, old_file), (big_ckpt, ref_file)):
+    rc, _, err = run('convert', ck, '-o', dest)
+    if rc != 0:
+        print(f'[FAIL] convert {ck}: {err}')
+        sys.exit(1)
+old = open(old_file, 'rb').read()
+ref = open(ref_file, 'rb').read()
+
+
+def tmpfile_supported(d):
+    try:
+        os.close(os.open(d, os.O_TMPFILE | os.O_WRONLY, 0o600))
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+UNNAMED = tmpfile_supported(out_dir)
+print(f'O_TMPFILE in {out_dir}: {"yes" if UNNAMED else "no (named temporaries: a rerun sweeps them)"}')
+
+
+def temporaries(d):
+    return sorted(n for n in os.listdir(d) if n != 'model.mmgpt')
+
+
+def temp_size(pid, d):
+    """Bytes written so far to the convert's temporary, or None while it has none (read from /proc)."""
+    try:
+        fds = os.listdir(f'/proc/{pid}/fd')
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            target = os.readlink(f'/proc/{pid}/fd/{fd}')
+            # An O_TMPFILE shows as "DIR/#INODE (deleted)"; a named temporary as DIR/.model.mmgpt.tmp.XXXXXX.
+            if target.startswith(d + '/') and ('/#' in target or '/.model.mmgpt.tmp.' in target):
+                return os.stat(f'/proc/{pid}/fd/{fd}').st_size
+        except OSError:
+            continue
+    return None
+
+
+def reset_output():
+    # Temporaries are not cleared: without O_TMPFILE the final rerun must sweep them all.
+    shutil.copyfile(old_file, out)
+
+
+# --- (a) SIGKILL during the write: at fixed points of the temporary's growth, then at seeded random delays.
+t0 = time.monotonic()
+run('convert', big_ckpt, '-o', os.path.join(W, 'timing.mmgpt'))
+convert_s = time.monotonic() - t0
+os.remove(os.path.join(W, 'timing.mmgpt'))
+rng = random.Random(20240607)
+kill_points = [('as soon as the temporary exists', 0.0), ('at 30% written', 0.3), ('at 70% written', 0.7),
+               ('when every byte is written (flush, name, rename pending)', 1.0)]
+kill_points += [(f'at a random {d:.3f} s', -d) for d in sorted(rng.uniform(0, convert_s) for _ in range(3))]
+landed_in_write = 0
+for what, at in kill_points:
+    reset_output()
+    p = subprocess.Popen([MM, 'convert', big_ckpt, '-o', out], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    killed_at = None
+    if at < 0:
+        time.sleep(-at)
+        killed_at = temp_size(p.pid, out_dir)
+        p.kill()
+    else:
+        deadline = time.monotonic() + 60
+        while p.poll() is None and time.monotonic() < deadline:
+            size = temp_size(p.pid, out_dir)
+            if size is not None and size >= at * len(ref):
+                p.kill()
+                killed_at = size
+                break
+            time.sleep(0.0005)
+    p.wait(timeout=60)
+    got = open(out, 'rb').read()
+    if killed_at is not None and killed_at < len(ref):
+        landed_in_write += 1
+        intact = got == old  # killed before the last byte: the previous output, byte for byte
+    else:
+        intact = got in (old, ref)  # killed before or after the rename, or it finished first
+    left = temporaries(out_dir)
+    check(f'SIGKILL {what}: the previous output is intact',
+          intact, f'exit {p.returncode}, temporary at {killed_at} of {len(ref)} bytes, output {len(got)} bytes')
+    if UNNAMED:
+        check(f'SIGKILL {what}: no temporary left', left == [], str(left))
+rc, _, err = run('convert', big_ckpt, '-o', out)
+check('after the kills, a rerun completes and leaves no temporary (it sweeps any a dead writer left)',
+      rc == 0 and open(out, 'rb').read() == ref and temporaries(out_dir) == [],
+      f'exit {rc}, {err!r}, {temporaries(out_dir)}')
+check('at least the fixed kill points landed during the write', landed_in_write >= 3,
+      f'{landed_in_write} of {len(kill_points)} kills landed while the temporary was incomplete')
+
+
+# --- (b) a full disk
+def expect_clean_failure(name, argv, dest, previous, why, **popen):
+    p = subprocess.run([MM, *argv], capture_output=True, timeout=120, **popen)
+    err = p.stderr.decode('utf-8', 'replace')
+    lines = err.splitlines()
+    check(f'{name}: one error line naming the output and the cause, non-zero exit',
+          0 < p.returncode < 128 and len(lines) == 1 and lines[0].startswith('mmgpt: error: ') and dest in lines[0]
+          and why in lines[0], f'exit {p.returncode}, stderr {err!r}')
+    check(f'{name}: the previous output is intact', open(dest, 'rb').read() == previous)
+    d = os.path.dirname(dest)
+    left = sorted(n for n in os.listdir(d) if n != os.path.basename(dest))
+    check(f'{name}: no temporary left', left == [], str(left))
+
+
+def limit_file_size():
+    # SIGXFSZ keeps its default action (subprocess restores it): mmgpt must ignore it itself.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+
+reset_output()
+expect_clean_failure('ulimit -f 1 MiB', ('convert', big_ckpt, '-o', out), out, old, os.strerror(27),  # EFBIG
+                     preexec_fn=limit_file_size)
+
+mnt = os.path.join(W, 'tmpfs')
+os.makedirs(mnt)
+if os.geteuid() != 0:
+    print('[SKIP] full tmpfs: not running as root, cannot mount one')
+else:
+    m = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=4m', 'tmpfs', mnt], capture_output=True)
+    if m.returncode != 0:
+        print(f'[SKIP] full tmpfs: mount -t tmpfs failed here ({m.stderr.decode().strip()})')
+    else:
+        try:
+            dest = os.path.join(mnt, 'model.mmgpt')
+            shutil.copyfile(old_file, dest)
+            free = os.statvfs(mnt).f_bfree
+            expect_clean_failure('4 MiB tmpfs', ('convert', big_ckpt, '-o', dest), dest, old, os.strerror(28))  # ENOSPC
+            check('4 MiB tmpfs: the space the failed write took is free again', os.statvfs(mnt).f_bfree == free,
+                  f'{os.statvfs(mnt).f_bfree} free blocks, {free} before')
+        finally:
+            subprocess.run(['umount', mnt])
+print(f'convert of the big model: {convert_s:.2f} s; whole test: {time.monotonic() - start:.1f} s')
+finish()
