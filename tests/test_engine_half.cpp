@@ -109,7 +109,7 @@ TEST_CASE("GPT-2-shaped model: bf16 / f16 logits stay close to the f32 model's")
       argmax_differ += (std::max_element(a, a + V) - a) != (std::max_element(b, b + V) - b);
     }
     const double mean_kl = kl_sum / T;
-    MESSAGE(name(dt) << ": worst |logit error| / logit range " << worst_rel << ", mean KL " << mean_kl
+    MESSAGE(std::string(name(dt)) << ": worst |logit error| / logit range " << worst_rel << ", mean KL " << mean_kl
                      << ", argmax differs at " << argmax_differ << " of " << T);
     // bf16 keeps 8 significant bits (relative rounding <= 2^-9), f16 11 (<= 2^-12).
     CHECK(worst_rel < (dt == DType::BF16 ? 0.02 : 0.003));
