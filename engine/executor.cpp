@@ -73,7 +73,7 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
           const float* pos = op.b + (base + t) * d;
           float* dst = out + row * d;
           if (op.packed) {  // the token's row is strided through its panel (a tied LM head)
-            kernels::unpack_panel_row(op.w, d, static_cast<size_t>(s.ids[t]), dst);
+            kernels::unpack_panel_row(op.w_data, op.w_type, d, static_cast<size_t>(s.ids[t]), dst);  // widened
             for (size_t i = 0; i < d; ++i) dst[i] += pos[i];
           } else {
             const float* tok = op.w + static_cast<size_t>(s.ids[t]) * d;
@@ -88,7 +88,8 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
       break;
     case OpKind::MatMul:
       if (op.packed)
-        kernels::matmul_packed(in, op.w, op.b, out, out_rows, op.in_features, op.out_features, op.epilogue);
+        kernels::matmul_packed(in, op.w_data, op.w_type, op.b, out, out_rows, op.in_features, op.out_features,
+                               op.epilogue);
       else
         kernels::matmul(in, op.w, op.b, out, out_rows, op.in_features, op.out_features);
       break;

@@ -32,8 +32,14 @@ class GraphBuilder {
 
   void weights(Op& o, const std::string& w, const std::string& b) {
     o.weight = w;
-    o.w = model_.weight(w);
-    o.packed = model_.file().tensor(w).layout == Layout::Panel16;
+    const TensorView& t = model_.file().tensor(w);
+    o.packed = t.layout == Layout::Panel16;
+    o.w_data = t.data;
+    // The reader allows 16-bit dtypes only on panel16 matrices (the Embed and MatMul weights).
+    o.w_type = t.dtype == DType::BF16  ? kernels::WeightType::BF16
+               : t.dtype == DType::F16 ? kernels::WeightType::F16
+                                       : kernels::WeightType::F32;
+    o.w = t.dtype == DType::F32 ? t.f32() : nullptr;
     if (!b.empty()) {
       o.bias = b;
       o.b = model_.weight(b);
@@ -145,7 +151,9 @@ std::string Graph::to_string() const {
     if (o.kind == OpKind::MatMul && o.epilogue.act != kernels::Activation::None)
       out << " +" << (o.epilogue.act == kernels::Activation::GeluErf ? "gelu_erf" : "gelu_tanh");
     if (o.kind == OpKind::MatMul && o.epilogue.accumulate) out << " (added into " << buffers[o.output].name << ")";
-    if (!o.weight.empty()) out << "  w=" << o.weight << (o.packed ? " [panel16]" : "");
+    static const char* kTypes[] = {"", " bf16", " f16"};
+    if (!o.weight.empty())
+      out << "  w=" << o.weight << (o.packed ? " [panel16" + std::string(kTypes[int(o.w_type)]) + "]" : "");
     if (!o.bias.empty()) out << " b=" << o.bias;
     out << "\n";
   }

@@ -24,6 +24,7 @@ struct TensorView {
   const void* data = nullptr;
 
   const float* f32() const { return static_cast<const float*>(data); }
+  const uint16_t* u16() const { return static_cast<const uint16_t*>(data); }  // bf16 / f16 elements
   uint64_t numel() const {
     uint64_t n = 1;
     for (uint64_t s : shape) n *= s;

@@ -261,7 +261,7 @@ ParsedImage parse_image(const unsigned char* p, uint64_t size, const std::string
   check_no_overlap(regions, path);
   std::vector<NamedShape> named;
   named.reserve(out.tensors.size());
-  for (const TensorView& t : out.tensors) named.push_back({&t.name, &t.shape, t.layout});
+  for (const TensorView& t : out.tensors) named.push_back({&t.name, &t.shape, t.layout, t.dtype});
   check_tensor_set(named, out.config, path);
   // Everything is checked: only now form pointers into the image.
   for (TensorView& t : out.tensors) t.data = p + t.offset;

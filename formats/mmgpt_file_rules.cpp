@@ -65,7 +65,18 @@ const char* tokenizer_kind_name(uint32_t kind) {
 uint64_t dtype_size(uint32_t dtype_id) {
   switch (dtype_id) {
     case static_cast<uint32_t>(DType::F32): return 4;
+    case static_cast<uint32_t>(DType::BF16): return 2;
+    case static_cast<uint32_t>(DType::F16): return 2;
     default: return 0;
+  }
+}
+
+const char* dtype_name(uint32_t dtype_id) {
+  switch (dtype_id) {
+    case static_cast<uint32_t>(DType::F32): return "f32";
+    case static_cast<uint32_t>(DType::BF16): return "bf16";
+    case static_cast<uint32_t>(DType::F16): return "f16";
+    default: return nullptr;
   }
 }
 
@@ -145,7 +156,7 @@ void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t lay
   const uint64_t elem = dtype_size(dtype_id);
   if (elem == 0)
     throw Error(where + ": unknown dtype id " + std::to_string(dtype_id) +
-                " (this reader knows 0 = f32; the file needs a newer mmgpt)");
+                 " (this reader knows 0 = f32, 1 = bf16, 2 = f16; the file needs a newer mmgpt)");
   if (!layout_known(layout_id))
     throw Error(where + ": unknown layout id " + std::to_string(layout_id) +
                 " (this reader knows 0 = row-major, 1 = panel16; the file needs a newer mmgpt)");
@@ -153,6 +164,9 @@ void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t lay
     throw Error(where + ": ndim " + std::to_string(shape.size()) + " exceeds limit " + std::to_string(kMaxDims));
   if (layout_id == static_cast<uint32_t>(Layout::Panel16) && shape.size() != 2)
     throw Error(where + ": layout panel16 needs a matrix, but the shape is " + shape_string(shape));
+  if (dtype_id != static_cast<uint32_t>(DType::F32) && layout_id != static_cast<uint32_t>(Layout::Panel16))
+    throw Error(where + ": dtype " + dtype_name(dtype_id) + " is only allowed in layout panel16 (this tensor is " +
+                layout_name(layout_id) + ")");
   uint64_t bytes = 0;
   if (!tensor_bytes(elem, layout_id, shape, bytes))
     throw Error(where + ": shape " + shape_string(shape) + " overflows a 64-bit byte count");
@@ -179,6 +193,9 @@ void check_tensor_set(const std::vector<NamedShape>& tensors, const ModelConfig&
     if (*it->second->shape != spec.shape)
       throw Error(source + ": tensor '" + spec.name + "' has shape " + shape_string(*it->second->shape) +
                   " but the config requires " + shape_string(spec.shape));
+    if (it->second->dtype != DType::F32 && !spec.matrix)
+      throw Error(source + ": tensor '" + spec.name + "' has dtype " + dtype_name(uint32_t(it->second->dtype)) +
+                  ", which only the weight matrices of the matmuls may have (everything else is f32)");
     if (it->second->layout == Layout::Panel16 && !spec.matrix)
       throw Error(source + ": tensor '" + spec.name +
                   "' has layout panel16, which only the weight matrices of the matmuls may have");

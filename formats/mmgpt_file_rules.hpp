@@ -13,6 +13,7 @@ namespace mmgpt::mmgpt_file {
 
 // Bytes per element of a known dtype id, or 0 when the id is unknown.
 uint64_t dtype_size(uint32_t dtype_id);
+const char* dtype_name(uint32_t dtype_id);  // "f32", "bf16", "f16", or nullptr
 bool layout_known(uint32_t layout_id);
 
 // Tokenizer sanity against the config: kind known; Char/Gpt2Bpe have 1..vocab_size
@@ -22,18 +23,19 @@ bool layout_known(uint32_t layout_id);
 void check_tokenizer(const TokenizerData& tok, const ModelConfig& config, const std::string& source);
 
 // One directory entry on its own: name well-formed, dtype and layout known,
-// at most kMaxDims dims, stored bytes (tensor_bytes) computed without
+// a 16-bit dtype only in layout panel16, at most kMaxDims dims, stored bytes (tensor_bytes) computed without
 // overflow and equal to nbytes. Does not look at offsets.
 void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t layout_id,
                         const std::vector<uint64_t>& shape, uint64_t nbytes, const std::string& source);
 
 // The set of tensors against required_tensors(config): no duplicate names,
 // every required tensor present with exactly its shape, nothing extra.
-// Panel16 is allowed only for the required tensors marked `matrix`.
+// Panel16 and the 16-bit dtypes are allowed only for the required tensors marked `matrix`.
 struct NamedShape {
   const std::string* name;
   const std::vector<uint64_t>* shape;
   Layout layout = Layout::RowMajor;
+  DType dtype = DType::F32;
 };
 void check_tensor_set(const std::vector<NamedShape>& tensors, const ModelConfig& config, const std::string& source);
 

@@ -42,7 +42,7 @@ void validate_inputs(const std::string& path, const ModelConfig& config, const T
     check_tensor_entry(t.name, static_cast<uint32_t>(t.dtype), static_cast<uint32_t>(t.layout), t.shape, t.nbytes,
                        path);
     if (t.data == nullptr) throw Error(path + ": tensor '" + t.name + "': data is null");
-    named.push_back({&t.name, &t.shape, t.layout});
+    named.push_back({&t.name, &t.shape, t.layout, t.dtype});
   }
   check_tensor_set(named, config, path);
 }

@@ -19,7 +19,9 @@ const IsaTable* runnable_table(std::string_view name) {
 #if defined(__x86_64__) || defined(_M_X64)
     __builtin_cpu_init();  // safe to repeat; needed if we run before libgcc's constructor
     const bool fma = __builtin_cpu_supports("fma");
-    if (name == "avx2") return (__builtin_cpu_supports("avx2") && fma) ? &avx2_table() : nullptr;
+    // F16C: the f16 weight kernels widen with VCVTPH2PS (every AVX2 CPU we know has it).
+    if (name == "avx2")
+        return (__builtin_cpu_supports("avx2") && fma && __builtin_cpu_supports("f16c")) ? &avx2_table() : nullptr;
     if (name == "avx512") {
         const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && fma;

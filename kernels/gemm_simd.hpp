@@ -16,9 +16,23 @@
 // acc = 0, then the epilogue (epilogue.hpp), whatever the tile, block or
 // thread it lands in. So a row's result does not depend on M (decode equals
 // prefill equals a batch) nor on the number of threads.
+//
+// Weight types (template parameter WT): f32 panels are loaded as they are;
+// bf16 and f16 panels hold the same element order in 2 bytes, and each
+// vector of weights is widened to f32 in registers right after its load
+// (bf16: zero-extend 16 -> 32 bits and shift left 16; f16: the hardware
+// conversion, VCVTPH2PS / FCVTL). Widening is exact, so a 16-bit matrix gives
+// bit for bit the result of the f32 kernel on its widened values.
 #include <cstddef>
+#include <cstdint>
 
 #include <xsimd/xsimd.hpp>
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 #include "kernels/epilogue.hpp"
 #include "kernels/gemm_blocking.hpp"
@@ -26,16 +40,64 @@
 
 namespace mmgpt::kernels::simd {
 
+// Weight element types of PanelGemm (the storage type E of one element).
+struct WeightF32 { using E = float; };
+struct WeightBF16 { using E = uint16_t; };
+struct WeightF16 { using E = uint16_t; };
+
+template <class>
+inline constexpr bool kUnsupportedWeight = false;
+
+// W consecutive weights from p, as f32 lanes.
+template <class WT, class B>
+inline B load_weights(const typename WT::E* p) {
+    constexpr size_t W = B::size;
+    if constexpr (__is_same(WT, WeightF32)) {
+        return B::load_unaligned(p);
+    }
+#if defined(__AVX512F__)
+    else if constexpr (W == 16 && __is_same(WT, WeightBF16)) {
+        const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        return B(_mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
+    } else if constexpr (W == 16 && __is_same(WT, WeightF16)) {
+        return B(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+    }
+#endif
+#if defined(__AVX2__)
+    else if constexpr (W == 8 && __is_same(WT, WeightBF16)) {
+        const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+        return B(_mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+    }
+#if defined(__F16C__)
+    else if constexpr (W == 8 && __is_same(WT, WeightF16)) {
+        return B(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    }
+#endif
+#endif
+#if defined(__aarch64__)
+    else if constexpr (W == 4 && __is_same(WT, WeightBF16)) {
+        return B(vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)));
+    } else if constexpr (W == 4 && __is_same(WT, WeightF16)) {
+        return B(vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))));
+    }
+#endif
+    else {
+        static_assert(kUnsupportedWeight<WT>, "no widening load for this weight type on this ISA");
+        return B(0.0f);
+    }
+}
+
 // Act supplies the vector GELUs (so gemm and the elementwise kernels share them).
-template <class Arch, class Act>
+template <class Arch, class Act, class WT = WeightF32>
 struct PanelGemm {
     using B = xsimd::batch<float, Arch>;
+    using WE = typename WT::E;
     static constexpr size_t W = B::size;
     static constexpr size_t VP = kPanelWidth / W;   // vectors per panel k-step
     static constexpr size_t MR = 6;
     static constexpr size_t P = W == 16 ? 2 : 1;     // panels per GEMM tile
     static constexpr size_t PG = 8 / VP > 0 ? 8 / VP : 1;  // panels per decode tile: 8 accumulators
-    static constexpr size_t kPrefetchSteps = 24;     // k-steps (cache lines) ahead per panel stream
+    static constexpr size_t kPrefetchBytes = 24 * 64;  // ahead per panel stream (24 f32 k-steps)
     static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
 
     struct Out {
@@ -98,10 +160,10 @@ struct PanelGemm {
     // part_out (row stride ldp) or, on the last K block, go through the
     // epilogue to o.
     template <size_t R, size_t NP, bool Prefetch>
-    static void micro(const float* x, size_t ldx, const float* w, size_t K, size_t k0, size_t k1,
+    static void micro(const float* x, size_t ldx, const WE* w, size_t K, size_t k0, size_t k1,
                       const float* part_in, float* part_out, size_t ldp, const Out& o) {
         constexpr size_t V = NP * VP;
-        const size_t ps = kPanelWidth * K;  // floats between panels
+        const size_t ps = kPanelWidth * K;  // elements between panels
         B acc[R][V];
 #pragma GCC unroll 8
         for (size_t i = 0; i < R; ++i)
@@ -112,10 +174,10 @@ struct PanelGemm {
             B wv[V];
 #pragma GCC unroll 8
             for (size_t p = 0; p < NP; ++p) {
-                const float* wk = w + p * ps + k * kPanelWidth;
-                if constexpr (Prefetch) __builtin_prefetch(wk + kPrefetchSteps * kPanelWidth);
+                const WE* wk = w + p * ps + k * kPanelWidth;
+                if constexpr (Prefetch) __builtin_prefetch(reinterpret_cast<const char*>(wk) + kPrefetchBytes);
 #pragma GCC unroll 8
-                for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = B::load_unaligned(wk + v * W);
+                for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = load_weights<WT, B>(wk + v * W);
             }
 #pragma GCC unroll 8
             for (size_t i = 0; i < R; ++i) {
@@ -136,7 +198,7 @@ struct PanelGemm {
     }
 
     template <size_t NP>
-    static void micro_rows(size_t rows, const float* x, size_t ldx, const float* w, size_t K, size_t k0, size_t k1,
+    static void micro_rows(size_t rows, const float* x, size_t ldx, const WE* w, size_t K, size_t k0, size_t k1,
                            const float* part_in, float* part_out, size_t ldp, const Out& o) {
         static_assert(MR == 6, "the cases below cover rows 1 .. 6");
         switch (rows) {
@@ -152,7 +214,7 @@ struct PanelGemm {
 
     // Output columns of panels [p0, p1): y[M, N] (+)= act(x[M, K] W^T + bias).
     // `scratch` holds gemm_scratch_floats(M, K, p1 - p0) floats.
-    static void run(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
+    static void run(const float* x, const WE* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                     size_t p0, size_t p1, Epilogue e, float* scratch) {
         if (M == 0 || p0 >= p1) return;
         auto out = [&](size_t m, size_t p, size_t np) {
@@ -180,7 +242,7 @@ struct PanelGemm {
                 const bool first = kc0 == 0, last = kc1 == K;
                 for (size_t p = p0; p < p1;) {
                     const size_t np = p + P <= p1 ? P : 1;
-                    const float* wpan = wp + p * ps;
+                    const WE* wpan = wp + p * ps;
                     for (size_t m = mc0; m < mc1;) {
                         const size_t rows = mc1 - m < MR ? mc1 - m : MR;
                         float* part = b.blocked ? scratch + (m - mc0) * ldp + (p - p0) * kPanelWidth : nullptr;

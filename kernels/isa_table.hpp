@@ -9,6 +9,7 @@
 // The table entries are serial; the public functions in kernels.cpp split the
 // work over threads (by output rows, never over a reduction).
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/epilogue.hpp"
 
@@ -34,6 +35,11 @@ struct IsaTable {
     void (*gelu_erf)(float* x, size_t n);
     void (*gelu_tanh)(float* x, size_t n);
     void (*softmax)(float* x, size_t n);
+    // gemm_panels over 16-bit panels (same layout, bf16 / f16 elements).
+    void (*gemm_panels_bf16)(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K,
+                             size_t N, size_t p0, size_t p1, Epilogue e, float* scratch);
+    void (*gemm_panels_f16)(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K,
+                            size_t N, size_t p0, size_t p1, Epilogue e, float* scratch);
 };
 
 const IsaTable& scalar_table();

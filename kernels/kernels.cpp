@@ -59,10 +59,11 @@ void matmul(const float* x, const float* w, const float* bias, float* y, size_t 
     for_chunks(N, grain, [&](size_t n0, size_t n1) { t.matmul_cols(x, w, bias, y, M, K, N, n0, n1); });
 }
 
-void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
-                   Epilogue e) {
-    if (M == 0 || N == 0) return;
-    const auto& t = detail::active_table();
+namespace {
+
+// Splits the panels of an M-row product over tasks and runs gemm(p0, p1, scratch) on each.
+template <class Gemm>
+void for_panel_ranges(size_t M, size_t K, size_t N, Gemm gemm) {
     const size_t panels = panel_count(N);
     // Tasks own whole panel ranges (each streams its own part of W). Decode:
     // ranges just big enough to be worth a task (>= kMinWorkPerTask), so the
@@ -84,7 +85,30 @@ void matmul_packed(const float* x, const float* wp, const float* bias, float* y,
         thread_local std::vector<float> scratch;
         const size_t need = detail::gemm_scratch_floats(M, K, p1 - p0);
         if (scratch.size() < need) scratch.resize(need);
-        t.gemm_panels(x, wp, bias, y, M, K, N, p0, p1, e, scratch.data());
+        gemm(p0, p1, scratch.data());
+    });
+}
+
+}  // namespace
+
+void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
+                   Epilogue e) {
+    if (M == 0 || N == 0) return;
+    const auto& t = detail::active_table();
+    for_panel_ranges(M, K, N, [&](size_t p0, size_t p1, float* scratch) {
+        t.gemm_panels(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
+    });
+}
+
+void matmul_packed(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
+                   size_t N, Epilogue e) {
+    if (type == WeightType::F32) return matmul_packed(x, static_cast<const float*>(wp), bias, y, M, K, N, e);
+    if (M == 0 || N == 0) return;
+    const auto& t = detail::active_table();
+    const auto gemm = type == WeightType::BF16 ? t.gemm_panels_bf16 : t.gemm_panels_f16;
+    const auto* w16 = static_cast<const uint16_t*>(wp);
+    for_panel_ranges(M, K, N, [&](size_t p0, size_t p1, float* scratch) {
+        gemm(x, w16, bias, y, M, K, N, p0, p1, e, scratch);
     });
 }
 

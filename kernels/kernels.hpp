@@ -9,6 +9,7 @@
 // Results do not depend on the number of threads: parallel work is split over
 // output rows/columns, never over a reduction.
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 #include "kernels/epilogue.hpp"
@@ -27,6 +28,13 @@ void matmul(const float* x, const float* w, const float* bias, float* y, size_t 
 // residual add: y[M, N] (+)= act(x[M, K] W^T + bias).
 void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                    Epilogue e = {});
+// The same over a packed W of any weight type (`wp`: its first element).
+// bf16 / f16 weights are widened to f32 exactly in registers; x, the sums and
+// y stay f32, with the same numerics (one FMA chain per output from zero, so
+// independent of M and of the thread count). Same result as the f32 overload
+// on the widened matrix, bit for bit.
+void matmul_packed(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
+                   size_t N, Epilogue e = {});
 // One query's causal attention over n keys and values (rows of hd floats):
 //   out[d] = sum_j softmax_j(scale * q . k_j) v_j[d].
 // s: n floats of scratch (left holding the probabilities). Serial: the
@@ -46,11 +54,17 @@ namespace scalar {
 void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N);
 void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                    Epilogue e = {});
+void matmul_packed(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
+                   size_t N, Epilogue e = {});
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
                    float* out);
-// Table entry behind matmul_packed (isa_table.hpp).
+// Table entries behind matmul_packed (isa_table.hpp).
 void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                  size_t p0, size_t p1, Epilogue e, float* scratch);
+void gemm_panels_bf16(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
+                      size_t p0, size_t p1, Epilogue e, float* scratch);
+void gemm_panels_f16(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
+                     size_t p0, size_t p1, Epilogue e, float* scratch);
 float dot(const float* a, const float* b, size_t n);
 void axpy(float a, const float* x, float* y, size_t n);
 void add(float* y, const float* x, size_t n);

@@ -1,8 +1,8 @@
-// AVX2 + FMA instantiation of kernels_simd.hpp. CMake compiles this file (and
-// only this file) with -mavx2 -mfma because of its name; dispatch.cpp calls it
-// only on CPUs that report both features.
-#if !defined(__AVX2__) || !defined(__FMA__)
-#error "kernels_avx2.cpp must be compiled with -mavx2 -mfma"
+// AVX2 + FMA (+ F16C) instantiation of kernels_simd.hpp. CMake compiles this
+// file (and only this file) with -mavx2 -mfma -mf16c because of its name;
+// dispatch.cpp calls it only on CPUs that report all three features.
+#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
+#error "kernels_avx2.cpp must be compiled with -mavx2 -mfma -mf16c"
 #endif
 #include "kernels/kernels_simd.hpp"
 

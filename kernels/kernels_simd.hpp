@@ -133,6 +133,18 @@ struct Kernels {
         PanelGemm<Arch, Kernels>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
     }
 
+    MMGPT_SIMD_ENTRY static void gemm_panels_bf16(const float* x, const uint16_t* wp, const float* bias, float* y,
+                                                  size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e,
+                                                  float* scratch) {
+        PanelGemm<Arch, Kernels, WeightBF16>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
+    }
+
+    MMGPT_SIMD_ENTRY static void gemm_panels_f16(const float* x, const uint16_t* wp, const float* bias, float* y,
+                                                 size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e,
+                                                 float* scratch) {
+        PanelGemm<Arch, Kernels, WeightF16>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
+    }
+
     MMGPT_SIMD_ENTRY static void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd,
                                                float scale, float* s, float* out) {
         AttentionRow<Arch, Kernels>::run(q, k, v, n, hd, scale, s, out);
@@ -300,7 +312,8 @@ struct Kernels {
     }
 
     static detail::IsaTable table(const char* name) {
-        return detail::IsaTable{name, &matmul_cols, &gemm_panels, &attention_row, &dot, &axpy, &add, &layernorm, &gelu_erf, &gelu_tanh, &softmax};
+        return detail::IsaTable{name, &matmul_cols, &gemm_panels, &attention_row, &dot, &axpy, &add, &layernorm, &gelu_erf, &gelu_tanh, &softmax,
+                                 &gemm_panels_bf16, &gemm_panels_f16};
     }
 };
 

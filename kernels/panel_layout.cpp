@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "formats/half.hpp"
+
 namespace mmgpt::kernels {
 
 void pack_panels(const float* w, size_t N, size_t K, float* out) {
@@ -13,6 +15,23 @@ void pack_panels(const float* w, size_t N, size_t K, float* out) {
 void unpack_panel_row(const float* packed, size_t K, size_t n, float* row) {
     const float* p = packed + panel_index(K, n, 0);
     for (size_t k = 0; k < K; ++k) row[k] = p[k * kPanelWidth];
+}
+
+void unpack_panel_row(const void* packed, WeightType type, size_t K, size_t n, float* row) {
+    if (type == WeightType::F32) return unpack_panel_row(static_cast<const float*>(packed), K, n, row);
+    const uint16_t* p = static_cast<const uint16_t*>(packed) + panel_index(K, n, 0);
+    if (type == WeightType::BF16)
+        for (size_t k = 0; k < K; ++k) row[k] = bf16_to_f32(p[k * kPanelWidth]);
+    else
+        for (size_t k = 0; k < K; ++k) row[k] = f16_to_f32(p[k * kPanelWidth]);
+}
+
+void narrow_to_bf16(const float* in, size_t n, uint16_t* out) {
+    for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
+}
+
+void narrow_to_f16(const float* in, size_t n, uint16_t* out) {
+    for (size_t i = 0; i < n; ++i) out[i] = f32_to_f16(in[i]);
 }
 
 }  // namespace mmgpt::kernels

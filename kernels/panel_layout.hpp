@@ -7,11 +7,21 @@
 // N are zero. So one k-step of a panel is exactly one 64-byte cache line, a
 // matmul streams each panel front to back, and the vector registers of every
 // ISA (4, 8 or 16 floats) hold whole columns of a panel row.
+//
+// The same layout holds 16-bit weights (file dtypes bf16 and f16): identical
+// element order, 2 bytes per element, so a panel k-step is half a cache line.
 #include <cstddef>
+#include <cstdint>
 
 namespace mmgpt::kernels {
 
 inline constexpr size_t kPanelWidth = 16;
+
+// Element type of a packed weight matrix. The kernels widen bf16 and f16 to
+// f32 in registers (exactly); activations and sums are always f32.
+//   BF16: bfloat16, the top 16 bits of an IEEE binary32;  F16: IEEE binary16.
+enum class WeightType { F32 = 0, BF16 = 1, F16 = 2 };
+inline size_t weight_type_size(WeightType t) { return t == WeightType::F32 ? 4 : 2; }
 
 inline size_t panel_count(size_t N) { return (N + kPanelWidth - 1) / kPanelWidth; }
 // Floats a packed W[N, K] occupies (N rounded up to whole panels).
@@ -25,5 +35,12 @@ inline size_t panel_index(size_t K, size_t n, size_t k) {
 void pack_panels(const float* w, size_t N, size_t K, float* out);
 // Copies row n of a packed W[N, K] (K strided floats) into `row`.
 void unpack_panel_row(const float* packed, size_t K, size_t n, float* row);
+// The same for a packed W of any weight type (`packed` points at its first
+// element), widened to f32 exactly.
+void unpack_panel_row(const void* packed, WeightType type, size_t K, size_t n, float* row);
+// Rounds `n` floats to bf16 / f16 (nearest, ties to even), e.g. a whole packed
+// matrix after pack_panels: the zero padding stays zero.
+void narrow_to_bf16(const float* in, size_t n, uint16_t* out);
+void narrow_to_f16(const float* in, size_t n, uint16_t* out);
 
 }  // namespace mmgpt::kernels

@@ -1,21 +1,25 @@
 // Scalar reference of the panel-packed matmul: the specification of
 // gemm_simd.hpp. One output at a time, summed in float in index order, then
-// the epilogue in the documented order (epilogue.hpp).
+// the epilogue in the documented order (epilogue.hpp). 16-bit weights are
+// widened to f32 exactly (formats/half.hpp) before the same arithmetic.
+#include "formats/half.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/panel_layout.hpp"
 
 namespace mmgpt::kernels::scalar {
+namespace {
 
-void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
-                 size_t p0, size_t p1, Epilogue e, float* /*scratch*/) {
+template <class E, class Widen>
+void gemm_panels_of(const float* x, const E* wp, const float* bias, float* y, size_t M, size_t K, size_t N, size_t p0,
+                    size_t p1, Epilogue e, Widen widen) {
     const size_t n1 = p1 * kPanelWidth < N ? p1 * kPanelWidth : N;
     for (size_t m = 0; m < M; ++m) {
         const float* xm = x + m * K;
         for (size_t n = p0 * kPanelWidth; n < n1; ++n) {
-            const float* wn = wp + panel_index(K, n, 0);
+            const E* wn = wp + panel_index(K, n, 0);
             float acc = 0.0f;
-            for (size_t k = 0; k < K; ++k) acc += xm[k] * wn[k * kPanelWidth];
+            for (size_t k = 0; k < K; ++k) acc += xm[k] * widen(wn[k * kPanelWidth]);
             float v = bias ? acc + bias[n] : acc;
             if (e.act == Activation::GeluErf) gelu_erf(&v, 1);
             if (e.act == Activation::GeluTanh) gelu_tanh(&v, 1);
@@ -25,9 +29,40 @@ void gemm_panels(const float* x, const float* wp, const float* bias, float* y, s
     }
 }
 
+}  // namespace
+
+void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
+                 size_t p0, size_t p1, Epilogue e, float* /*scratch*/) {
+    gemm_panels_of(x, wp, bias, y, M, K, N, p0, p1, e, [](float v) { return v; });
+}
+
+void gemm_panels_bf16(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
+                      size_t p0, size_t p1, Epilogue e, float* /*scratch*/) {
+    gemm_panels_of(x, wp, bias, y, M, K, N, p0, p1, e, [](uint16_t v) { return bf16_to_f32(v); });
+}
+
+void gemm_panels_f16(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
+                     size_t p0, size_t p1, Epilogue e, float* /*scratch*/) {
+    gemm_panels_of(x, wp, bias, y, M, K, N, p0, p1, e, [](uint16_t v) { return f16_to_f32(v); });
+}
+
 void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                    Epilogue e) {
     gemm_panels(x, wp, bias, y, M, K, N, 0, panel_count(N), e, nullptr);
+}
+
+void matmul_packed(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
+                   size_t N, Epilogue e) {
+    const size_t panels = panel_count(N);
+    switch (type) {
+        case WeightType::F32: gemm_panels(x, static_cast<const float*>(wp), bias, y, M, K, N, 0, panels, e, nullptr); break;
+        case WeightType::BF16:
+            gemm_panels_bf16(x, static_cast<const uint16_t*>(wp), bias, y, M, K, N, 0, panels, e, nullptr);
+            break;
+        case WeightType::F16:
+            gemm_panels_f16(x, static_cast<const uint16_t*>(wp), bias, y, M, K, N, 0, panels, e, nullptr);
+            break;
+    }
 }
 
 }  // namespace mmgpt::kernels::scalar

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/half.hpp"
 #include "formats/mmgpt_file.hpp"
 #include "kernels/panel_layout.hpp"
 
@@ -19,12 +20,19 @@ inline std::string temp_path(const std::string& name) {
 // Writes a random model with `config` (and a char tokenizer over `alphabet`
 // when non-empty) to `path`. Weights ~ N(0, scale); norm weights around 1.
 // `layout` Panel16 stores the matrices as the converter does (same values).
+// With Panel16, `matrix_dtype` bf16/f16 stores the matrices rounded to that
+// type (nearest even, as the converter does); `widened_f32` then stores those
+// rounded values as f32 instead (the exact f32 twin of the 16-bit file).
 inline void write_random_model(const std::string& path, const ModelConfig& config, uint64_t seed,
                                const std::string& alphabet = "", float scale = 0.2f, int64_t eos_id = -1,
-                               Layout layout = Layout::RowMajor) {
+                               Layout layout = Layout::RowMajor, DType matrix_dtype = DType::F32,
+                               bool widened_f32 = false) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, scale);
   std::vector<std::vector<float>> storage;
+  std::vector<std::vector<uint16_t>> storage16;
+  storage.reserve(required_tensors(config).size());
+  storage16.reserve(required_tensors(config).size());
   std::vector<TensorToWrite> tensors;
   for (const TensorSpec& spec : required_tensors(config)) {
     uint64_t n = 1;
@@ -37,6 +45,20 @@ inline void write_random_model(const std::string& path, const ModelConfig& confi
       std::vector<float> packed(kernels::panel_floats(spec.shape[0], spec.shape[1]));
       kernels::pack_panels(data.data(), spec.shape[0], spec.shape[1], packed.data());
       data.swap(packed);
+    }
+    if (pack && matrix_dtype != DType::F32) {
+      std::vector<uint16_t> narrow(data.size());
+      for (size_t i = 0; i < data.size(); ++i)
+        narrow[i] = matrix_dtype == DType::BF16 ? f32_to_bf16(data[i]) : f32_to_f16(data[i]);
+      if (widened_f32) {
+        for (size_t i = 0; i < data.size(); ++i)
+          data[i] = matrix_dtype == DType::BF16 ? bf16_to_f32(narrow[i]) : f16_to_f32(narrow[i]);
+      } else {
+        storage16.push_back(std::move(narrow));
+        tensors.push_back({spec.name, matrix_dtype, Layout::Panel16, spec.shape, storage16.back().data(),
+                           storage16.back().size() * sizeof(uint16_t)});
+        continue;
+      }
     }
     storage.push_back(std::move(data));
     tensors.push_back({spec.name, DType::F32, pack ? Layout::Panel16 : Layout::RowMajor, spec.shape,

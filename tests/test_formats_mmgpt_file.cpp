@@ -874,3 +874,71 @@ TEST_CASE("panel16 matrices: round trip, and the layout's own rules") {
   set_u32(img, entry_of(img, "wpe").layout, 1);
   CHECK_REJECTS(img, "tensor 'wpe' has layout panel16, which only the weight matrices of the matmuls may have");
 }
+
+TEST_CASE("bf16 / f16 matrices: round trip, 2 bytes per element in panel16, nowhere else") {
+  ModelConfig cfg = tiny_config();
+  cfg.tied_lm_head = false;
+  Model m = make_model(cfg, char_tokenizer());
+  // Every matrix as 16-bit panels (the element values do not matter to the format);
+  // lm_head.weight in f16, the others in bf16.
+  std::vector<std::vector<uint16_t>> packed;
+  packed.reserve(m.tensors.size());
+  const std::vector<TensorSpec> specs = required_tensors(cfg);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (!specs[i].matrix) continue;
+    const uint64_t n = specs[i].shape[0], k = specs[i].shape[1], panels = (n + 15) / 16;
+    std::vector<uint16_t> p(panels * 16 * k, 0);
+    for (uint64_t r = 0; r < n; ++r)
+      for (uint64_t c = 0; c < k; ++c) p[(r / 16) * 16 * k + c * 16 + r % 16] = uint16_t(1000 * i + r * k + c);
+    packed.push_back(std::move(p));
+    m.tensors[i].layout = Layout::Panel16;
+    m.tensors[i].dtype = specs[i].name == "lm_head.weight" ? DType::F16 : DType::BF16;
+    m.tensors[i].data = packed.back().data();
+    m.tensors[i].nbytes = packed.back().size() * sizeof(uint16_t);
+  }
+  const std::string dir = test_dir("half");
+  write(dir + "/model.mmgpt", m);
+  const ModelFile f = ModelFile::open(dir + "/model.mmgpt");
+  for (const TensorSpec& s : specs) {
+    CAPTURE(s.name);
+    const TensorView& t = f.tensor(s.name);
+    CHECK(t.dtype == (!s.matrix ? DType::F32 : s.name == "lm_head.weight" ? DType::F16 : DType::BF16));
+  }
+  const TensorView& wte = f.tensor("wte");  // [11, 8]: one panel of 16 x 8 two-byte elements
+  CHECK(wte.nbytes == 16 * 8 * 2);
+  CHECK(wte.u16()[3 * 16 + 2] == uint16_t(2 * 8 + 3));  // W[2][3] of tensor 0
+  CHECK(wte.u16()[3 * 16 + 12] == 0);                    // padding row 12
+  CHECK(f.tensor("lm_head.weight").nbytes == 16 * 8 * 2);
+
+  // The writer refuses a 16-bit dtype outside panel16, and on a tensor that is not a matrix.
+  Model bad = make_model(cfg, char_tokenizer());
+  bad.tensors[0].dtype = DType::BF16;  // wte, row-major
+  bad.tensors[0].nbytes /= 2;
+  CHECK_THROWS_WITH_AS(write(dir + "/bad.mmgpt", bad),
+                       doctest::Contains("tensor 'wte': dtype bf16 is only allowed in layout panel16"), mmgpt::Error);
+  // wpe [16, 8] in panel16 f16: right size, but not a matmul weight.
+  bad = make_model(cfg, char_tokenizer());
+  std::vector<uint16_t> wpe16(16 * 8, 0);
+  bad.tensors[1].dtype = DType::F16;
+  bad.tensors[1].layout = Layout::Panel16;
+  bad.tensors[1].data = wpe16.data();
+  bad.tensors[1].nbytes = wpe16.size() * 2;
+  CHECK_THROWS_WITH_AS(write(dir + "/bad.mmgpt", bad),
+                       doctest::Contains("tensor 'wpe' has dtype f16, which only the weight matrices"), mmgpt::Error);
+
+  // The reader: a 16-bit dtype on a row-major tensor, a vector, or with f32's byte count.
+  const Bytes& base = tiny_image();
+  Bytes img = base;
+  set_u32(img, entry_of(img, "h.0.ln_1.weight").dtype, 1);
+  CHECK_REJECTS(img, "tensor 'h.0.ln_1.weight': dtype bf16 is only allowed in layout panel16 (this tensor is row-major)");
+  img = base;
+  set_u32(img, entry_of(img, "wte").dtype, 2);
+  CHECK_REJECTS(img, "tensor 'wte': dtype f16 is only allowed in layout panel16");
+  img = base;
+  set_u32(img, entry_of(img, "wte").dtype, 2);
+  set_u32(img, entry_of(img, "wte").layout, 1);
+  CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16 (expected 256)");
+  img = base;
+  set_u32(img, entry_of(img, "wte").dtype, 3);
+  CHECK_REJECTS(img, "tensor 'wte': unknown dtype id 3 (this reader knows 0 = f32, 1 = bf16, 2 = f16");
+}

@@ -93,11 +93,10 @@ double peak_rss_mib() {
 // head included (wte when tied), but only one row of each embedding table.
 uint64_t decode_weight_bytes(const Model& model) {
   const ModelConfig& c = model.config();
-  const uint64_t row = uint64_t{c.n_embd} * sizeof(float);
   uint64_t bytes = 0;
   for (const TensorView& t : model.file().tensors()) {
     if (t.name == "wpe" || (t.name == "wte" && !c.tied_lm_head))
-      bytes += row;
+      bytes += uint64_t{c.n_embd} * (t.dtype == DType::F32 ? 4 : 2);  // one row (bf16/f16 wte: 2 bytes each)
     else
       bytes += t.nbytes;
   }

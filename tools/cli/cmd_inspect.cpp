@@ -26,7 +26,25 @@ const char* tokenizer_name(TokenizerKind k) {
   }
   return "?";
 }
-const char* dtype_name(DType d) { return d == DType::F32 ? "f32" : "?"; }
+const char* dtype_name(DType d) {
+  const char* name = mmgpt_file::dtype_name(static_cast<uint32_t>(d));
+  return name ? name : "?";
+}
+
+// "f32 (12 tensors, 1234 bytes), bf16 (...)": the bytes per dtype, in id order.
+std::string dtype_summary(const ModelFile& f) {
+  std::string s;
+  for (DType d : {DType::F32, DType::BF16, DType::F16}) {
+    size_t n = 0;
+    uint64_t bytes = 0;
+    for (const TensorView& v : f.tensors())
+      if (v.dtype == d) ++n, bytes += v.nbytes;
+    if (n == 0) continue;
+    s += std::string(s.empty() ? "" : ", ") + dtype_name(d) + " (" + std::to_string(n) + " tensors, " +
+         std::to_string(bytes) + " bytes)";
+  }
+  return s;
+}
 const char* layout_name(Layout l) {
   const char* name = mmgpt_file::layout_name(static_cast<uint32_t>(l));
   return name ? name : "?";
@@ -63,6 +81,14 @@ nlohmann::json to_json(const ModelFile& f) {
     params += v.numel();
   }
   j["parameters"] = params;
+  nlohmann::json dtypes = nlohmann::json::object();
+  for (const TensorView& v : f.tensors()) {
+    nlohmann::json& e = dtypes[dtype_name(v.dtype)];
+    if (e.is_null()) e = {{"tensors", 0}, {"bytes", 0}};
+    e["tensors"] = e["tensors"].get<uint64_t>() + 1;
+    e["bytes"] = e["bytes"].get<uint64_t>() + v.nbytes;
+  }
+  j["dtypes"] = dtypes;
   j["tensors"] = tensors;
   return j;
 }
@@ -88,7 +114,7 @@ void print_text(const ModelFile& f) {
   else
     std::printf("tokenizer     %s, %zu tokens, %zu merges, end-of-text id %lld\n", tokenizer_name(t.kind), t.tokens.size(),
                 t.merges.size(), static_cast<long long>(t.eos_id));
-  std::printf("tensors       %zu\n", f.tensors().size());
+  std::printf("tensors       %zu: %s\n", f.tensors().size(), dtype_summary(f).c_str());
   for (const TensorView& v : f.tensors())
     std::printf("  %-28s %-4s %-10s %-16s %12llu bytes @ %llu\n", v.name.c_str(), dtype_name(v.dtype),
                 layout_name(v.layout), shape_string(v.shape).c_str(), static_cast<unsigned long long>(v.nbytes),

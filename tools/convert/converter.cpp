@@ -29,6 +29,15 @@ namespace {
 
 constexpr uint32_t kGpt2Vocab = 50257;
 
+DType parse_dtype(const std::string& name, const char* option) {
+  if (name == "f32") return DType::F32;
+  if (name == "bf16") return DType::BF16;
+  if (name == "f16") return DType::F16;
+  throw Error(std::string(option) + " '" + name + "' is not one of f32, bf16, f16");
+}
+
+const char* dtype_label(DType d) { return d == DType::BF16 ? "bf16" : d == DType::F16 ? "f16" : "f32"; }
+
 // The tokenizer: --tokenizer, else files beside the checkpoint, else (nanoGPT
 // trained on GPT-2 BPE, the default) the bundled GPT-2 files, else none.
 std::optional<FoundTokenizer> choose_tokenizer(const ConvertOptions& opt, const std::string& checkpoint,
@@ -82,12 +91,20 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
   if (opt.weight_layout != "panel16" && opt.weight_layout != "row-major")
     throw Error("--weight-layout '" + opt.weight_layout + "' is not one of panel16, row-major");
   const bool pack = opt.weight_layout == "panel16";
+  const DType dtype = parse_dtype(opt.dtype, "--dtype");
+  const DType dtype_head = opt.dtype_head.empty() ? dtype : parse_dtype(opt.dtype_head, "--dtype-head");
+  if (!pack && (dtype != DType::F32 || dtype_head != DType::F32))
+    throw Error("--dtype bf16/f16 (and --dtype-head) need --weight-layout panel16: 16-bit weights are stored only "
+                "in the panel layout");
+  const std::string head_name = model.config.tied_lm_head ? "wte" : "lm_head.weight";
   std::map<std::string, TensorPtr*> by_name;
   for (auto& [name, t] : model.tensors)
     if (!by_name.emplace(name, &t).second) throw Error("internal: layout produced '" + name + "' twice");
   std::vector<TensorToWrite> to_write;
   std::vector<std::vector<float>> packed;  // panel-layout copies of the matrices
   packed.reserve(model.tensors.size());
+  std::vector<std::vector<uint16_t>> narrowed;  // the 16-bit ones
+  narrowed.reserve(model.tensors.size());
   uint64_t bytes = 0;
   std::set<std::string> dtypes;
   for (const TensorSpec& spec : required_tensors(model.config)) {
@@ -107,8 +124,21 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
       kernels::pack_panels(t.data.data(), n, k, packed.back().data());
       it->second->reset();  // frees the unpacked copy unless the checkpoint still holds it
       w.layout = Layout::Panel16;
-      w.data = packed.back().data();
-      w.nbytes = uint64_t(packed.back().size()) * sizeof(float);
+      w.dtype = spec.name == head_name ? dtype_head : dtype;
+      if (w.dtype == DType::F32) {
+        w.data = packed.back().data();
+        w.nbytes = uint64_t(packed.back().size()) * sizeof(float);
+      } else {
+        const std::vector<float>& f = packed.back();
+        narrowed.emplace_back(f.size());
+        if (w.dtype == DType::BF16)
+          kernels::narrow_to_bf16(f.data(), f.size(), narrowed.back().data());
+        else
+          kernels::narrow_to_f16(f.data(), f.size(), narrowed.back().data());
+        std::vector<float>().swap(packed.back());  // the f32 copy is no longer needed
+        w.data = narrowed.back().data();
+        w.nbytes = uint64_t(narrowed.back().size()) * sizeof(uint16_t);
+      }
     } else {
       w.data = t.data.data();
       w.nbytes = uint64_t(t.data.size()) * sizeof(float);
@@ -120,6 +150,10 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
   if (!by_name.empty()) throw Error("internal: layout produced an unexpected tensor " + by_name.begin()->first);
 
   summary.notes = std::move(model.notes);
+  if (dtype != DType::F32 || dtype_head != DType::F32)
+    summary.notes.push_back(std::string("weight matrices stored as ") + dtype_label(dtype) + ", the LM head (" +
+                            head_name + ") as " + dtype_label(dtype_head) +
+                            " (rounded to nearest even); norms, biases and wpe stay f32");
   for (const std::string& dt : dtypes)
     summary.notes.push_back("weights stored as " + dt + " in the checkpoint were widened to float32");
 

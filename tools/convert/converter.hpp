@@ -20,6 +20,13 @@ struct ConvertOptions {
   // --weight-layout: how weight matrices are stored. panel16 (the default) is
   // what the fast kernels stream; row-major is the plain layout of older files.
   std::string weight_layout = "panel16";
+  // --dtype: element type of the weight matrices (qkv, attn proj, mlp fc/proj,
+  // and wte when it is not the LM head): f32 (default), bf16 or f16, rounded
+  // to nearest even. Norms, biases and wpe stay f32. 16-bit needs panel16.
+  std::string dtype = "f32";
+  // --dtype-head: element type of the LM head (lm_head.weight, or wte when
+  // tied); empty = the same as dtype.
+  std::string dtype_head;
 };
 
 struct ConvertSummary {

@@ -1,0 +1,154 @@
+// Engine with 16-bit weight matrices (bf16 / f16 panels): the Embed op widens
+// the token's row of a 16-bit wte, the MatMul ops run the 16-bit kernels.
+// - Exactness: a 16-bit model computes bit for bit what the f32 panel16 model
+//   holding the same (widened) values computes.
+// - Accuracy: a GPT-2-shaped small model's logits in bf16 / f16 stay close to
+//   those of the original f32 model.
+// - Decode equals prefill, and thread counts do not matter, as for f32.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <tbb/global_control.h>
+
+#include "engine/executor.hpp"
+#include "engine/mmgpt.hpp"
+#include "engine_test_model.hpp"
+
+using namespace mmgpt;
+
+namespace {
+
+std::vector<float> all_logits(Executor& ex, const std::vector<int32_t>& ids) {
+  KVCache cache(ex.model().config());
+  auto l = ex.run(ids, cache, ids.size());
+  return {l.begin(), l.end()};
+}
+
+std::vector<int32_t> random_ids(size_t n, uint32_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (auto& i : ids) i = static_cast<int32_t>(rng() % vocab);
+  return ids;
+}
+
+const char* name(DType d) { return d == DType::BF16 ? "bf16" : "f16"; }
+
+// A small model shaped like GPT-2 (tied head, tanh GELU, biases everywhere,
+// width a multiple of 64 heads, MLP 4x).
+ModelConfig gpt2_like() {
+  ModelConfig c = test::small_config(2, 4, 128, 48, 509);
+  c.gelu = GeluKind::Tanh;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("a bf16 / f16 model computes bit for bit what its widened f32 twin computes") {
+  for (DType dt : {DType::BF16, DType::F16})
+    for (bool tied : {true, false}) {
+      CAPTURE(std::string(name(dt)));
+      CAPTURE(tied);
+      ModelConfig cfg = test::small_config(2, 3, 30, 16, 37);
+      cfg.tied_lm_head = tied;
+      const std::string a = test::temp_path("engine_half.mmgpt"), b = test::temp_path("engine_half_twin.mmgpt");
+      test::write_random_model(a, cfg, 17, "", 0.3f, -1, Layout::Panel16, dt);
+      test::write_random_model(b, cfg, 17, "", 0.3f, -1, Layout::Panel16, dt, true);
+      Executor ha(Model::load(a)), fb(Model::load(b));
+      CHECK(ha.model().file().tensor("h.0.mlp.fc.weight").dtype == dt);
+      CHECK(ha.model().file().tensor("wte").dtype == dt);
+      CHECK(ha.model().file().tensor("wpe").dtype == DType::F32);
+      CHECK(fb.model().file().tensor("wte").dtype == DType::F32);
+      CHECK(ha.graph().to_string().find(std::string("w=h.0.attn.qkv.weight [panel16 ") + name(dt) + "]") !=
+            std::string::npos);
+      auto ids = random_ids(cfg.n_ctx, cfg.vocab_size, 4);
+      auto la = all_logits(ha, ids), lb = all_logits(fb, ids);
+      CHECK(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)) == 0);
+    }
+}
+
+TEST_CASE("GPT-2-shaped model: bf16 / f16 logits stay close to the f32 model's") {
+  const ModelConfig cfg = gpt2_like();
+  const std::string f = test::temp_path("engine_half_f32.mmgpt");
+  test::write_random_model(f, cfg, 99, "", 0.08f, -1, Layout::Panel16);
+  Executor ef(Model::load(f));
+  auto ids = random_ids(cfg.n_ctx, cfg.vocab_size, 12);
+  const auto want = all_logits(ef, ids);
+  const size_t V = cfg.vocab_size, T = ids.size();
+  for (DType dt : {DType::BF16, DType::F16}) {
+    CAPTURE(std::string(name(dt)));
+    const std::string h = test::temp_path("engine_half_gpt2.mmgpt");
+    test::write_random_model(h, cfg, 99, "", 0.08f, -1, Layout::Panel16, dt);
+    Executor eh(Model::load(h));
+    const auto got = all_logits(eh, ids);
+    REQUIRE(got.size() == want.size());
+    // Per position: the largest logit error relative to the spread of that row,
+    // and the KL divergence of the next-token distributions.
+    double worst_rel = 0, kl_sum = 0;
+    size_t argmax_differ = 0;
+    for (size_t t = 0; t < T; ++t) {
+      const float* a = want.data() + t * V;
+      const float* b = got.data() + t * V;
+      const double amax = *std::max_element(a, a + V), amin = *std::min_element(a, a + V);
+      const double bmax = *std::max_element(b, b + V);
+      double err = 0, za = 0, zb = 0;
+      for (size_t v = 0; v < V; ++v) {
+        err = std::max(err, std::fabs(double(a[v]) - b[v]));
+        za += std::exp(a[v] - amax);
+        zb += std::exp(b[v] - bmax);
+      }
+      worst_rel = std::max(worst_rel, err / (amax - amin));
+      double kl = 0;
+      for (size_t v = 0; v < V; ++v) {
+        const double lp = a[v] - amax - std::log(za), lq = b[v] - bmax - std::log(zb);
+        kl += std::exp(lp) * (lp - lq);
+      }
+      kl_sum += kl;
+      argmax_differ += (std::max_element(a, a + V) - a) != (std::max_element(b, b + V) - b);
+    }
+    const double mean_kl = kl_sum / T;
+    MESSAGE(std::string(name(dt)) << ": worst |logit error| / logit range " << worst_rel << ", mean KL " << mean_kl
+                     << ", argmax differs at " << argmax_differ << " of " << T);
+    // bf16 keeps 8 significant bits (relative rounding <= 2^-9), f16 11 (<= 2^-12).
+    CHECK(worst_rel < (dt == DType::BF16 ? 0.02 : 0.003));
+    CHECK(mean_kl < (dt == DType::BF16 ? 1e-4 : 2e-6));
+    CHECK(argmax_differ <= T / 10);
+  }
+}
+
+TEST_CASE("bf16 / f16 model: decode with the KV cache matches prefill, for any thread count") {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    CAPTURE(std::string(name(dt)));
+    ModelConfig cfg = test::small_config(2, 4, 64, 24, 101);
+    cfg.tied_lm_head = dt == DType::F16;
+    const std::string path = test::temp_path("engine_half_cache.mmgpt");
+    test::write_random_model(path, cfg, 8, "", 0.2f, -1, Layout::Panel16, dt);
+    auto model = Model::load(path);
+    auto ids = random_ids(cfg.n_ctx, cfg.vocab_size, 3);
+    std::vector<float> one, two;
+    {
+      tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
+      Executor ex(model);
+      one = all_logits(ex, ids);
+    }
+    {
+      tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
+      Executor ex(model);
+      two = all_logits(ex, ids);
+    }
+    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+    Executor ex(model);
+    const size_t V = cfg.vocab_size;
+    KVCache cache(cfg);
+    auto l = ex.run(std::span(ids).first(3), cache, 1);
+    float worst = 0;
+    for (size_t v = 0; v < V; ++v) worst = std::max(worst, std::fabs(l[v] - one[2 * V + v]));
+    for (size_t t = 3; t < ids.size(); ++t) {
+      l = ex.run(std::span(ids).subspan(t, 1), cache, 1);
+      for (size_t v = 0; v < V; ++v) worst = std::max(worst, std::fabs(l[v] - one[t * V + v]));
+    }
+    CHECK(worst < 1e-5f);
+  }
+}
