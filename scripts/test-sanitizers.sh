@@ -49,7 +49,11 @@ fi
 
 if [[ " $stages " == *" tsan "* ]]; then
   build=${MMGPT_TSAN_BUILD_DIR:-build-tsan}
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=g++ \
+  # The compiler is chosen when the directory is first configured (naming it again
+  # as another path to the same g++ would make CMake wipe the cache and rebuild).
+  compiler=()
+  [ -f "$build/CMakeCache.txt" ] || compiler=(-DCMAKE_CXX_COMPILER=g++)
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${compiler[@]}" \
     -DMMGPT_SANITIZE=thread -DMMGPT_BUILD_BENCH=OFF >/dev/null
   targets=()
   for src in tests/test_kernels_*.cpp tests/test_engine*.cpp; do targets+=("$(basename "$src" .cpp)"); done
