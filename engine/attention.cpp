@@ -7,9 +7,9 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/partitioner.h>
-#include <tbb/parallel_for.h>
 
 #include "kernels/kernels.hpp"
+#include "kernels/parallel.hpp"
 
 namespace mmgpt {
 
@@ -36,7 +36,7 @@ void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, 
   const size_t rows = n_head * tokens;
   const size_t work_per_row = (base + (tokens + 1) / 2) * hd * 2 + 1;  // multiply-adds, on average
   const size_t grain = std::max<size_t>(1, (size_t{1} << 15) / work_per_row);
-  tbb::parallel_for(
+  mmgpt::parallel_for(
       tbb::blocked_range<size_t>(0, rows, grain),
       [&](const tbb::blocked_range<size_t>& r) {
         std::vector<float> scores(base + tokens);

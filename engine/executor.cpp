@@ -3,11 +3,13 @@
 #include <cstring>
 #include <string>
 
-#include <tbb/parallel_for.h>
+#include <tbb/blocked_range.h>
+#include <tbb/partitioner.h>
 
 #include "engine/attention.hpp"
 #include "formats/error.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/parallel.hpp"
 
 namespace mmgpt {
 
@@ -97,11 +99,16 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
       // Each sequence attends to its own cache; sequences run in parallel.
       std::vector<size_t> first_row(steps.size());
       for (size_t i = 0, row = 0; i < steps.size(); row += steps[i].ids.size(), ++i) first_row[i] = row;
-      tbb::parallel_for(size_t{0}, steps.size(), [&](size_t i) {
-        const SequenceStep& s = steps[i];
-        causal_attention(in + first_row[i] * 3 * d, out + first_row[i] * d, s.ids.size(), s.cache->length(),
-                         static_cast<size_t>(op.layer), c.n_head, *s.cache);
-      });
+      mmgpt::parallel_for(
+          tbb::blocked_range<size_t>(0, steps.size(), 1),
+          [&](const tbb::blocked_range<size_t>& r) {
+            for (size_t i = r.begin(); i < r.end(); ++i) {
+              const SequenceStep& s = steps[i];
+              causal_attention(in + first_row[i] * 3 * d, out + first_row[i] * d, s.ids.size(), s.cache->length(),
+                               static_cast<size_t>(op.layer), c.n_head, *s.cache);
+            }
+          },
+          tbb::auto_partitioner());
       break;
     }
     case OpKind::AddInPlace:

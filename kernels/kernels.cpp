@@ -10,12 +10,12 @@
 #include <tbb/blocked_range.h>
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
-#include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 
 #include "kernels/gemm_blocking.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/parallel.hpp"
 
 namespace mmgpt::kernels {
 namespace {
@@ -38,7 +38,7 @@ void for_chunks(size_t n, size_t grain, F f) {
         return;
     }
     const size_t chunks = ceil_div(n, grain);
-    tbb::parallel_for(
+    mmgpt::parallel_for(
         tbb::blocked_range<size_t>(0, chunks, 1),
         [&](const tbb::blocked_range<size_t>& r) {
             for (size_t c = r.begin(); c < r.end(); ++c) f(c * grain, std::min(n, (c + 1) * grain));

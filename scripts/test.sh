@@ -4,6 +4,9 @@
 #    so the NEON path is run too (scripts/test-aarch64.sh);
 #  - a short fixed-seed smoke run of every libFuzzer target, plus its stored
 #    regression inputs (scripts/fuzz-smoke.sh);
+#  - the sanitizer stages (scripts/test-sanitizers.sh): the whole ctest suite
+#    under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan), and the
+#    threaded kernel and engine tests under ThreadSanitizer (build-tsan);
 #  - every host test with ctest (doctest unit tests, the PyTorch reference
 #    tests, the CLI contract, the tokenizer conformance), last, so its summary
 #    closes the output.
@@ -13,5 +16,6 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh
 bash scripts/test-aarch64.sh
 MMGPT_FUZZ_SEED=1 bash scripts/fuzz-smoke.sh 10
+bash scripts/test-sanitizers.sh
 cd build
 ctest --output-on-failure -j "$(nproc)" "$@"

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <tbb/global_control.h>
+#include <thread>
 
 #include "engine/executor.hpp"
 #include "engine/mmgpt.hpp"
@@ -300,5 +301,55 @@ TEST_CASE("a batch gives each prompt exactly what it gets alone") {
       CHECK(events[i] == 25);
     }
   }
+  }
+}
+
+TEST_CASE("one LanguageModel used from several threads at once gives each call what it gives alone") {
+  // The embedding API's promise (engine/mmgpt.hpp): const methods may run
+  // concurrently. Each thread generates, batch-generates and scores on the
+  // same model while the others do, inside their own TBB parallel loops; the
+  // ThreadSanitizer stage (scripts/test-sanitizers.sh) runs this too.
+  auto cfg = test::small_config(2, 4, 64, 48, 300);
+  const std::string path = test::temp_path("engine_concurrent.mmgpt");
+  test::write_random_model(path, cfg, 13, "", 0.3f, -1, Layout::Panel16);
+  const auto lm = LanguageModel::load(path);
+  constexpr size_t kThreads = 4;
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < kThreads; ++i) prompts.push_back(random_ids(20 + 5 * i, cfg.vocab_size, 40 + i));
+  auto options = [](size_t i) {
+    GenerateOptions opt;
+    opt.max_new_tokens = 40;  // past the context of 48 for the longer prompts
+    opt.sampling.seed = 7 + i;
+    opt.sampling.greedy = i % 2 == 0;
+    return opt;
+  };
+  struct Result {
+    std::vector<int32_t> tokens;
+    std::vector<std::vector<int32_t>> batch;
+    double nll = 0;
+  };
+  auto work = [&](size_t i) {
+    Result r;
+    r.tokens = lm.generate(prompts[i], options(i)).tokens;
+    for (const auto& b : lm.generate_batch({prompts[i], prompts[(i + 1) % kThreads]}, options(i))) r.batch.push_back(b.tokens);
+    PerplexityOptions po;
+    po.ctx = 16;
+    po.stride = 8;
+    r.nll = lm.perplexity(prompts[i], po).mean_nll;
+    return r;
+  };
+  std::vector<Result> alone(kThreads), together(kThreads);
+  for (size_t i = 0; i < kThreads; ++i) alone[i] = work(i);
+  {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < kThreads; ++i) threads.emplace_back([&, i] { together[i] = work(i); });
+    for (auto& t : threads) t.join();
+  }
+  for (size_t i = 0; i < kThreads; ++i) {
+    CAPTURE(i);
+    CHECK(together[i].tokens.size() == 40);
+    CHECK(together[i].tokens == alone[i].tokens);
+    CHECK(together[i].batch == alone[i].batch);
+    CHECK(together[i].nll == alone[i].nll);
   }
 }

@@ -196,7 +196,10 @@ TEST_CASE("fused epilogues equal the unfused kernels bit for bit") {
 
 TEST_CASE("packed matmul: a row's result does not depend on M (decode equals prefill equals a batch)") {
     kt::for_each_simd_isa([](std::string_view) {
-        for (auto [M, K] : {std::pair<size_t, size_t>{13, 7}, {17, 768}, {300, 1031}}) {
+        for (auto mk : {std::pair<size_t, size_t>{13, 7}, {17, 768}, {300, 1031}}) {
+            // Named copies, not a structured binding: clang 14 (the sanitizer build)
+            // cannot capture bindings in CAPTURE's lambda.
+            const size_t M = mk.first, K = mk.second;
             CAPTURE(M);
             CAPTURE(K);
             const size_t N = 45;
@@ -217,7 +220,8 @@ TEST_CASE("packed matmul: a row's result does not depend on M (decode equals pre
 
 TEST_CASE("packed matmul results do not depend on the thread count") {
     kt::for_each_simd_isa([](std::string_view) {
-        for (auto [M, K, N] : {std::tuple<size_t, size_t, size_t>{1, 768, 2307}, {8, 768, 2307}, {300, 1031, 515}}) {
+        for (auto mkn : {std::tuple<size_t, size_t, size_t>{1, 768, 2307}, {8, 768, 2307}, {300, 1031, 515}}) {
+            const size_t M = std::get<0>(mkn), K = std::get<1>(mkn), N = std::get<2>(mkn);
             CAPTURE(M);
             const auto x = kt::random_floats(M * K, -1, 1, 5), w = kt::random_floats(N * K, -1, 1, 6);
             const auto b = kt::random_floats(N, -1, 1, 7);

@@ -1,0 +1,50 @@
+#pragma once
+// mmgpt's one way into tbb::parallel_for. Identical to calling it directly,
+// except under ThreadSanitizer (-DMMGPT_SANITIZE=thread, see
+// docs/sanitizers.md): there it also tells TSan about the two orderings TBB
+// guarantees and TSan cannot see, because Debian's libtbb is not instrumented
+// and hands tasks between threads through its own atomics:
+//   fork: everything the caller did before parallel_for happens before every
+//         call of the body;
+//   join: every call of the body happens before parallel_for returns.
+// With those edges stated, a TSan report whose top frame is in mmgpt code is
+// a real race in mmgpt. (The remaining reports on TBB's own task objects are
+// suppressed by tests/sanitizers/tsan.supp.)
+#include <tbb/parallel_for.h>
+
+#if defined(__SANITIZE_THREAD__)
+#define MMGPT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MMGPT_TSAN 1
+#endif
+#endif
+#ifdef MMGPT_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+namespace mmgpt {
+
+// Call it qualified, mmgpt::parallel_for: unqualified, argument-dependent lookup
+// also finds tbb::parallel_for, whose non-template partitioner overloads win.
+
+template <class Range, class Body, class Partitioner>
+void parallel_for(const Range& range, const Body& body, const Partitioner& partitioner) {
+#ifdef MMGPT_TSAN
+    char fork = 0, join = 0;
+    __tsan_release(&fork);
+    tbb::parallel_for(
+        range,
+        [&](const Range& r) {
+            __tsan_acquire(&fork);
+            body(r);
+            __tsan_release(&join);
+        },
+        partitioner);
+    __tsan_acquire(&join);
+#else
+    tbb::parallel_for(range, body, partitioner);
+#endif
+}
+
+}  // namespace mmgpt
