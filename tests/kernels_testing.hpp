@@ -11,9 +11,22 @@
 
 #include <doctest/doctest.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "kernels/kernels.hpp"
 
 namespace kt {
+
+#if defined(__x86_64__)
+// F16C (CPUID leaf 1, ECX bit 29), read directly: clang 14, which builds the
+// sanitizer and fuzz trees, has no "f16c" for __builtin_cpu_supports.
+inline bool cpu_has_f16c() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
 
 // Unit roundoff of float: every correctly rounded operation has relative
 // error at most u.

@@ -14,7 +14,7 @@ TEST_CASE("the default instantiation is the best the CPU runs") {
 #if defined(__x86_64__)
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && kt::cpu_has_f16c();
     if (std::getenv("MMGPT_ISA") == nullptr) CHECK(name == (avx512 ? "avx512" : avx2 ? "avx2" : "scalar"));
     // Never an instantiation the CPU cannot run.
     kt::IsaGuard guard;
