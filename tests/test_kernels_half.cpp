@@ -253,7 +253,10 @@ TEST_CASE("bf16 / f16 packed matmul: every ISA against the exact evaluation, the
 TEST_CASE("bf16 / f16 packed matmul: K-blocked shapes equal the f32 kernel on the widened weights") {
     kt::for_each_simd_isa([](std::string_view) {
         for (WeightType t : {WeightType::BF16, WeightType::F16})
-            for (auto [M, K, N] : {std::tuple<size_t, size_t, size_t>{300, 300, 37}, {241, 1031, 18}, {97, 769, 33}}) {
+            for (auto mkn : {std::tuple<size_t, size_t, size_t>{300, 300, 37}, {241, 1031, 18}, {97, 769, 33}}) {
+                // Named copies, not a structured binding: clang 14 (the sanitizer build)
+                // cannot capture bindings in CAPTURE's lambda.
+                const size_t M = std::get<0>(mkn), K = std::get<1>(mkn), N = std::get<2>(mkn);
                 CAPTURE(std::string(type_name(t)));
                 CAPTURE(M);
                 const auto x = kt::random_floats(M * K, -1, 1, 3), b = kt::random_floats(N, -1, 1, 4);
@@ -269,7 +272,8 @@ TEST_CASE("bf16 / f16 packed matmul: K-blocked shapes equal the f32 kernel on th
 TEST_CASE("bf16 / f16 packed matmul: a row's result does not depend on M (decode row == prefill row)") {
     kt::for_each_simd_isa([](std::string_view) {
         for (WeightType t : {WeightType::BF16, WeightType::F16})
-            for (auto [M, K] : {std::pair<size_t, size_t>{13, 7}, {17, 768}, {300, 1031}}) {
+            for (auto mk : {std::pair<size_t, size_t>{13, 7}, {17, 768}, {300, 1031}}) {
+                const size_t M = mk.first, K = mk.second;
                 CAPTURE(std::string(type_name(t)));
                 CAPTURE(M);
                 CAPTURE(K);
@@ -291,7 +295,8 @@ TEST_CASE("bf16 / f16 packed matmul: a row's result does not depend on M (decode
 TEST_CASE("bf16 / f16 packed matmul results do not depend on the thread count") {
     kt::for_each_simd_isa([](std::string_view) {
         for (WeightType t : {WeightType::BF16, WeightType::F16})
-            for (auto [M, K, N] : {std::tuple<size_t, size_t, size_t>{1, 768, 2307}, {8, 768, 2307}, {300, 1031, 515}}) {
+            for (auto mkn : {std::tuple<size_t, size_t, size_t>{1, 768, 2307}, {8, 768, 2307}, {300, 1031, 515}}) {
+                const size_t M = std::get<0>(mkn), K = std::get<1>(mkn), N = std::get<2>(mkn);
                 CAPTURE(std::string(type_name(t)));
                 CAPTURE(M);
                 const auto x = kt::random_floats(M * K, -1, 1, 5), b = kt::random_floats(N, -1, 1, 7);
