@@ -124,6 +124,20 @@ std::string mb(uint64_t bytes) {
   return s;
 }
 
+// Built with AddressSanitizer (GCC defines the macro, clang has the feature test).
+#if defined(__SANITIZE_ADDRESS__)
+#define MMGPT_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MMGPT_TEST_ASAN 1
+#endif
+#endif
+#ifdef MMGPT_TEST_ASAN
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 }  // namespace
 
 TEST_CASE("two processes mapping one model share its pages") {
@@ -167,6 +181,9 @@ TEST_CASE("two processes mapping one model share its pages") {
   CHECK(b_private < file_size / 50);
   CHECK(a_private < file_size / 50);
   CHECK(field(b_map, "Pss") < file_size * 6 / 10);
-  // What B has to itself (code, heap, activations) is small next to the model.
-  CHECK(field(b_all, "Private_Clean") + field(b_all, "Private_Dirty") < file_size / 4);
+  // What B has to itself (code, heap, activations) is small next to the model:
+  // under a quarter of it (4.9 MB of 59.4 MB in the Release build). ASan's
+  // runtime adds its own private pages (shadow memory, redzones, the quarantine of
+  // freed blocks: 20 MB measured), so the sanitized build is allowed half.
+  CHECK(field(b_all, "Private_Clean") + field(b_all, "Private_Dirty") < file_size / (kSanitized ? 2 : 4));
 }
