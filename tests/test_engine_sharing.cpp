@@ -124,15 +124,15 @@ std::string mb(uint64_t bytes) {
   return s;
 }
 
-// Built with AddressSanitizer (GCC defines the macro, clang has the feature test).
-#if defined(__SANITIZE_ADDRESS__)
-#define MMGPT_TEST_ASAN 1
+// Built with a sanitizer (GCC defines the macros, clang has the feature tests).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MMGPT_TEST_SANITIZED 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MMGPT_TEST_ASAN 1
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define MMGPT_TEST_SANITIZED 1
 #endif
 #endif
-#ifdef MMGPT_TEST_ASAN
+#ifdef MMGPT_TEST_SANITIZED
 constexpr bool kSanitized = true;
 #else
 constexpr bool kSanitized = false;
@@ -182,8 +182,14 @@ TEST_CASE("two processes mapping one model share its pages") {
   CHECK(a_private < file_size / 50);
   CHECK(field(b_map, "Pss") < file_size * 6 / 10);
   // What B has to itself (code, heap, activations) is small next to the model:
-  // under a quarter of it (4.9 MB of 59.4 MB in the Release build). ASan's
-  // runtime adds its own private pages (shadow memory, redzones, the quarantine of
-  // freed blocks: 20 MB measured), so the sanitized build is allowed half.
-  CHECK(field(b_all, "Private_Clean") + field(b_all, "Private_Dirty") < file_size / (kSanitized ? 2 : 4));
+  // under a quarter of it (4.9 MB of 59.4 MB measured in the Release build, which
+  // the final host ctest runs). In a sanitized build that figure is the sanitizer
+  // runtime's (shadow memory, redzones, quarantine: 20 MB under ASan, 308 MB under
+  // TSan), not mmgpt's, so there it is reported, not bounded; the model mapping's
+  // own checks above hold in every build.
+  const uint64_t b_whole_private = field(b_all, "Private_Clean") + field(b_all, "Private_Dirty");
+  if (kSanitized)
+    MESSAGE("sanitized build: process B's private memory " << mb(b_whole_private) << " is the sanitizer's, not bounded");
+  else
+    CHECK(b_whole_private < file_size / 4);
 }
