@@ -1,10 +1,11 @@
 #pragma once
 // Keys and values of the tokens a sequence has seen, per layer and head,
 // stored [layer][head][position][head_dim] so that attention for one head
-// reads its cache contiguously.
+// reads its cache contiguously. The storage is huge-page memory, zero until
+// written (engine/huge_page_buffer.hpp).
 #include <cstddef>
-#include <vector>
 
+#include "engine/huge_page_buffer.hpp"
 #include "formats/model_config.hpp"
 
 namespace mmgpt {
@@ -29,7 +30,7 @@ class KVCache {
   size_t block(size_t layer, size_t head) const { return ((layer * n_head_) + head) * capacity_ * head_dim_; }
   size_t n_head_, head_dim_, capacity_;
   size_t length_ = 0;
-  std::vector<float> keys_, values_;
+  HugePageBuffer keys_, values_;  // huge pages: decode streams all of it every step
 };
 
 }  // namespace mmgpt

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "engine/executor.hpp"
+#include "engine/huge_page_buffer.hpp"
 #include "engine/mmgpt.hpp"
 #include "engine_test_model.hpp"
 #include "formats/error.hpp"
@@ -352,4 +353,32 @@ TEST_CASE("one LanguageModel used from several threads at once gives each call w
     CHECK(together[i].batch == alone[i].batch);
     CHECK(together[i].nll == alone[i].nll);
   }
+}
+
+TEST_CASE("KV-cache storage: zero until written, 2 MiB-aligned, copies and moves keep the contents") {
+  for (size_t floats : {size_t{1}, size_t{1031}, size_t{(3u << 20) / 4 + 7}}) {
+    CAPTURE(floats);
+    HugePageBuffer a(floats);
+    REQUIRE(a.size() == floats);
+    CHECK(reinterpret_cast<uintptr_t>(a.data()) % (size_t{2} << 20) == 0);
+    CHECK(std::all_of(a.data(), a.data() + floats, [](float x) { return x == 0.0f; }));
+    for (size_t i = 0; i < floats; ++i) a.data()[i] = static_cast<float>(i % 977);
+    HugePageBuffer b(a);
+    CHECK(b.data() != a.data());
+    CHECK(std::equal(a.data(), a.data() + floats, b.data()));
+    HugePageBuffer c(std::move(b));
+    CHECK(b.size() == 0);
+    CHECK(b.data() == nullptr);
+    CHECK(std::equal(a.data(), a.data() + floats, c.data()));
+    HugePageBuffer d(5);
+    d = c;
+    CHECK(std::equal(a.data(), a.data() + floats, d.data()));
+    d = HugePageBuffer(3);
+    CHECK(d.size() == 3);
+    CHECK(d.data()[2] == 0.0f);
+  }
+  HugePageBuffer empty(0);
+  CHECK(empty.data() == nullptr);
+  HugePageBuffer copy(empty);
+  CHECK(copy.size() == 0);
 }
