@@ -4,6 +4,7 @@
 // the parser's allocations stay bounded. The bound is measured, not assumed:
 // this executable counts every operator new (tests/alloc_counter.hpp).
 #include "alloc_counter.hpp"
+#include "bounds_testing.hpp"
 
 #include <doctest/doctest.h>
 
@@ -23,31 +24,8 @@
 
 namespace {
 
-constexpr uint64_t MiB = uint64_t(1) << 20;
-
-// Runs `f`, expects an mmgpt::Error whose message holds every part, and checks
-// that neither a single request nor the peak of live bytes passed `limit`.
-void refused_within(uint64_t limit, const std::function<void()>& f, const std::vector<std::string>& parts) {
-  std::string msg;
-  uint64_t peak = 0, largest = 0;
-  {
-    alloc_counter::Scope scope;
-    try {
-      f();
-    } catch (const mmgpt::Error& e) {
-      msg = e.what();
-    }
-    peak = scope.peak_bytes();
-    largest = scope.largest_bytes();
-  }
-  INFO("message: " << msg);
-  INFO("peak " << peak << " bytes, largest request " << largest << " bytes, limit " << limit);
-  REQUIRE_MESSAGE(!msg.empty(), "no mmgpt::Error thrown");
-  for (const auto& p : parts) CHECK_MESSAGE(msg.find(p) != std::string::npos, "the message lacks '" << p << "'");
-  CHECK(msg.find('\n') == std::string::npos);
-  CHECK(largest <= limit);
-  CHECK(peak <= limit);
-}
+using bounds_testing::MiB;
+using bounds_testing::refused_within;
 
 std::string tmp(const std::string& name) {
   const std::string dir = std::string(MMGPT_TEST_TMP) + "/formats_bounds";
