@@ -9,6 +9,10 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <cpuid.h>
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
@@ -26,24 +30,66 @@ bool cpu_has_f16c() {
 }
 #endif
 
+#if defined(__x86_64__) || defined(_M_X64)
+// AVX-512 VNNI from CPUID leaf 7, ECX bit 11 (the same for gcc and clang).
+bool cpu_has_avx512vnni() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    return (ecx & (1u << 11)) != 0;
+}
+
+bool cpu_runs_avx2() {
+    __builtin_cpu_init();  // safe to repeat; needed if we run before libgcc's constructor
+    // F16C: the f16 weight kernels widen with VCVTPH2PS (every AVX2 CPU we know has it).
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+}
+
+bool cpu_runs_avx512() {
+    return cpu_runs_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+}
+#endif
+
+#if defined(__aarch64__)
+// The Armv8.2 dot product (SDOT), from the kernel's hardware capabilities.
+bool cpu_has_dotprod() {
+#if defined(__linux__)
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+    return false;
+#endif
+}
+#endif
+
+IsaTable with_quant(IsaTable t, const QuantKernels& q) {
+    t.quant = &q;
+    return t;
+}
+
 // The table for `name` if it is built into this binary and the CPU can run
-// it; nullptr otherwise.
+// it; nullptr otherwise. Each comes with the best quantized kernels the CPU
+// runs at that level.
 const IsaTable* runnable_table(std::string_view name) {
     if (name == "scalar") return &scalar_table();
 #if defined(__x86_64__) || defined(_M_X64)
-    __builtin_cpu_init();  // safe to repeat; needed if we run before libgcc's constructor
-    const bool fma = __builtin_cpu_supports("fma");
-    // F16C: the f16 weight kernels widen with VCVTPH2PS (every AVX2 CPU we know has it).
-    if (name == "avx2")
-        return (__builtin_cpu_supports("avx2") && fma && cpu_has_f16c()) ? &avx2_table() : nullptr;
+    if (name == "avx2") {
+        if (!cpu_runs_avx2()) return nullptr;
+        static const IsaTable t = with_quant(avx2_table(), avx2_quant_kernels());
+        return &t;
+    }
     if (name == "avx512") {
-        const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && fma;
-        return ok ? &avx512_table() : nullptr;
+        if (!cpu_runs_avx512()) return nullptr;
+        static const IsaTable t =
+            with_quant(avx512_table(), cpu_has_avx512vnni() ? avx512vnni_quant_kernels() : avx2_quant_kernels());
+        return &t;
     }
 #endif
 #if defined(__aarch64__)
-    if (name == "neon") return &neon_table();  // Advanced SIMD is mandatory on AArch64
+    if (name == "neon") {  // Advanced SIMD is mandatory on AArch64
+        static const IsaTable t =
+            with_quant(neon_table(), cpu_has_dotprod() ? neon_dotprod_quant_kernels() : neon_quant_kernels());
+        return &t;
+    }
 #endif
     return nullptr;
 }
@@ -76,11 +122,26 @@ std::atomic<const IsaTable*>& current() {
 
 const IsaTable& active_table() { return *current().load(std::memory_order_acquire); }
 
+std::vector<const QuantKernels*> runnable_quant_kernels() {
+    std::vector<const QuantKernels*> all{&scalar_quant_kernels()};
+#if defined(__x86_64__) || defined(_M_X64)
+    if (cpu_runs_avx2()) all.push_back(&avx2_quant_kernels());
+    if (cpu_runs_avx512() && cpu_has_avx512vnni()) all.push_back(&avx512vnni_quant_kernels());
+#endif
+#if defined(__aarch64__)
+    all.push_back(&neon_quant_kernels());
+    if (cpu_has_dotprod()) all.push_back(&neon_dotprod_quant_kernels());
+#endif
+    return all;
+}
+
 }  // namespace mmgpt::kernels::detail
 
 namespace mmgpt::kernels {
 
 std::string_view isa_name() { return detail::active_table().name; }
+
+std::string_view quant_isa_name() { return detail::active_table().quant->name; }
 
 bool force_isa(std::string_view name) {
     const detail::IsaTable* t = detail::runnable_table(name);

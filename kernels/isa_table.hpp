@@ -10,10 +10,39 @@
 // work over threads (by output rows, never over a reduction).
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/epilogue.hpp"
+#include "kernels/quant_layout.hpp"
 
 namespace mmgpt::kernels::detail {
+
+// The block-quantized kernels (quant_layout.hpp). A set of its own because
+// the instructions that make them fast are extensions of their own (VNNI,
+// the Arm dot product): dispatch.cpp pairs each ISA table with the best set
+// the CPU runs.
+struct QuantKernels {
+    const char* name;
+    // Panels [p0, p1) of y[M, N] (+)= act(x W^T + bias) for quantized x and W.
+    void (*gemm_panels_q8_0)(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M,
+                             size_t K, size_t N, size_t p0, size_t p1, Epilogue e);
+    void (*gemm_panels_q4_0)(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M,
+                             size_t K, size_t N, size_t p0, size_t p1, Epilogue e);
+    // Rows of x[M, K] to q8 blocks (quant_layout.hpp): q[M * Kp], scale / sum[M * Kb].
+    void (*quantize_rows)(const float* x, size_t M, size_t K, int8_t* q, float* scale, int32_t* sum);
+};
+
+const QuantKernels& scalar_quant_kernels();
+#if defined(__x86_64__) || defined(_M_X64)
+const QuantKernels& avx2_quant_kernels();        // AVX2 + FMA + F16C
+const QuantKernels& avx512vnni_quant_kernels();  // AVX-512 F/BW/VL + VNNI
+#endif
+#if defined(__aarch64__)
+const QuantKernels& neon_quant_kernels();          // baseline Advanced SIMD
+const QuantKernels& neon_dotprod_quant_kernels();  // + SDOT (Armv8.2 dot product)
+#endif
+// Every set this CPU and build can run (scalar first), for the tests.
+std::vector<const QuantKernels*> runnable_quant_kernels();
 
 struct IsaTable {
     const char* name;
@@ -40,6 +69,8 @@ struct IsaTable {
                              size_t N, size_t p0, size_t p1, Epilogue e, float* scratch);
     void (*gemm_panels_f16)(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K,
                             size_t N, size_t p0, size_t p1, Epilogue e, float* scratch);
+    // The quantized kernels paired with this table (set by dispatch.cpp).
+    const QuantKernels* quant = nullptr;
 };
 
 const IsaTable& scalar_table();

@@ -105,6 +105,22 @@ void matmul_packed(const float* x, const void* wp, WeightType type, const float*
     if (type == WeightType::F32) return matmul_packed(x, static_cast<const float*>(wp), bias, y, M, K, N, e);
     if (M == 0 || N == 0) return;
     const auto& t = detail::active_table();
+    if (is_quantized(type)) {
+        // x to q8 blocks once (the buffers are reused by the next call on this
+        // thread), then the panels in parallel against it.
+        thread_local std::vector<int8_t> q;
+        thread_local std::vector<float> scale;
+        thread_local std::vector<int32_t> sum;
+        const size_t Kb = quant_blocks(K);
+        if (q.size() < M * Kb * kQuantBlock) q.resize(M * Kb * kQuantBlock);
+        if (scale.size() < M * Kb) scale.resize(M * Kb), sum.resize(M * Kb);
+        quantize_rows(x, M, K, q.data(), scale.data(), sum.data());
+        const QuantizedRows xq{q.data(), scale.data(), sum.data(), Kb};
+        const auto gemm = type == WeightType::Q8_0 ? t.quant->gemm_panels_q8_0 : t.quant->gemm_panels_q4_0;
+        const auto* w8 = static_cast<const uint8_t*>(wp);
+        for_panel_ranges(M, K, N, [&](size_t p0, size_t p1, float*) { gemm(xq, w8, bias, y, M, K, N, p0, p1, e); });
+        return;
+    }
     const auto gemm = type == WeightType::BF16 ? t.gemm_panels_bf16 : t.gemm_panels_f16;
     const auto* w16 = static_cast<const uint16_t*>(wp);
     for_panel_ranges(M, K, N, [&](size_t p0, size_t p1, float* scratch) {
@@ -115,6 +131,16 @@ void matmul_packed(const float* x, const void* wp, WeightType type, const float*
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
                    float* out) {
     detail::active_table().attention_row(q, k, v, n, hd, scale, s, out);
+}
+
+void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, int32_t* sum) {
+    if (M == 0 || K == 0) return;
+    const auto& t = detail::active_table();
+    const size_t Kb = quant_blocks(K);
+    const size_t grain = ceil_div(kMinWorkPerTask, K);
+    for_chunks(M, grain, [&](size_t r0, size_t r1) {
+        t.quant->quantize_rows(x + r0 * K, r1 - r0, K, q + r0 * Kb * kQuantBlock, scale + r0 * Kb, sum + r0 * Kb);
+    });
 }
 
 float dot(const float* a, const float* b, size_t n) { return detail::active_table().dot(a, b, n); }

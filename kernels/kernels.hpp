@@ -14,11 +14,14 @@
 
 #include "kernels/epilogue.hpp"
 #include "kernels/panel_layout.hpp"
+#include "kernels/quant_layout.hpp"
 
 namespace mmgpt::kernels {
 
 // Name of the instantiation in use: "avx512", "avx2", "neon" or "scalar".
 std::string_view isa_name();
+// Name of the quantized kernels in use: "avx512-vnni", "avx2", "neon-dotprod", "neon" or "scalar".
+std::string_view quant_isa_name();
 // Forces an instantiation (for tests and benchmarks); false if the CPU cannot run it.
 bool force_isa(std::string_view name);
 
@@ -33,6 +36,9 @@ void matmul_packed(const float* x, const float* wp, const float* bias, float* y,
 // y stay f32, with the same numerics (one FMA chain per output from zero, so
 // independent of M and of the thread count). Same result as the f32 overload
 // on the widened matrix, bit for bit.
+// q8_0 / q4_0 weights (quant_layout.hpp): x is first quantized to q8 blocks,
+// then integer block dot products are scaled and summed in f32 (the
+// definition is scalar_quant.cpp); also independent of M and of threads.
 void matmul_packed(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
                    size_t N, Epilogue e = {});
 // One query's causal attention over n keys and values (rows of hd floats):
@@ -41,6 +47,9 @@ void matmul_packed(const float* x, const void* wp, WeightType type, const float*
 // engine runs rows of different heads and tokens in parallel.
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
                    float* out);
+// x[M, K] to q8 blocks (quant_layout.hpp); q: M * 32 * quant_blocks(K) bytes,
+// scale and sum: M * quant_blocks(K) each.
+void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, int32_t* sum);
 float dot(const float* a, const float* b, size_t n);
 void axpy(float a, const float* x, float* y, size_t n);                // y += a*x
 void add(float* y, const float* x, size_t n);                          // y += x
@@ -65,6 +74,11 @@ void gemm_panels_bf16(const float* x, const uint16_t* wp, const float* bias, flo
                       size_t p0, size_t p1, Epilogue e, float* scratch);
 void gemm_panels_f16(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                      size_t p0, size_t p1, Epilogue e, float* scratch);
+void gemm_panels_q8_0(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K,
+                      size_t N, size_t p0, size_t p1, Epilogue e);
+void gemm_panels_q4_0(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K,
+                      size_t N, size_t p0, size_t p1, Epilogue e);
+void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, int32_t* sum);
 float dot(const float* a, const float* b, size_t n);
 void axpy(float a, const float* x, float* y, size_t n);
 void add(float* y, const float* x, size_t n);

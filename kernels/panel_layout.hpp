@@ -20,8 +20,9 @@ inline constexpr size_t kPanelWidth = 16;
 // Element type of a packed weight matrix. The kernels widen bf16 and f16 to
 // f32 in registers (exactly); activations and sums are always f32.
 //   BF16: bfloat16, the top 16 bits of an IEEE binary32;  F16: IEEE binary16.
-enum class WeightType { F32 = 0, BF16 = 1, F16 = 2 };
-inline size_t weight_type_size(WeightType t) { return t == WeightType::F32 ? 4 : 2; }
+//   Q8_0, Q4_0: blocks of 32 small integers with an f16 scale, in their own
+//   panel arrangement (quant_layout.hpp); activations are quantized to 8 bits.
+enum class WeightType { F32 = 0, BF16 = 1, F16 = 2, Q8_0 = 3, Q4_0 = 4 };
 
 inline size_t panel_count(size_t N) { return (N + kPanelWidth - 1) / kPanelWidth; }
 // Floats a packed W[N, K] occupies (N rounded up to whole panels).

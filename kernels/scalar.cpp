@@ -114,7 +114,7 @@ const IsaTable& scalar_table() {
     static const IsaTable table{
         "scalar",         &scalar::matmul_cols, &scalar::gemm_panels, &scalar::attention_row, &scalar::dot,      &scalar::axpy,     &scalar::add,
         &scalar::layernorm, &scalar::gelu_erf,  &scalar::gelu_tanh, &scalar::softmax,
-        &scalar::gemm_panels_bf16, &scalar::gemm_panels_f16,
+        &scalar::gemm_panels_bf16, &scalar::gemm_panels_f16, &scalar_quant_kernels(),
     };
     return table;
 }

@@ -2,6 +2,8 @@
 // gemm_simd.hpp. One output at a time, summed in float in index order, then
 // the epilogue in the documented order (epilogue.hpp). 16-bit weights are
 // widened to f32 exactly (formats/half.hpp) before the same arithmetic.
+#include <vector>
+
 #include "formats/half.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
@@ -62,6 +64,21 @@ void matmul_packed(const float* x, const void* wp, WeightType type, const float*
         case WeightType::F16:
             gemm_panels_f16(x, static_cast<const uint16_t*>(wp), bias, y, M, K, N, 0, panels, e, nullptr);
             break;
+        case WeightType::Q8_0:
+        case WeightType::Q4_0: {
+            const size_t Kb = quant_blocks(K);
+            std::vector<int8_t> q(M * Kb * kQuantBlock);
+            std::vector<float> scale(M * Kb);
+            std::vector<int32_t> sum(M * Kb);
+            quantize_rows(x, M, K, q.data(), scale.data(), sum.data());
+            const QuantizedRows xq{q.data(), scale.data(), sum.data(), Kb};
+            const auto* w8 = static_cast<const uint8_t*>(wp);
+            if (type == WeightType::Q8_0)
+                gemm_panels_q8_0(xq, w8, bias, y, M, K, N, 0, panels, e);
+            else
+                gemm_panels_q4_0(xq, w8, bias, y, M, K, N, 0, panels, e);
+            break;
+        }
     }
 }
 
