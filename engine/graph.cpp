@@ -35,10 +35,11 @@ class GraphBuilder {
     const TensorView& t = model_.file().tensor(w);
     o.packed = t.layout == Layout::Panel16;
     o.w_data = t.data;
-    // The reader allows 16-bit dtypes only on panel16 matrices (the Embed and MatMul weights).
-    o.w_type = t.dtype == DType::BF16  ? kernels::WeightType::BF16
-               : t.dtype == DType::F16 ? kernels::WeightType::F16
-                                       : kernels::WeightType::F32;
+    // The reader allows dtypes other than f32 only on panel16 matrices (the
+    // Embed and MatMul weights); the kernels' weight type ids are the file's dtype ids.
+    static_assert(int(kernels::WeightType::Q4_0) == int(DType::Q4_0) && int(kernels::WeightType::Q8_0) == int(DType::Q8_0) &&
+                  int(kernels::WeightType::F16) == int(DType::F16) && int(kernels::WeightType::BF16) == int(DType::BF16));
+    o.w_type = static_cast<kernels::WeightType>(t.dtype);
     o.w = t.dtype == DType::F32 ? t.f32() : nullptr;
     if (!b.empty()) {
       o.bias = b;
@@ -151,7 +152,7 @@ std::string Graph::to_string() const {
     if (o.kind == OpKind::MatMul && o.epilogue.act != kernels::Activation::None)
       out << " +" << (o.epilogue.act == kernels::Activation::GeluErf ? "gelu_erf" : "gelu_tanh");
     if (o.kind == OpKind::MatMul && o.epilogue.accumulate) out << " (added into " << buffers[o.output].name << ")";
-    static const char* kTypes[] = {"", " bf16", " f16"};
+    static const char* kTypes[] = {"", " bf16", " f16", " q8_0", " q4_0"};
     if (!o.weight.empty())
       out << "  w=" << o.weight << (o.packed ? " [panel16" + std::string(kTypes[int(o.w_type)]) + "]" : "");
     if (!o.bias.empty()) out << " b=" << o.bias;

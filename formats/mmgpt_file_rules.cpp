@@ -76,6 +76,8 @@ const char* dtype_name(uint32_t dtype_id) {
     case static_cast<uint32_t>(DType::F32): return "f32";
     case static_cast<uint32_t>(DType::BF16): return "bf16";
     case static_cast<uint32_t>(DType::F16): return "f16";
+    case static_cast<uint32_t>(DType::Q8_0): return "q8_0";
+    case static_cast<uint32_t>(DType::Q4_0): return "q4_0";
     default: return nullptr;
   }
 }
@@ -90,8 +92,19 @@ const char* layout_name(uint32_t layout_id) {
   }
 }
 
-bool tensor_bytes(uint64_t elem_size, uint32_t layout_id, const std::vector<uint64_t>& shape, uint64_t& bytes) {
-  bytes = elem_size;
+bool tensor_bytes(uint32_t dtype_id, uint32_t layout_id, const std::vector<uint64_t>& shape, uint64_t& bytes) {
+  if (dtype_id == static_cast<uint32_t>(DType::Q8_0) || dtype_id == static_cast<uint32_t>(DType::Q4_0)) {
+    if (layout_id != static_cast<uint32_t>(Layout::Panel16) || shape.size() != 2) return false;
+    // Dimensions are below 2^40 or so in any sane file; these sums cannot
+    // overflow for shape values < 2^58, and larger ones fail the products.
+    if (shape[0] >= (uint64_t{1} << 58) || shape[1] >= (uint64_t{1} << 58)) return false;
+    const uint64_t panels = shape[0] / 16 + (shape[0] % 16 != 0);
+    const uint64_t blocks = shape[1] / 32 + (shape[1] % 32 != 0);
+    const uint64_t quant = blocks * (dtype_id == static_cast<uint32_t>(DType::Q8_0) ? 512 : 256);
+    const uint64_t scales = (blocks * 32 + 63) / 64 * 64;
+    return !__builtin_mul_overflow(panels, quant + scales, &bytes);
+  }
+  bytes = dtype_size(dtype_id);
   if (layout_id == static_cast<uint32_t>(Layout::Panel16)) {
     if (shape.size() != 2) return false;
     const uint64_t panels = shape[0] / 16 + (shape[0] % 16 != 0);
@@ -153,10 +166,9 @@ void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t lay
       throw Error(source + ": tensor name contains byte " + std::to_string(ch) +
                   " (names are printable ASCII without spaces)");
   const std::string where = source + ": tensor '" + name + "'";
-  const uint64_t elem = dtype_size(dtype_id);
-  if (elem == 0)
+  if (dtype_name(dtype_id) == nullptr)
     throw Error(where + ": unknown dtype id " + std::to_string(dtype_id) +
-                 " (this reader knows 0 = f32, 1 = bf16, 2 = f16; the file needs a newer mmgpt)");
+                " (this reader knows 0 = f32, 1 = bf16, 2 = f16, 3 = q8_0, 4 = q4_0; the file needs a newer mmgpt)");
   if (!layout_known(layout_id))
     throw Error(where + ": unknown layout id " + std::to_string(layout_id) +
                 " (this reader knows 0 = row-major, 1 = panel16; the file needs a newer mmgpt)");
@@ -168,7 +180,7 @@ void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t lay
     throw Error(where + ": dtype " + dtype_name(dtype_id) + " is only allowed in layout panel16 (this tensor is " +
                 layout_name(layout_id) + ")");
   uint64_t bytes = 0;
-  if (!tensor_bytes(elem, layout_id, shape, bytes))
+  if (!tensor_bytes(dtype_id, layout_id, shape, bytes))
     throw Error(where + ": shape " + shape_string(shape) + " overflows a 64-bit byte count");
   if (bytes != nbytes)
     throw Error(where + ": nbytes " + std::to_string(nbytes) + " does not match shape " + shape_string(shape) +

@@ -12,8 +12,10 @@
 namespace mmgpt::mmgpt_file {
 
 // Bytes per element of a known dtype id, or 0 when the id is unknown.
+// Bytes per element of an element-wise dtype (f32, bf16, f16); 0 for the
+// block-quantized ones (q8_0, q4_0: see tensor_bytes) and unknown ids.
 uint64_t dtype_size(uint32_t dtype_id);
-const char* dtype_name(uint32_t dtype_id);  // "f32", "bf16", "f16", or nullptr
+const char* dtype_name(uint32_t dtype_id);  // "f32", "bf16", "f16", "q8_0", "q4_0", or nullptr
 bool layout_known(uint32_t layout_id);
 
 // Tokenizer sanity against the config: kind known; Char/Gpt2Bpe have 1..vocab_size
@@ -42,7 +44,10 @@ void check_tensor_set(const std::vector<NamedShape>& tensors, const ModelConfig&
 // Bytes a tensor of this shape occupies in this layout (Panel16: 2-D only, rows
 // rounded up to whole panels of 16), or false on overflow or a shape the layout
 // cannot hold (the caller reports which).
-bool tensor_bytes(uint64_t elem_size, uint32_t layout_id, const std::vector<uint64_t>& shape, uint64_t& bytes);
+// q8_0 / q4_0 (panel16 only): ceil(N/16) panels of Kb = ceil(K/32) blocks,
+// each panel Kb * 512 (q8_0) or Kb * 256 (q4_0) bytes of quants plus Kb * 32
+// bytes of f16 scales rounded up to a multiple of 64.
+bool tensor_bytes(uint32_t dtype_id, uint32_t layout_id, const std::vector<uint64_t>& shape, uint64_t& bytes);
 const char* layout_name(uint32_t layout_id);  // "row-major", "panel16", or nullptr
 
 // "[1, 2, 3]" for messages.

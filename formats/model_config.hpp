@@ -44,9 +44,11 @@ struct TokenizerData {
 
 // Element types a tensor may be stored in (ids are part of the file format).
 // F32: IEEE 754 binary32. BF16: bfloat16, the top 16 bits of a binary32.
-// F16: IEEE 754 binary16. The two 16-bit types are allowed only on the weight
-// matrices (TensorSpec::matrix) in layout Panel16; everything else is F32.
-enum class DType : uint32_t { F32 = 0, BF16 = 1, F16 = 2 };
+// F16: IEEE 754 binary16. Q8_0 / Q4_0: blocks of 32 8-bit / 4-bit integers
+// with an f16 scale each, arranged for the integer dot-product kernels
+// (kernels/quant_layout.hpp, docs/format.md). All but F32 are allowed only on
+// the weight matrices (TensorSpec::matrix) in layout Panel16.
+enum class DType : uint32_t { F32 = 0, BF16 = 1, F16 = 2, Q8_0 = 3, Q4_0 = 4 };
 // How a tensor's elements are arranged (ids are part of the file format).
 // RowMajor: plain C order over the shape; matrices are [out, in] so each output row is contiguous.
 // Panel16: a matrix [N, K] in the panels the matmul kernels stream (kernels/panel_layout.hpp,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "formats/half.hpp"
+#include "kernels/quant_layout.hpp"
 
 namespace mmgpt::kernels {
 
@@ -19,6 +20,7 @@ void unpack_panel_row(const float* packed, size_t K, size_t n, float* row) {
 
 void unpack_panel_row(const void* packed, WeightType type, size_t K, size_t n, float* row) {
     if (type == WeightType::F32) return unpack_panel_row(static_cast<const float*>(packed), K, n, row);
+    if (is_quantized(type)) return dequantize_panel_row(static_cast<const uint8_t*>(packed), type, K, n, row);
     const uint16_t* p = static_cast<const uint16_t*>(packed) + panel_index(K, n, 0);
     if (type == WeightType::BF16)
         for (size_t k = 0; k < K; ++k) row[k] = bf16_to_f32(p[k * kPanelWidth]);

@@ -37,7 +37,7 @@ void pack_panels(const float* w, size_t N, size_t K, float* out);
 // Copies row n of a packed W[N, K] (K strided floats) into `row`.
 void unpack_panel_row(const float* packed, size_t K, size_t n, float* row);
 // The same for a packed W of any weight type (`packed` points at its first
-// element), widened to f32 exactly.
+// element), widened to f32 exactly (q8_0 / q4_0: dequantized, d * q).
 void unpack_panel_row(const void* packed, WeightType type, size_t K, size_t n, float* row);
 // Rounds `n` floats to bf16 / f16 (nearest, ties to even), e.g. a whole packed
 // matrix after pack_panels: the zero padding stays zero.

@@ -938,7 +938,23 @@ TEST_CASE("bf16 / f16 matrices: round trip, 2 bytes per element in panel16, nowh
   set_u32(img, entry_of(img, "wte").dtype, 2);
   set_u32(img, entry_of(img, "wte").layout, 1);
   CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16 (expected 256)");
+  // q8_0 / q4_0: panel16 only, and their own byte count (one panel of one
+  // block: 512 or 256 bytes of quants + 32 of scales padded to 64).
   img = base;
   set_u32(img, entry_of(img, "wte").dtype, 3);
-  CHECK_REJECTS(img, "tensor 'wte': unknown dtype id 3 (this reader knows 0 = f32, 1 = bf16, 2 = f16");
+  CHECK_REJECTS(img, "tensor 'wte': dtype q8_0 is only allowed in layout panel16");
+  img = base;
+  set_u32(img, entry_of(img, "wte").dtype, 3);
+  set_u32(img, entry_of(img, "wte").layout, 1);
+  CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16 (expected 576)");
+  img = base;
+  set_u32(img, entry_of(img, "wte").dtype, 4);
+  set_u32(img, entry_of(img, "wte").layout, 1);
+  CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16 (expected 320)");
+  img = base;
+  set_u32(img, entry_of(img, "h.0.ln_1.weight").dtype, 4);
+  CHECK_REJECTS(img, "tensor 'h.0.ln_1.weight': dtype q4_0 is only allowed in layout panel16");
+  img = base;
+  set_u32(img, entry_of(img, "wte").dtype, 5);
+  CHECK_REJECTS(img, "tensor 'wte': unknown dtype id 5 (this reader knows 0 = f32, 1 = bf16, 2 = f16, 3 = q8_0, 4 = q4_0");
 }

@@ -96,7 +96,9 @@ uint64_t decode_weight_bytes(const Model& model) {
   uint64_t bytes = 0;
   for (const TensorView& t : model.file().tensors()) {
     if (t.name == "wpe" || (t.name == "wte" && !c.tied_lm_head))
-      bytes += uint64_t{c.n_embd} * (t.dtype == DType::F32 ? 4 : 2);  // one row (bf16/f16 wte: 2 bytes each)
+      // One row: its share of the tensor (panel16 rows are padded to 16; a
+      // quantized row is its blocks' quants and scales).
+      bytes += t.layout == Layout::Panel16 ? t.nbytes / ((t.shape[0] + 15) / 16 * 16) : t.nbytes / t.shape[0];
     else
       bytes += t.nbytes;
   }

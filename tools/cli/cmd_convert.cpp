@@ -57,12 +57,13 @@ void add_convert(CLI::App& app) {
                   "how weight matrices are stored: panel16 (default: what the fast kernels read) or row-major")
       ->check(CLI::IsMember({"panel16", "row-major"}));
   cmd->add_option("--dtype", o->dtype,
-                  "element type of the weight matrices: f32 (default), bf16 or f16 (16-bit needs panel16); norms, "
-                  "biases and wpe stay f32")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+                  "element type of the weight matrices: f32 (default), bf16, f16, or the block-quantized q8_0 "
+                  "(8.5 bits per weight) and q4_0 (4.5 bits); all but f32 need panel16; norms, biases and wpe stay f32")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0"}));
   cmd->add_option("--dtype-head", o->dtype_head,
-                  "element type of the LM head (lm_head.weight, or wte when tied): f32, bf16 or f16 (default: --dtype)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+                  "element type of the LM head (lm_head.weight, or wte when tied): f32, bf16, f16, q8_0 or q4_0 "
+                  "(default: --dtype)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0"}));
   cmd->callback([o]() {
     print_summary(*o, convert_checkpoint(*o));
   });

@@ -34,7 +34,7 @@ const char* dtype_name(DType d) {
 // "f32 (12 tensors, 1234 bytes), bf16 (...)": the bytes per dtype, in id order.
 std::string dtype_summary(const ModelFile& f) {
   std::string s;
-  for (DType d : {DType::F32, DType::BF16, DType::F16}) {
+  for (DType d : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0}) {
     size_t n = 0;
     uint64_t bytes = 0;
     for (const TensorView& v : f.tensors())

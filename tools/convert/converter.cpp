@@ -1,5 +1,6 @@
 #include "tools/convert/converter.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -10,7 +11,9 @@
 #include "tools/convert/checkpoint_loader.hpp"
 #include "tools/convert/file_util.hpp"
 #include "tools/convert/layout.hpp"
+#include "formats/mmgpt_file_rules.hpp"
 #include "kernels/panel_layout.hpp"
+#include "kernels/quant_layout.hpp"
 #include "tools/convert/tokenizer_files.hpp"
 
 namespace mmgpt {
@@ -33,10 +36,23 @@ DType parse_dtype(const std::string& name, const char* option) {
   if (name == "f32") return DType::F32;
   if (name == "bf16") return DType::BF16;
   if (name == "f16") return DType::F16;
-  throw Error(std::string(option) + " '" + name + "' is not one of f32, bf16, f16");
+  if (name == "q8_0") return DType::Q8_0;
+  if (name == "q4_0") return DType::Q4_0;
+  throw Error(std::string(option) + " '" + name + "' is not one of f32, bf16, f16, q8_0, q4_0");
 }
 
-const char* dtype_label(DType d) { return d == DType::BF16 ? "bf16" : d == DType::F16 ? "f16" : "f32"; }
+const char* dtype_label(DType d) { return mmgpt_file::dtype_name(static_cast<uint32_t>(d)); }
+
+// q8_0 / q4_0 store one f16 scale per block of 32: a block whose largest
+// magnitude needs a scale beyond f16's range (or holds inf / NaN) cannot be
+// quantized faithfully, so it is an error rather than silently zeroed.
+void check_quantizable(const HostTensor& t, const std::string& name, DType dt) {
+  const float limit = 65504.0f * (dt == DType::Q8_0 ? 127.0f : 8.0f);
+  for (size_t i = 0; i < t.data.size(); ++i)
+    if (!(std::fabs(t.data[i]) <= limit))
+      throw Error("tensor '" + name + "': value " + std::to_string(t.data[i]) + " at element " + std::to_string(i) +
+                  " cannot be stored as " + dtype_label(dt) + " (its block scale would exceed f16's range)");
+}
 
 // The tokenizer: --tokenizer, else files beside the checkpoint, else (nanoGPT
 // trained on GPT-2 BPE, the default) the bundled GPT-2 files, else none.
@@ -94,8 +110,9 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
   const DType dtype = parse_dtype(opt.dtype, "--dtype");
   const DType dtype_head = opt.dtype_head.empty() ? dtype : parse_dtype(opt.dtype_head, "--dtype-head");
   if (!pack && (dtype != DType::F32 || dtype_head != DType::F32))
-    throw Error("--dtype bf16/f16 (and --dtype-head) need --weight-layout panel16: 16-bit weights are stored only "
-                "in the panel layout");
+    throw Error("--dtype " + std::string(dtype_label(dtype != DType::F32 ? dtype : dtype_head)) +
+                " (and --dtype-head) need --weight-layout panel16: reduced-precision weights are stored only in the "
+                "panel layout");
   const std::string head_name = model.config.tied_lm_head ? "wte" : "lm_head.weight";
   std::map<std::string, TensorPtr*> by_name;
   for (auto& [name, t] : model.tensors)
@@ -105,6 +122,8 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
   packed.reserve(model.tensors.size());
   std::vector<std::vector<uint16_t>> narrowed;  // the 16-bit ones
   narrowed.reserve(model.tensors.size());
+  std::vector<std::vector<uint8_t>> quantized;  // the q8_0 / q4_0 ones
+  quantized.reserve(model.tensors.size());
   uint64_t bytes = 0;
   std::set<std::string> dtypes;
   for (const TensorSpec& spec : required_tensors(model.config)) {
@@ -118,7 +137,20 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
     TensorToWrite w;
     w.name = spec.name;
     w.shape = spec.shape;
-    if (pack && spec.matrix) {
+    if (pack && spec.matrix && kernels::is_quantized(static_cast<kernels::WeightType>(
+                                    spec.name == head_name ? dtype_head : dtype))) {
+      // Quantized straight from the row-major matrix into its block panels.
+      const size_t n = spec.shape[0], k = spec.shape[1];
+      w.layout = Layout::Panel16;
+      w.dtype = spec.name == head_name ? dtype_head : dtype;
+      check_quantizable(t, spec.name, w.dtype);
+      const auto wt = static_cast<kernels::WeightType>(w.dtype);
+      quantized.emplace_back(kernels::packed_weight_bytes(wt, n, k));
+      kernels::quantize_panels(t.data.data(), n, k, wt, quantized.back().data());
+      it->second->reset();
+      w.data = quantized.back().data();
+      w.nbytes = quantized.back().size();
+    } else if (pack && spec.matrix) {
       const size_t n = spec.shape[0], k = spec.shape[1];
       packed.emplace_back(kernels::panel_floats(n, k));
       kernels::pack_panels(t.data.data(), n, k, packed.back().data());
@@ -153,7 +185,11 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
   if (dtype != DType::F32 || dtype_head != DType::F32)
     summary.notes.push_back(std::string("weight matrices stored as ") + dtype_label(dtype) + ", the LM head (" +
                             head_name + ") as " + dtype_label(dtype_head) +
-                            " (rounded to nearest even); norms, biases and wpe stay f32");
+                            (kernels::is_quantized(static_cast<kernels::WeightType>(dtype)) ||
+                                     kernels::is_quantized(static_cast<kernels::WeightType>(dtype_head))
+                                 ? " (q8_0 / q4_0: blocks of 32 with an f16 scale; bf16 / f16: rounded to nearest even)"
+                                 : " (rounded to nearest even)") +
+                            "; norms, biases and wpe stay f32");
   for (const std::string& dt : dtypes)
     summary.notes.push_back("weights stored as " + dt + " in the checkpoint were widened to float32");
 
