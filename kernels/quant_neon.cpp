@@ -1,12 +1,13 @@
-// PLACEHOLDER (being written): forwards to the scalar reference.
-#include "kernels/isa_table.hpp"
-#include "kernels/kernels.hpp"
+// The quantized kernels for baseline Armv8-A Advanced SIMD (no dot product):
+// int8 products widened with SMULL / SMLAL and summed pairwise into int32.
+// The code is in quant_neon_impl.hpp, shared with quant_neon_dotprod.cpp.
+#if !defined(__aarch64__)
+#error "quant_neon.cpp is for aarch64 only"
+#endif
+#include "kernels/quant_neon_impl.hpp"
 
 namespace mmgpt::kernels::detail {
 
-const QuantKernels& neon_quant_kernels() {
-    static const QuantKernels k{"neon", &scalar::gemm_panels_q8_0, &scalar::gemm_panels_q4_0, &scalar::quantize_rows};
-    return k;
-}
+const QuantKernels& neon_quant_kernels() { return qneon::make_table<false>("neon"); }
 
 }  // namespace mmgpt::kernels::detail

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -146,7 +147,7 @@ TEST_CASE("quantize then dequantize: within half a step (q4_0: one step where it
 
 TEST_CASE("activation blocks: the reference's definition, and every kernel set bit for bit") {
     const auto sets = kd::runnable_quant_kernels();
-    for (const kd::QuantKernels* qk : sets) MESSAGE("quantized kernels runnable here: " << qk->name);
+    for (const kd::QuantKernels* qk : sets) MESSAGE("quantized kernels runnable here: " << std::string(qk->name));
     for (size_t K : kKs)
         for (size_t M : {size_t{1}, size_t{3}, size_t{8}}) {
             CAPTURE(K);
@@ -193,6 +194,46 @@ TEST_CASE("activation blocks: infinities and NaNs give a NaN scale, never an int
         CHECK(q.sum[0] == 0);
         CHECK(q.sum[1] == 0);
         CHECK(std::all_of(q.q.begin(), q.q.end(), [](int8_t v) { return v == 0; }));
+    }
+}
+
+TEST_CASE("a NaN or infinite activation makes that row's products NaN in every set, the other rows unchanged") {
+    const size_t M = 5, K = 96, N = 37;  // M = 5: the prefill tile and a row left over
+    for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0}) {
+        CAPTURE(std::string(type_name(t)));
+        const auto w = awkward_weights(N, K, 21);
+        std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
+        k::quantize_panels(w.data(), N, K, t, p.data());
+        auto x = kt::random_floats(M * K, -2.0f, 2.0f, 22);
+        x[1 * K + 40] = std::numeric_limits<float>::infinity();
+        x[4 * K + 95] = std::numeric_limits<float>::quiet_NaN();
+        const Quantized ref_q = quantize_with(kd::scalar_quant_kernels(), x, M, K);
+        auto ref = t == WeightType::Q8_0 ? kd::scalar_quant_kernels().gemm_panels_q8_0
+                                         : kd::scalar_quant_kernels().gemm_panels_q4_0;
+        std::vector<float> want(M * N);
+        ref(ref_q.rows(), p.data(), nullptr, want.data(), M, K, N, 0, k::panel_count(N), {});
+        for (const kd::QuantKernels* qk : kd::runnable_quant_kernels()) {
+            CAPTURE(std::string(qk->name));
+            const Quantized xq = quantize_with(*qk, x, M, K);
+            auto gemm = t == WeightType::Q8_0 ? qk->gemm_panels_q8_0 : qk->gemm_panels_q4_0;
+            for (size_t rows : {size_t{1}, M}) {  // decode (row 0 alone) and prefill
+                CAPTURE(rows);
+                std::vector<float> got(M * N, 0.0f);
+                gemm(xq.rows(), p.data(), nullptr, got.data(), rows, K, N, 0, k::panel_count(N), {});
+                for (size_t m = 0; m < rows; ++m)
+                    for (size_t n = 0; n < N; ++n) {
+                        const float g = got[m * N + n], r = want[m * N + n];
+                        if (m == 1 || m == 4) {
+                            CHECK(std::isnan(g));
+                            CHECK(std::isnan(r));
+                        } else if (std::memcmp(&g, &r, 4) != 0) {
+                            CAPTURE(m);
+                            CAPTURE(n);
+                            CHECK(g == r);
+                        }
+                    }
+            }
+        }
     }
 }
 
