@@ -92,6 +92,11 @@ class LanguageModel {
   // Mean negative log-likelihood and perplexity of `tokens` over sliding windows.
   PerplexityResult perplexity(std::span<const int32_t> tokens, const PerplexityOptions& options,
                               const PerplexityProgress& progress = {}) const;
+  // The same, and how far this model's next-token distributions are from
+  // `base`'s on the same windows (e.g. a quantized model against its f32 original).
+  PerplexityResult perplexity(std::span<const int32_t> tokens, const PerplexityOptions& options,
+                              const LanguageModel& base, DivergenceResult& divergence,
+                              const PerplexityProgress& progress = {}) const;
 
  private:
   LanguageModel(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer)

@@ -24,6 +24,13 @@
 // The default stride is C/2 (at least 1): every prediction then sees at least
 // half a window of context, at twice the cost of S == C.
 //
+// Divergence from a base model (evaluate_perplexity with `base`): on each
+// target row, P = softmax(base logits), Q = softmax(model logits) in double,
+// KL(P || Q) = sum_v P_v (log P_v - log Q_v); reported as the mean and maximum
+// over the targets, with the fraction of targets whose argmax agrees (ties
+// go to the lowest id). The base model's own NLL on the same targets is
+// reported too, so "perplexity within x% of the base" is one division.
+//
 // Only what is needed is run: a window's last token is never fed (its logits
 // would predict a token outside the window), and the executor is asked for just
 // the rows of the targets. tokens_per_second counts the tokens fed through the
@@ -54,6 +61,25 @@ double token_nll(std::span<const float> row, int32_t target) {
   return std::log(sum) + mx - static_cast<double>(row[static_cast<size_t>(target)]);
 }
 
+// log-sum-exp of a row, in double around its maximum.
+double log_sum_exp(std::span<const float> row) {
+  const float mx = *std::max_element(row.begin(), row.end());
+  double sum = 0.0;
+  for (float v : row) sum += std::exp(static_cast<double>(v) - mx);
+  return std::log(sum) + mx;
+}
+
+// KL(softmax(p) || softmax(q)) for two logit rows of one vocabulary.
+double row_kl(std::span<const float> p, std::span<const float> q) {
+  const double lp = log_sum_exp(p), lq = log_sum_exp(q);
+  double kl = 0.0;
+  for (size_t v = 0; v < p.size(); ++v) {
+    const double a = static_cast<double>(p[v]) - lp, b = static_cast<double>(q[v]) - lq;
+    kl += std::exp(a) * (a - b);
+  }
+  return std::max(kl, 0.0);  // rounding can leave -1e-17 for identical rows
+}
+
 struct Window {
   size_t begin, end;  // tokens [begin, end)
   size_t targets;     // the last `targets` tokens of the window are scored
@@ -74,8 +100,11 @@ std::vector<Window> plan_windows(size_t n, size_t ctx, size_t stride) {
 
 }  // namespace
 
-PerplexityResult evaluate_perplexity(Executor& executor, std::span<const int32_t> tokens,
-                                     const PerplexityOptions& options, const PerplexityProgress& progress) {
+namespace {
+
+PerplexityResult evaluate(Executor& executor, Executor* base, std::span<const int32_t> tokens,
+                          const PerplexityOptions& options, DivergenceResult* divergence,
+                          const PerplexityProgress& progress) {
   const ModelConfig& config = executor.model().config();
   const size_t n_ctx = config.n_ctx;
   const size_t ctx = options.ctx == 0 ? n_ctx : options.ctx;
@@ -93,13 +122,25 @@ PerplexityResult evaluate_perplexity(Executor& executor, std::span<const int32_t
       throw Error("perplexity: token id " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
                   " is outside the vocabulary (0.." + std::to_string(vocab - 1) + ")");
 
+  if (base) {
+    const ModelConfig& bc = base->model().config();
+    if (bc.vocab_size != vocab)
+      throw Error("perplexity: the base model's vocabulary (" + std::to_string(bc.vocab_size) +
+                  " tokens) differs from the model's (" + std::to_string(vocab) + ")");
+    if (bc.n_ctx < ctx)
+      throw Error("perplexity: the base model's context length " + std::to_string(bc.n_ctx) +
+                  " is shorter than the window " + std::to_string(ctx));
+  }
+
   const std::vector<Window> windows = plan_windows(tokens.size(), ctx, stride);
   size_t total = 0;
   for (const Window& w : windows) total += w.targets;
 
   const auto t0 = std::chrono::steady_clock::now();
   KVCache cache(config);
-  double nll_sum = 0.0;
+  std::unique_ptr<KVCache> base_cache = base ? std::make_unique<KVCache>(base->model().config()) : nullptr;
+  double nll_sum = 0.0, base_nll_sum = 0.0, kl_sum = 0.0, kl_max = 0.0;
+  size_t same_top1 = 0;
   size_t scored = 0, fed = 0;
   PerplexityResult result;
   for (const Window& w : windows) {
@@ -109,6 +150,18 @@ PerplexityResult evaluate_perplexity(Executor& executor, std::span<const int32_t
     std::span<const float> logits = executor.run(input, cache, w.targets);
     const size_t first = w.end - w.targets;
     for (size_t r = 0; r < w.targets; ++r) nll_sum += token_nll(logits.subspan(r * vocab, vocab), tokens[first + r]);
+    if (base) {
+      base_cache->clear();
+      std::span<const float> base_logits = base->run(input, *base_cache, w.targets);
+      for (size_t r = 0; r < w.targets; ++r) {
+        const auto p = base_logits.subspan(r * vocab, vocab), q = logits.subspan(r * vocab, vocab);
+        base_nll_sum += token_nll(p, tokens[first + r]);
+        const double kl = row_kl(p, q);
+        kl_sum += kl;
+        kl_max = std::max(kl_max, kl);
+        same_top1 += std::max_element(p.begin(), p.end()) - p.begin() == std::max_element(q.begin(), q.end()) - q.begin();
+      }
+    }
     scored += w.targets;
     fed += input.size();
     ++result.windows;
@@ -121,13 +174,41 @@ PerplexityResult evaluate_perplexity(Executor& executor, std::span<const int32_t
   result.mean_nll = nll_sum / static_cast<double>(scored);  // scored >= 1: every planned window has a target
   result.perplexity = std::exp(result.mean_nll);
   result.tokens_per_second = result.seconds > 0.0 ? static_cast<double>(fed) / result.seconds : 0.0;
+  if (base && divergence) {
+    const double n = static_cast<double>(scored);
+    divergence->base_mean_nll = base_nll_sum / n;
+    divergence->base_perplexity = std::exp(divergence->base_mean_nll);
+    divergence->mean_kl = kl_sum / n;
+    divergence->max_kl = kl_max;
+    divergence->same_top1 = static_cast<double>(same_top1) / n;
+  }
   return result;
+}
+
+}  // namespace
+
+PerplexityResult evaluate_perplexity(Executor& executor, std::span<const int32_t> tokens,
+                                     const PerplexityOptions& options, const PerplexityProgress& progress) {
+  return evaluate(executor, nullptr, tokens, options, nullptr, progress);
+}
+
+PerplexityResult evaluate_perplexity(Executor& executor, Executor& base, std::span<const int32_t> tokens,
+                                     const PerplexityOptions& options, DivergenceResult& divergence,
+                                     const PerplexityProgress& progress) {
+  return evaluate(executor, &base, tokens, options, &divergence, progress);
 }
 
 PerplexityResult LanguageModel::perplexity(std::span<const int32_t> tokens, const PerplexityOptions& options,
                                            const PerplexityProgress& progress) const {
   Executor executor(model_);  // per call: its own activation arena, so concurrent calls are safe
   return evaluate_perplexity(executor, tokens, options, progress);
+}
+
+PerplexityResult LanguageModel::perplexity(std::span<const int32_t> tokens, const PerplexityOptions& options,
+                                           const LanguageModel& base, DivergenceResult& divergence,
+                                           const PerplexityProgress& progress) const {
+  Executor executor(model_), base_executor(base.model_);
+  return evaluate_perplexity(executor, base_executor, tokens, options, divergence, progress);
 }
 
 }  // namespace mmgpt

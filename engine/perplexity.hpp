@@ -15,6 +15,16 @@ struct PerplexityOptions {
   size_t stride = 0;  // tokens the window advances by; 0 = the default documented in perplexity.cpp
 };
 
+// Against a base model (e.g. the f32 original of a quantized model), scored on
+// the same windows: how far the next-token distributions moved.
+struct DivergenceResult {
+  double base_mean_nll = 0.0;     // the base model's mean NLL on the same targets
+  double base_perplexity = 0.0;
+  double mean_kl = 0.0;           // mean over targets of KL(P_base || P_model), nats
+  double max_kl = 0.0;
+  double same_top1 = 0.0;         // fraction of targets where both models' most likely token is the same
+};
+
 struct PerplexityResult {
   double mean_nll = 0.0;    // nats per evaluated token
   double perplexity = 0.0;  // exp(mean_nll)
@@ -30,5 +40,11 @@ using PerplexityProgress = std::function<bool(size_t done, size_t total)>;
 
 PerplexityResult evaluate_perplexity(Executor& executor, std::span<const int32_t> tokens,
                                      const PerplexityOptions& options, const PerplexityProgress& progress = {});
+
+// The same, also running `base` (same vocabulary; a context of at least the
+// window) on every window and comparing the distributions: `divergence`.
+PerplexityResult evaluate_perplexity(Executor& executor, Executor& base, std::span<const int32_t> tokens,
+                                     const PerplexityOptions& options, DivergenceResult& divergence,
+                                     const PerplexityProgress& progress = {});
 
 }  // namespace mmgpt

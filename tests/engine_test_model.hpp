@@ -9,6 +9,7 @@
 #include "formats/half.hpp"
 #include "formats/mmgpt_file.hpp"
 #include "kernels/panel_layout.hpp"
+#include "kernels/quant_layout.hpp"
 
 namespace mmgpt::test {
 
@@ -31,7 +32,9 @@ inline void write_random_model(const std::string& path, const ModelConfig& confi
   std::normal_distribution<float> normal(0.0f, scale);
   std::vector<std::vector<float>> storage;
   std::vector<std::vector<uint16_t>> storage16;
+  std::vector<std::vector<uint8_t>> storage8;
   storage.reserve(required_tensors(config).size());
+  storage8.reserve(required_tensors(config).size());
   storage16.reserve(required_tensors(config).size());
   std::vector<TensorToWrite> tensors;
   for (const TensorSpec& spec : required_tensors(config)) {
@@ -41,6 +44,15 @@ inline void write_random_model(const std::string& path, const ModelConfig& confi
     const bool norm_weight = spec.name.find("ln_") != std::string::npos && spec.name.ends_with(".weight");
     for (float& v : data) v = (norm_weight ? 1.0f : 0.0f) + normal(rng);
     const bool pack = layout == Layout::Panel16 && spec.matrix;
+    if (pack && (matrix_dtype == DType::Q8_0 || matrix_dtype == DType::Q4_0)) {
+      // Block-quantized straight from the row-major matrix (as the converter does).
+      const auto wt = static_cast<kernels::WeightType>(matrix_dtype);
+      storage8.emplace_back(kernels::packed_weight_bytes(wt, spec.shape[0], spec.shape[1]));
+      kernels::quantize_panels(data.data(), spec.shape[0], spec.shape[1], wt, storage8.back().data());
+      tensors.push_back({spec.name, matrix_dtype, Layout::Panel16, spec.shape, storage8.back().data(),
+                         storage8.back().size()});
+      continue;
+    }
     if (pack) {
       std::vector<float> packed(kernels::panel_floats(spec.shape[0], spec.shape[1]));
       kernels::pack_panels(data.data(), spec.shape[0], spec.shape[1], packed.data());

@@ -1,15 +1,18 @@
 #!/usr/bin/python3
-"""Reduced-precision weights: the accuracy budget of `mmgpt convert --dtype bf16|f16` on the demo model.
+"""Reduced-precision weights: the accuracy budget of `mmgpt convert --dtype bf16|f16|q8_0|q4_0` on the demo model.
 
-The bundled demo (models/demo, character-level) is converted three times:
-f32, bf16 and f16 (every weight matrix and the tied LM head; norms, biases
-and wpe stay f32). `mmgpt perplexity` over the last 10% of tinyshakespeare
-(the demo's validation split) must be within +0.5% of f32's for bf16 and f16
-(issue 5's budget). The mean KL divergence KL(f32 || dtype) of the
-next-token distributions over a few hundred positions (`mmgpt logits` on
-consecutive context-length chunks of the same text) is reported, and bounded
-loosely. Also checked: `inspect --json` shows the dtypes, the file shrinks
-as expected, and convert refuses a 16-bit dtype with --weight-layout row-major.
+The bundled demo (models/demo, character-level) is converted five times:
+f32, bf16, f16, q8_0 and q4_0 (every weight matrix and the tied LM head;
+norms, biases and wpe stay f32). `mmgpt perplexity --kl-base f32-file` over
+the last 10% of tinyshakespeare (the demo's validation split) must be within
+issue 5's budget of f32's perplexity: +0.5% for bf16 and f16, +1% for q8_0,
++5% for q4_0; its mean KL divergence KL(f32 || dtype) of the next-token
+distributions is reported and bounded loosely. The KL is cross-checked with
+PyTorch: from `mmgpt logits` on consecutive context-length chunks, the
+same targets `perplexity --kl-base --stride ctx` scores must give the same
+mean KL. Also checked: `inspect --json` shows the dtypes, the file shrinks as
+expected, a mixed file (q4_0 matrices, q8_0 head) lands between the two, and
+convert refuses a reduced dtype with --weight-layout row-major.
 """
 import json
 import os
@@ -22,8 +25,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mmgpt_ref as R  # noqa: E402
 from test_perplexity import val_text  # noqa: E402
 
-PPL_BUDGET = {'bf16': 0.005, 'f16': 0.005}   # relative perplexity increase over f32 (issue 5)
-KL_BOUND = {'bf16': 1e-3, 'f16': 1e-4}        # mean KL (nats): loose sanity bounds, the figures are reported
+DTYPES = ('bf16', 'f16', 'q8_0', 'q4_0')
+PPL_BUDGET = {'bf16': 0.005, 'f16': 0.005, 'q8_0': 0.01, 'q4_0': 0.05}  # perplexity increase over f32 (issue 5)
+KL_BOUND = {'bf16': 1e-3, 'f16': 1e-4, 'q8_0': 2e-3, 'q4_0': 5e-2}     # mean KL (nats): loose; the figures are reported
+SIZE_BOUND = {'bf16': 0.6, 'f16': 0.6, 'q8_0': 0.4, 'q4_0': 0.25}       # file size / f32's
 KL_CHUNKS = 6                                  # context-length chunks of logits for the KL (384 positions at ctx 64)
 
 
@@ -44,7 +49,7 @@ def main():
         _, meta, ckpt_path, _ = R.load_demo()
         state['stoi'] = meta['stoi']
         sizes = {}
-        for dt in ('f32', 'bf16', 'f16'):
+        for dt in ('f32',) + DTYPES:
             out = suite.path(f'demo_{dt}.mmgpt')
             R.convert(suite, ckpt_path, out, ['--dtype', dt])
             state[dt] = out
@@ -55,18 +60,26 @@ def main():
                 want = dt if t['layout'] == 'panel16' else 'f32'
                 assert t['dtype'] == want, f"{dt}: tensor {t['name']} is {t['dtype']}, expected {want}"
             assert set(j['dtypes']) == ({'f32'} if dt == 'f32' else {'f32', dt}), j['dtypes']
-        for dt in ('bf16', 'f16'):
-            assert sizes[dt] < 0.6 * sizes['f32'], f"{dt} file {sizes[dt]} bytes vs f32 {sizes['f32']}"
+        for dt in DTYPES:
+            assert sizes[dt] < SIZE_BOUND[dt] * sizes['f32'], f"{dt} file {sizes[dt]} bytes vs f32 {sizes['f32']}"
         # --dtype-head: the matrices in bf16, the (tied) head wte in f32.
         mixed = suite.path('demo_mixed.mmgpt')
         R.convert(suite, ckpt_path, mixed, ['--dtype', 'bf16', '--dtype-head', 'f32'])
         _, js, _ = R.run_cli(suite.mmgpt, ['inspect', mixed, '--json'])
         by_name = {t['name']: t['dtype'] for t in json.loads(js)['tensors']}
         assert by_name['wte'] == 'f32' and by_name['h.0.mlp.fc.weight'] == 'bf16', by_name
-        # 16-bit needs the panel layout.
-        rc, out, err = R.run_cli(suite.mmgpt, ['convert', ckpt_path, '-o', suite.path('rm.mmgpt'), '--dtype', 'f16',
-                                               '--weight-layout', 'row-major'], expect_ok=False)
-        assert rc != 0 and 'panel16' in err and not os.path.exists(suite.path('rm.mmgpt')), (rc, err)
+        # q4_0 matrices with the most sensitive one, the (tied) head, in q8_0.
+        mixed = suite.path('demo_q4_0_q8_0_head.mmgpt')
+        R.convert(suite, ckpt_path, mixed, ['--dtype', 'q4_0', '--dtype-head', 'q8_0'])
+        state['q4_0+q8_0 head'] = mixed
+        _, js, _ = R.run_cli(suite.mmgpt, ['inspect', mixed, '--json'])
+        by_name = {t['name']: t['dtype'] for t in json.loads(js)['tensors']}
+        assert by_name['wte'] == 'q8_0' and by_name['h.0.mlp.fc.weight'] == 'q4_0', by_name
+        # Reduced precision needs the panel layout.
+        for dt in ('f16', 'q8_0'):
+            rc, out, err = R.run_cli(suite.mmgpt, ['convert', ckpt_path, '-o', suite.path('rm.mmgpt'), '--dtype', dt,
+                                                   '--weight-layout', 'row-major'], expect_ok=False)
+            assert rc != 0 and 'panel16' in err and not os.path.exists(suite.path('rm.mmgpt')), (rc, err)
         return [', '.join(f"{dt} {sizes[dt]} bytes" for dt in sizes)]
 
     def perplexity_budget():
@@ -75,15 +88,25 @@ def main():
         path = suite.path('val.txt')
         with open(path, 'w') as f:
             f.write(text)
-        ppl = {}
-        for dt in ('f32', 'bf16', 'f16'):
-            _, out, _ = R.run_cli(suite.mmgpt, ['perplexity', '-m', state[dt], '-f', path, '--threads', 2, '--json'])
-            ppl[dt] = json.loads(out)['perplexity']
+        ppl, kl = {}, {}
+        _, out, _ = R.run_cli(suite.mmgpt, ['perplexity', '-m', state['f32'], '-f', path, '--threads', 2, '--json'])
+        ppl['f32'] = json.loads(out)['perplexity']
         lines = [f"val split {len(text)} chars: perplexity f32 {ppl['f32']:.5f}"]
-        for dt in ('bf16', 'f16'):
+        for dt in DTYPES + ('q4_0+q8_0 head',):
+            _, out, _ = R.run_cli(suite.mmgpt, ['perplexity', '-m', state[dt], '-f', path, '--threads', 2,
+                                                '--kl-base', state['f32'], '--json'])
+            j = json.loads(out)
+            ppl[dt], kl[dt] = j['perplexity'], j['kl_base']
+            assert abs(kl[dt]['perplexity'] - ppl['f32']) < 1e-9 * ppl['f32'], (kl[dt], ppl['f32'])
             rel = ppl[dt] / ppl['f32'] - 1
-            lines.append(f"{dt} {ppl[dt]:.5f} ({rel * 100:+.3f}%)")
-            assert rel <= PPL_BUDGET[dt], f"{dt}: perplexity {ppl[dt]} is {rel * 100:.3f}% above f32's {ppl['f32']}"
+            lines.append(f"{dt} {ppl[dt]:.5f} ({rel * 100:+.3f}%), mean KL {kl[dt]['mean_kl']:.3e} nats "
+                         f"(max {kl[dt]['max_kl']:.3g}), same top-1 {kl[dt]['same_top1'] * 100:.2f}%")
+            if dt in PPL_BUDGET:
+                assert rel <= PPL_BUDGET[dt], f"{dt}: perplexity {ppl[dt]} is {rel * 100:.3f}% above f32's {ppl['f32']}"
+                assert 0 <= kl[dt]['mean_kl'] < KL_BOUND[dt], lines[-1]
+        # Fewer bits, further from f32; a q8_0 head pulls q4_0 back towards q8_0.
+        assert kl['f16']['mean_kl'] <= kl['q8_0']['mean_kl'] <= kl['q4_0']['mean_kl'], lines
+        assert kl['q8_0']['mean_kl'] <= kl['q4_0+q8_0 head']['mean_kl'] <= kl['q4_0']['mean_kl'], lines
         return lines
 
     def kl_divergence():
@@ -96,7 +119,12 @@ def main():
         ref = torch.cat([logits(suite, state['f32'], ids[i:i + ctx], vocab) for i in range(0, len(ids), ctx)])
         logp = torch.log_softmax(ref, dim=-1)
         lines = [f"{ref.shape[0]} positions"]
-        for dt in ('bf16', 'f16'):
+        path = suite.path('kl_text.txt')
+        with open(path, 'w') as f:
+            f.write(text[:ctx * KL_CHUNKS])
+        # The rows `perplexity --stride ctx` scores: all but each chunk's last.
+        scored = torch.tensor([i % ctx != ctx - 1 for i in range(ref.shape[0])])
+        for dt in DTYPES:
             got = torch.cat([logits(suite, state[dt], ids[i:i + ctx], vocab) for i in range(0, len(ids), ctx)])
             logq = torch.log_softmax(got, dim=-1)
             kl = (logp.exp() * (logp - logq)).sum(-1)
@@ -104,6 +132,12 @@ def main():
             lines.append(f"{dt}: mean KL {kl.mean().item():.3e} nats (max {kl.max().item():.3e}), "
                          f"argmax agrees {agree * 100:.1f}%")
             assert kl.mean().item() < KL_BOUND[dt], lines[-1]
+            # mmgpt's own --kl-base on the same targets: the same figure.
+            _, out, _ = R.run_cli(suite.mmgpt, ['perplexity', '-m', state[dt], '-f', path, '--ctx', ctx, '--stride',
+                                                ctx, '--kl-base', state['f32'], '--json'])
+            mine = json.loads(out)['kl_base']['mean_kl']
+            want = kl[scored].mean().item()
+            assert abs(mine - want) <= 1e-6 * want + 1e-12, f"{dt}: --kl-base mean KL {mine} vs torch {want}"
         return lines
 
     suite.case('dtype_convert_inspect_sizes', convert_all)

@@ -245,6 +245,7 @@ void run_bench(const BenchArgs& a) {
     j["params"] = params;
     j["n_layer"] = config.n_layer, j["n_embd"] = config.n_embd, j["n_ctx"] = config.n_ctx;
     j["kernel_isa"] = isa;
+    j["quant_kernel_isa"] = std::string(kernels::quant_isa_name());
     j["weight_bytes_per_decode_step"] = step_bytes;
     j["repetitions"] = a.reps;
     nlohmann::json probe;

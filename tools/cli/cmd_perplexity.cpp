@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -24,6 +25,7 @@ namespace {
 
 struct PerplexityArgs {
   std::string model, file;
+  std::string kl_base;  // --kl-base: a base model to compare the distributions with
   size_t ctx = 0, stride = 0;
   bool ctx_given = false, stride_given = false;  // an explicit 0 is an error, not "the default"
   int threads = 0;
@@ -90,16 +92,38 @@ void run_perplexity(const PerplexityArgs& a) {
   if (tokens.size() < 2)
     throw Error(a.file + ": " + std::to_string(tokens.size()) + " token(s); perplexity needs at least 2");
 
+  std::optional<LanguageModel> base;
+  if (!a.kl_base.empty()) {
+    base.emplace(LanguageModel::load(a.kl_base));
+    if (base->config().vocab_size != lm.config().vocab_size)
+      throw Error("--kl-base " + a.kl_base + ": vocabulary of " + std::to_string(base->config().vocab_size) +
+                  " tokens, the model has " + std::to_string(lm.config().vocab_size));
+    if (base->config().n_ctx < ctx)
+      throw Error("--kl-base " + a.kl_base + ": context length " + std::to_string(base->config().n_ctx) +
+                  " is shorter than the window " + std::to_string(ctx));
+    // The same ids must mean the same text, or the comparison is meaningless.
+    std::vector<int32_t> base_tokens;
+    try {
+      base_tokens = base->encode(text, !a.no_special);
+    } catch (const Error& e) {
+      throw Error("--kl-base " + a.kl_base + ": " + e.what());
+    }
+    if (base_tokens != tokens)
+      throw Error("--kl-base " + a.kl_base + ": its tokenizer encodes " + a.file + " differently from the model's");
+  }
+
   PerplexityOptions options;
   options.ctx = a.ctx_given ? a.ctx : 0;
   options.stride = a.stride_given ? a.stride : 0;
   PerplexityResult r;
+  DivergenceResult div;
   {
     ProgressLine progress;
-    r = lm.perplexity(tokens, options, [&](size_t done, size_t total) {
+    auto on_progress = [&](size_t done, size_t total) {
       progress.update(done, total);
       return true;
-    });
+    };
+    r = base ? lm.perplexity(tokens, options, *base, div, on_progress) : lm.perplexity(tokens, options, on_progress);
   }
 
   if (a.json) {
@@ -113,10 +137,22 @@ void run_perplexity(const PerplexityArgs& a) {
                         {"windows", r.windows},
                         {"seconds", r.seconds},
                         {"tokens_per_second", r.tokens_per_second}};
+    if (base)
+      j["kl_base"] = {{"model", a.kl_base},
+                      {"mean_nll", div.base_mean_nll},
+                      {"perplexity", div.base_perplexity},
+                      {"perplexity_ratio", r.perplexity / div.base_perplexity},
+                      {"mean_kl", div.mean_kl},
+                      {"max_kl", div.max_kl},
+                      {"same_top1", div.same_top1}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("mean_nll %.4f nats  perplexity %.4f  tokens %zu  windows %zu  ctx %zu  stride %zu  tokens/s %.1f\n",
                 r.mean_nll, r.perplexity, r.tokens, r.windows, r.ctx, r.stride, r.tokens_per_second);
+    if (base)
+      std::printf("base perplexity %.4f (model/base %+.3f%%)  mean KL %.3g nats  max KL %.3g  same top-1 %.2f%%\n",
+                  div.base_perplexity, 100.0 * (r.perplexity / div.base_perplexity - 1.0), div.mean_kl, div.max_kl,
+                  100.0 * div.same_top1);
   }
   std::fflush(stdout);
 }
@@ -142,6 +178,10 @@ void add_perplexity(CLI::App& app) {
       ->each([a](const std::string&) { a->stride_given = true; });
   cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(thread_count());
   cmd->add_flag("--no-special", a->no_special, "encode \"<|endoftext|>\" in the text as plain text, not the special token");
+  cmd->add_option("--kl-base", a->kl_base,
+                  "also run this model (e.g. the f32 original of a quantized model) on the same windows and report "
+                  "its perplexity and the KL divergence of the next-token distributions from it")
+      ->check(non_empty("path"));
   cmd->add_flag("--json", a->json, "print the result as JSON");
   cmd->callback([a]() { run_perplexity(*a); });
 }
