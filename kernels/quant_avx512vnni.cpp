@@ -22,8 +22,8 @@
 // block order. So without an activation the result is bit for bit the
 // reference's, whatever the tile shape, blocking or thread split.
 //
-// GELU in the epilogue: the AVX-512 table's vector GELU (the one the f32
-// matmul uses) on the finished tile, staged through a small buffer.
+// GELU in the epilogue: quant_gelu (isa_table.hpp, the reference's scalar
+// GELU) on the finished tile staged through a small buffer.
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512VNNI__) || \
     !defined(__F16C__) || !defined(__FMA__)
 #error "quant_avx512vnni.cpp must be compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512vnni -mfma -mf16c"
@@ -95,8 +95,7 @@ template <size_t R, size_t P>
         alignas(64) float buf[R * P * kPanelWidth];
         for (size_t i = 0; i < R; ++i)
             for (size_t j = 0; j < P; ++j) _mm512_store_ps(buf + (i * P + j) * kPanelWidth, acc[i][j]);
-        const IsaTable& t = avx512_table();
-        (o.e.act == Activation::GeluErf ? t.gelu_erf : t.gelu_tanh)(buf, R * P * kPanelWidth);
+        quant_gelu(o.e.act, buf, R * P * kPanelWidth);
         for (size_t i = 0; i < R; ++i)
             for (size_t j = 0; j < P; ++j) acc[i][j] = _mm512_load_ps(buf + (i * P + j) * kPanelWidth);
     }
