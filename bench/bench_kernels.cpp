@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,7 +29,9 @@
 #include <tbb/task_arena.h>
 
 #include "bench/machine_limits.hpp"
+#include "formats/half.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/quant_layout.hpp"
 
 namespace k = mmgpt::kernels;
 
@@ -112,6 +116,42 @@ void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, 
     set_rates(state, start, 2.0 * M * K * N, 4.0 * (M * K + N * K + N + M * N), M == 1 ? Bound::Memory : Bound::Compute);
 }
 
+// Block-quantized weights (q8_0 / q4_0) through the public matmul_packed,
+// which quantizes x to q8 blocks and runs the dispatched quantized kernel set;
+// the bf16 panels of the same shape for comparison. GB counts the bytes the
+// call must move at least once: x, the packed weights
+// (kernels::packed_weight_bytes: quants, scales, padding), bias and y. Decode
+// (M = 1) cycles through 256 MiB of weight copies, as bench_matmul does.
+void bench_matmul_typed(benchmark::State& state, std::string isa, k::WeightType t, size_t M, size_t K, size_t N) {
+    IsaScope scope(isa);
+    const auto x = random_floats(M * K, 1), b = random_floats(N, 3);
+    const auto w = random_floats(N * K, 2);
+    const size_t wbytes = k::packed_weight_bytes(t, N, K);
+    const size_t copies = M == 1 ? std::max<size_t>(1, ((size_t{256} << 20) + wbytes - 1) / wbytes) : 1;
+    std::vector<uint8_t> packed(wbytes * copies);
+    if (t == k::WeightType::Q8_0 || t == k::WeightType::Q4_0) {
+        k::quantize_panels(w.data(), N, K, t, packed.data());
+    } else {  // bf16 panels: the f32 panels, rounded
+        std::vector<float> p(k::panel_floats(N, K));
+        k::pack_panels(w.data(), N, K, p.data());
+        std::vector<uint16_t> h(p.size());
+        for (size_t i = 0; i < p.size(); ++i) h[i] = mmgpt::f32_to_bf16(p[i]);
+        std::memcpy(packed.data(), h.data(), wbytes);
+    }
+    for (size_t c = 1; c < copies; ++c) std::copy(packed.begin(), packed.begin() + wbytes, packed.begin() + c * wbytes);
+    std::vector<float> y(M * N);
+    size_t next = 0;
+    const Clock::time_point start = Clock::now();
+    for (auto _ : state) {
+        k::matmul_packed(x.data(), packed.data() + next * wbytes, t, b.data(), y.data(), M, K, N);
+        next = next + 1 == copies ? 0 : next + 1;
+        benchmark::DoNotOptimize(y.data());
+        benchmark::ClobberMemory();
+    }
+    set_rates(state, start, 2.0 * M * K * N, double(wbytes) + 4.0 * (M * K + N + M * N),
+              M == 1 ? Bound::Memory : Bound::Compute);
+}
+
 void bench_layernorm(benchmark::State& state, std::string isa, size_t rows, size_t dim) {
     IsaScope scope(isa);
     const auto x = random_floats(rows * dim, 4), g = random_floats(dim, 5), b = random_floats(dim, 6);
@@ -164,6 +204,20 @@ void register_all(const std::string& isa, std::initializer_list<size_t> widths, 
                     reg("matmul_rowmajor" + name.substr(6),
                         [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, false); });
             }
+        // Quantized (and bf16) weights, GPT-2 small only: decode shapes and the MLP up at prefill.
+        if (d == 768) {
+            const std::pair<k::WeightType, const char*> types[] = {
+                {k::WeightType::Q8_0, "q8_0"}, {k::WeightType::Q4_0, "q4_0"}, {k::WeightType::BF16, "bf16"}};
+            struct Case {
+                size_t M, K, N;
+            };
+            const Case cases[] = {{1, d, 3 * d}, {1, d, 4 * d}, {1, 4 * d, d}, {1, d, kVocab}, {128, d, 4 * d}, {512, d, 4 * d}};
+            for (const auto& [t, tname] : types)
+                for (Case c : cases)
+                    reg("matmul_" + std::string(tname) + "/" + isa + "/M=" + std::to_string(c.M) + "/K=" +
+                            std::to_string(c.K) + "/N=" + std::to_string(c.N),
+                        [=](benchmark::State& st) { bench_matmul_typed(st, isa, t, c.M, c.K, c.N); });
+        }
         // The LM head: one row per step (prefill needs only the last position's logits).
         reg("matmul/" + isa + "/M=1/K=" + std::to_string(d) + "/N=" + std::to_string(kVocab) + "/lm_head",
             [=](benchmark::State& st) { bench_matmul(st, isa, 1, d, kVocab, true); });

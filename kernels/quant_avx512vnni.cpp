@@ -1,11 +1,326 @@
-// PLACEHOLDER (being written): forwards to the scalar reference.
+// Block-quantized matmul (q8_0 / q4_0 weights x q8 activations) and the
+// activation quantization, for AVX-512 with VNNI. CMake compiles this file
+// with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512vnni -mfma -mf16c
+// because of its name; dispatch.cpp pairs it with the AVX-512 table only on
+// CPUs that report AVX512_VNNI.
+//
+// Inner product: 64 bytes of a panel are 4 (q8_0) or 8 (q4_0) consecutive k
+// of its 16 rows, row j in 32-bit lane j (quant_layout.hpp), so one VPDPBUSD
+// against 4 activation bytes broadcast to every lane does 64 multiply-adds.
+// VPDPBUSD multiplies UNSIGNED bytes (first operand) by signed ones, so the
+// weights are offset to unsigned and the offset removed exactly in int32:
+//   q8_0: w XOR 0x80 = w + 128  ->  sum (w + 128) x = isum + 128 * sum_x;
+//   q4_0: nibbles are already q + 8 ->  sum (q + 8) x  = isum +   8 * sum_x.
+// Each block's int32 accumulator starts at -offset * sum_x (sum_x comes with
+// the quantized activations), so after its 8 VPDPBUSD it holds isum exactly
+// (|intermediate| <= 32 * 255 * 127 < 2^31).
+//
+// Float part, per block, exactly the reference's arithmetic (scalar_quant.cpp):
+//   acc = fma(float(isum), f16->f32(dw) * dx, acc)
+// VCVTDQ2PS is exact (|isum| < 2^24), VCVTPH2PS is exact, the product dw * dx
+// is rounded to f32 as in the reference, and there is one FMA per block in
+// block order. So without an activation the result is bit for bit the
+// reference's, whatever the tile shape, blocking or thread split.
+//
+// GELU in the epilogue: quant_gelu (isa_table.hpp, the reference's scalar
+// GELU) on the finished tile staged through a small buffer.
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512VNNI__) || \
+    !defined(__F16C__) || !defined(__FMA__)
+#error "quant_avx512vnni.cpp must be compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512vnni -mfma -mf16c"
+#endif
+// GCC 12's AVX-512 intrinsics initialise "undefined" vectors from themselves
+// (`__m512i __Y = __Y;`), which -Wmaybe-uninitialized reports once inlined:
+// the compiler header's known false positive (as in kernels_avx512.cpp).
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+#include <limits>
+
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
 
 namespace mmgpt::kernels::detail {
+namespace {
+
+// Prefill microkernel: MR rows x NP panels (32 output columns) per tile:
+// 12 int32 block accumulators + 12 f32 accumulators + the weight vectors of a
+// k-group stay in the 32 zmm registers.
+constexpr size_t MR = 6;
+constexpr size_t NP = 2;
+// Decode (one row): panels streamed at once, each its own accumulator chain
+// and memory stream, software-prefetched this far ahead (bytes of quants).
+constexpr size_t kDecodePanels = 4;
+constexpr size_t kPrefetchQuant = 2048;
+constexpr size_t kPrefetchScale = 256;  // 8 blocks of scales ahead
+// Rows of quantized activations kept in L2 while a panel pair sweeps them.
+constexpr size_t kActivationL2Budget = 256 * 1024;
+
+// 4 activation bytes as one int32 broadcast to all 16 lanes.
+inline __m512i bcast4(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+struct Out {
+    float* y;           // row m, first column of the tile
+    size_t ldy;         // N
+    size_t ncols;       // valid columns of the tile (< 16 * panels only at the matrix edge)
+    const float* bias;  // at the tile's first column, or null
+    Epilogue e;
+};
+
+inline __mmask16 col_mask(size_t ncols, size_t j) {
+    const size_t c0 = j * kPanelWidth;
+    if (ncols >= c0 + kPanelWidth) return 0xFFFF;
+    return static_cast<__mmask16>((1u << (ncols - c0)) - 1);  // ncols > c0: every panel of a tile exists
+}
+
+// v = acc + bias; v = gelu(v); y = accumulate ? y + v : v, for R rows x P panels.
+template <size_t R, size_t P>
+[[gnu::always_inline]] inline void finish(__m512 (&acc)[R][P], const Out& o) {
+    __mmask16 mask[P];
+#pragma GCC unroll 4
+    for (size_t j = 0; j < P; ++j) mask[j] = col_mask(o.ncols, j);
+    if (o.bias)
+#pragma GCC unroll 8
+        for (size_t i = 0; i < R; ++i)
+#pragma GCC unroll 4
+            for (size_t j = 0; j < P; ++j)
+                acc[i][j] = _mm512_add_ps(acc[i][j], _mm512_maskz_loadu_ps(mask[j], o.bias + j * kPanelWidth));
+    if (o.e.act != Activation::None) {
+        alignas(64) float buf[R * P * kPanelWidth];
+        for (size_t i = 0; i < R; ++i)
+            for (size_t j = 0; j < P; ++j) _mm512_store_ps(buf + (i * P + j) * kPanelWidth, acc[i][j]);
+        quant_gelu(o.e.act, buf, R * P * kPanelWidth);
+        for (size_t i = 0; i < R; ++i)
+            for (size_t j = 0; j < P; ++j) acc[i][j] = _mm512_load_ps(buf + (i * P + j) * kPanelWidth);
+    }
+#pragma GCC unroll 8
+    for (size_t i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (size_t j = 0; j < P; ++j) {
+            float* dst = o.y + i * o.ldy + j * kPanelWidth;
+            __m512 v = acc[i][j];
+            if (o.e.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask[j], dst), v);
+            _mm512_mask_storeu_ps(dst, mask[j], v);
+        }
+}
+
+struct Panels {
+    const uint8_t* w;    // first panel of the tile
+    size_t stride;       // bytes between panels
+    size_t quant_bytes;  // offset of the scales inside a panel
+    size_t Kb;
+};
+
+// R rows (from row m of x) against P consecutive panels, all K; Q4 selects q4_0.
+template <bool Q4, size_t R, size_t P, bool Prefetch>
+[[gnu::always_inline]] inline void tile(const QuantizedRows& x, size_t m, const Panels& pn, const Out& o) {
+    constexpr size_t kBlockBytes = Q4 ? 256 : 512;
+    constexpr int32_t kOffset = Q4 ? 8 : 128;
+    const size_t Kb = pn.Kb, Kp = Kb * kQuantBlock;
+    const __m512i nib = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+
+    __m512 acc[R][P];
+#pragma GCC unroll 8
+    for (size_t i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (size_t j = 0; j < P; ++j) acc[i][j] = _mm512_setzero_ps();
+
+    for (size_t b = 0; b < Kb; ++b) {
+        __m512i isum[R][P];
+#pragma GCC unroll 8
+        for (size_t i = 0; i < R; ++i) {
+            const __m512i init = _mm512_set1_epi32(-kOffset * x.sum[(m + i) * Kb + b]);
+#pragma GCC unroll 4
+            for (size_t j = 0; j < P; ++j) isum[i][j] = init;
+        }
+        const uint8_t* wb = pn.w + b * kBlockBytes;
+        if constexpr (Prefetch) {
+#pragma GCC unroll 4
+            for (size_t j = 0; j < P; ++j)
+                _mm_prefetch(reinterpret_cast<const char*>(pn.w + j * pn.stride + pn.quant_bytes + b * 32 + kPrefetchScale),
+                             _MM_HINT_T0);
+        }
+        if constexpr (Q4) {
+            // Chunk c: low nibbles are k 8c .. 8c+3, high nibbles k 8c+4 .. 8c+7.
+#pragma GCC unroll 4
+            for (size_t c = 0; c < 4; ++c) {
+                __m512i lo[P], hi[P];
+#pragma GCC unroll 4
+                for (size_t j = 0; j < P; ++j) {
+                    const uint8_t* src = wb + j * pn.stride + c * 64;
+                    if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchQuant, _MM_HINT_T0);
+                    const __m512i v = _mm512_loadu_si512(src);
+                    lo[j] = _mm512_and_si512(v, nib);
+                    hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+                }
+#pragma GCC unroll 8
+                for (size_t i = 0; i < R; ++i) {
+                    const int8_t* xq = x.q + (m + i) * Kp + b * kQuantBlock + c * 8;
+                    const __m512i xlo = bcast4(xq), xhi = bcast4(xq + 4);
+#pragma GCC unroll 4
+                    for (size_t j = 0; j < P; ++j) {
+                        isum[i][j] = _mm512_dpbusd_epi32(isum[i][j], lo[j], xlo);
+                        isum[i][j] = _mm512_dpbusd_epi32(isum[i][j], hi[j], xhi);
+                    }
+                }
+            }
+        } else {
+            // Group g: k 4g .. 4g+3.
+#pragma GCC unroll 8
+            for (size_t g = 0; g < 8; ++g) {
+                __m512i wv[P];
+#pragma GCC unroll 4
+                for (size_t j = 0; j < P; ++j) {
+                    const uint8_t* src = wb + j * pn.stride + g * 64;
+                    if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchQuant, _MM_HINT_T0);
+                    wv[j] = _mm512_xor_si512(_mm512_loadu_si512(src), flip);
+                }
+#pragma GCC unroll 8
+                for (size_t i = 0; i < R; ++i) {
+                    const __m512i xb = bcast4(x.q + (m + i) * Kp + b * kQuantBlock + g * 4);
+#pragma GCC unroll 4
+                    for (size_t j = 0; j < P; ++j) isum[i][j] = _mm512_dpbusd_epi32(isum[i][j], wv[j], xb);
+                }
+            }
+        }
+        // acc = fma(float(isum), dw * dx, acc), as the reference.
+#pragma GCC unroll 4
+        for (size_t j = 0; j < P; ++j) {
+            const __m512 dw = _mm512_cvtph_ps(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pn.w + j * pn.stride + pn.quant_bytes + b * 32)));
+#pragma GCC unroll 8
+            for (size_t i = 0; i < R; ++i) {
+                const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(x.scale[(m + i) * Kb + b]));
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][j]), d, acc[i][j]);
+            }
+        }
+    }
+    finish<R, P>(acc, o);
+}
+
+template <bool Q4, size_t P, bool Prefetch>
+void tile_rows(size_t rows, const QuantizedRows& x, size_t m, const Panels& pn, const Out& o) {
+    static_assert(MR == 6, "the cases below cover rows 1 .. 6");
+    switch (rows) {
+        case 6: tile<Q4, 6, P, Prefetch>(x, m, pn, o); break;
+        case 5: tile<Q4, 5, P, Prefetch>(x, m, pn, o); break;
+        case 4: tile<Q4, 4, P, Prefetch>(x, m, pn, o); break;
+        case 3: tile<Q4, 3, P, Prefetch>(x, m, pn, o); break;
+        case 2: tile<Q4, 2, P, Prefetch>(x, m, pn, o); break;
+        case 1: tile<Q4, 1, P, Prefetch>(x, m, pn, o); break;
+        default: break;
+    }
+}
+
+template <bool Q4>
+void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K,
+                 size_t N, size_t p0, size_t p1, Epilogue e) {
+    if (M == 0 || p0 >= p1) return;
+    const WeightType t = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
+    const size_t Kb = quant_blocks(K);
+    const size_t stride = quant_panel_bytes(t, Kb), quant_bytes = quant_panel_quant_bytes(t, Kb);
+    auto panels = [&](size_t p) { return Panels{wp + p * stride, stride, quant_bytes, Kb}; };
+    auto out = [&](size_t m, size_t p, size_t np) {
+        const size_t col = p * kPanelWidth, left = N - col;
+        return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr, e};
+    };
+
+    if (M == 1) {
+        // Decode: memory-bound. Several panels at once (independent chains,
+        // several streams in flight), prefetched ahead.
+        size_t p = p0;
+        for (; p + kDecodePanels <= p1; p += kDecodePanels)
+            tile<Q4, 1, kDecodePanels, true>(x, 0, panels(p), out(0, p, kDecodePanels));
+        for (; p < p1; ++p) tile<Q4, 1, 1, true>(x, 0, panels(p), out(0, p, 1));
+        return;
+    }
+
+    // Prefill: row blocks of quantized activations that fit L2; within one,
+    // each panel pair (L1/L2-resident) sweeps all its rows in MR-row tiles.
+    // With a single row tile the weights are read once: prefetch them.
+    const size_t Kp = Kb * kQuantBlock;
+    size_t mc = kActivationL2Budget / (Kp ? Kp : 1) / MR * MR;
+    if (mc < MR) mc = MR;
+    const bool stream = M <= MR;
+    for (size_t mc0 = 0; mc0 < M; mc0 += mc) {
+        const size_t mc1 = M - mc0 < mc ? M : mc0 + mc;
+        for (size_t p = p0; p < p1;) {
+            const size_t np = p + NP <= p1 ? NP : 1;
+            for (size_t m = mc0; m < mc1;) {
+                const size_t rows = mc1 - m < MR ? mc1 - m : MR;
+                if (np == NP) {
+                    if (stream) tile_rows<Q4, NP, true>(rows, x, m, panels(p), out(m, p, NP));
+                    else tile_rows<Q4, NP, false>(rows, x, m, panels(p), out(m, p, NP));
+                } else {
+                    if (stream) tile_rows<Q4, 1, true>(rows, x, m, panels(p), out(m, p, 1));
+                    else tile_rows<Q4, 1, false>(rows, x, m, panels(p), out(m, p, 1));
+                }
+                m += rows;
+            }
+            p += np;
+        }
+    }
+}
+
+void gemm_panels_q8_0(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K,
+                      size_t N, size_t p0, size_t p1, Epilogue e) {
+    gemm_panels<false>(x, wp, bias, y, M, K, N, p0, p1, e);
+}
+
+void gemm_panels_q4_0(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K,
+                      size_t N, size_t p0, size_t p1, Epilogue e) {
+    gemm_panels<true>(x, wp, bias, y, M, K, N, p0, p1, e);
+}
+
+// quantize_block_q8 (quant_layout.cpp), 32 values in two zmm:
+// amax = max |x| and a non-finite check (|x| >= inf or unordered), then
+// q = cvtps2dq(x * (127 / amax)) (round to nearest even in the default MXCSR,
+// as nearbyint), clamped to [-127, 127] as the reference does (a no-op for
+// finite amax, kept so the two cannot differ), narrowed to bytes.
+void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, int32_t* sum) {
+    const size_t Kb = quant_blocks(K);
+    const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    for (size_t m = 0; m < M; ++m)
+        for (size_t b = 0; b < Kb; ++b) {
+            const float* src = x + m * K + b * kQuantBlock;
+            const size_t n = K - b * kQuantBlock < kQuantBlock ? K - b * kQuantBlock : kQuantBlock;
+            // Lanes past K load as zero: they change neither amax nor finiteness, and quantize to 0.
+            const __mmask16 m0 = n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
+            const __mmask16 m1 = n >= 32 ? 0xFFFF : n > 16 ? static_cast<__mmask16>((1u << (n - 16)) - 1) : 0;
+            const __m512 x0 = _mm512_maskz_loadu_ps(m0, src), x1 = _mm512_maskz_loadu_ps(m1, src + 16);
+            const __m512 a0 = _mm512_abs_ps(x0), a1 = _mm512_abs_ps(x1);
+            int8_t* qb = q + (m * Kb + b) * kQuantBlock;
+            float& d = scale[m * Kb + b];
+            int32_t& s = sum[m * Kb + b];
+            const __mmask16 bad = _mm512_cmp_ps_mask(a0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, inf, _CMP_NLT_UQ);
+            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+            if (bad || amax == 0.0f) {
+                std::memset(qb, 0, kQuantBlock);
+                s = 0;
+                d = bad ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+                continue;
+            }
+            const __m512 id = _mm512_set1_ps(127.0f / amax);
+            const __m512i q0 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), lo), hi);
+            const __m512i q1 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id)), lo), hi);
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), _mm512_cvtepi32_epi8(q1));
+            s = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            d = amax / 127.0f;
+        }
+}
+
+}  // namespace
 
 const QuantKernels& avx512vnni_quant_kernels() {
-    static const QuantKernels k{"avx512vnni", &scalar::gemm_panels_q8_0, &scalar::gemm_panels_q4_0, &scalar::quantize_rows};
+    static const QuantKernels k{"avx512vnni", &gemm_panels_q8_0, &gemm_panels_q4_0, &quantize_rows};
     return k;
 }
 

@@ -77,6 +77,11 @@ void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, 
 
 namespace mmgpt::kernels::detail {
 
+void quant_gelu(Activation act, float* v, size_t n) {
+    if (act == Activation::GeluErf) scalar::gelu_erf(v, n);
+    if (act == Activation::GeluTanh) scalar::gelu_tanh(v, n);
+}
+
 const QuantKernels& scalar_quant_kernels() {
     static const QuantKernels k{"scalar", &scalar::gemm_panels_q8_0, &scalar::gemm_panels_q4_0, &scalar::quantize_rows};
     return k;
