@@ -35,14 +35,13 @@ struct QuantKernels {
 const QuantKernels& scalar_quant_kernels();
 
 // The GELU of the quantized kernels' epilogue, on n finished values (bias
-// added): the scalar reference's formula (std::erf / std::tanh), so that
-// every epilogue, GELU included, is bit for bit the reference's. A vector
-// GELU (few ulp from the reference, as the f32 matmul uses) does not meet
-// test_kernels_quant's bound of 1e-5 relative to the final output: with a
-// residual add (y += gelu(v)) the output can cancel to far below the ulp of
-// gelu(v). Costs about one erff per output: small against a decode GEMV's
-// memory traffic, noticeable in prefill (see bench_kernels).
-// Defined in scalar_quant.cpp (no ISA flags), shared by the ISA TUs.
+// added): the active table's vector GELU, the one the f32 matmul fuses, so a
+// quantized matmul with GELU equals "matmul, then kernels::gelu_*" exactly as
+// f32 does. It differs from the scalar reference's std::erf / std::tanh only
+// within the bound test_kernels_simd.cpp gives (4 ulp + |x| 2^-22);
+// test_kernels_quant.cpp bounds the fused results by that. Defined in
+// scalar_quant.cpp (no ISA flags), called through the table's pointer, so no
+// ISA's inline code crosses into another's TU.
 void quant_gelu(Activation act, float* v, size_t n);
 #if defined(__x86_64__) || defined(_M_X64)
 const QuantKernels& avx2_quant_kernels();        // AVX2 + FMA + F16C

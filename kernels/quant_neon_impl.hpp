@@ -248,20 +248,13 @@ void tile(const QuantizedRows& x, const uint8_t* panel0, const Geometry& g, size
     }
 
     // Epilogue, in the reference's order: v = acc + bias; v = act(v); y (+)= v.
-    // The GELU is the neon table's vector one (the same the f32 kernels fuse),
-    // called through its function pointer so no inline code crosses between
-    // the two -march builds of this header; it differs from the scalar GELU
-    // only within its documented bound (test_kernels_simd.cpp).
-    const IsaTable& neon = neon_table();
-    void (*act)(float*, size_t) = e.act == Activation::GeluErf    ? neon.gelu_erf
-                                  : e.act == Activation::GeluTanh ? neon.gelu_tanh
-                                                                  : nullptr;
+    // The GELU: quant_gelu (isa_table.hpp), the active table's vector GELU.
     for (size_t r = 0; r < R; ++r) {
         float v[C * 4];
         for (size_t c = 0; c < C; ++c) vst1q_f32(v + c * 4, acc[r][c]);
         if (bias)
             for (size_t i = 0; i < ncols; ++i) v[i] = v[i] + bias[n0 + i];
-        if (act) act(v, ncols);
+        if (e.act != Activation::None) quant_gelu(e.act, v, ncols);
         float* dst = y + (m0 + r) * N + n0;
         if (e.accumulate)
             for (size_t i = 0; i < ncols; ++i) dst[i] = dst[i] + v[i];

@@ -78,8 +78,9 @@ void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, 
 namespace mmgpt::kernels::detail {
 
 void quant_gelu(Activation act, float* v, size_t n) {
-    if (act == Activation::GeluErf) scalar::gelu_erf(v, n);
-    if (act == Activation::GeluTanh) scalar::gelu_tanh(v, n);
+    const IsaTable& t = active_table();
+    if (act == Activation::GeluErf) t.gelu_erf(v, n);
+    if (act == Activation::GeluTanh) t.gelu_tanh(v, n);
 }
 
 const QuantKernels& scalar_quant_kernels() {
