@@ -5,6 +5,8 @@
 // the user, each with a useful message and no output file left behind.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include "formats/error.hpp"
 #include "formats/mmgpt_file.hpp"
 #include "kernels/panel_layout.hpp"
+#include "kernels/quant_layout.hpp"
 #include "tools/convert/converter.hpp"
 
 namespace fs = std::filesystem;
@@ -130,6 +133,11 @@ sd, canon = gpt2_sd(1, 8, 32, 10, 4, True, 'transformer.')
 sd['lm_head.weight'] = canon['lm_head.weight'] = rnd(10, 8)
 torch.save(sd, os.path.join(d, 'model.pt'))
 expect('hf_untied', canon)
+
+# --- the same with one weight too large for a q8_0 / q4_0 block's f16 scale
+d = mkdir('hf_huge_weight')
+sd['transformer.h.0.mlp.c_fc.weight'][3, 5] = 1e30
+torch.save(sd, os.path.join(d, 'model.pt'))
 
 # --- nanoGPT ckpt.pt: _orig_mod. prefix, model_args, optimizer state, 0-d best_val_loss, meta.pkl beside
 d = mkdir('nanogpt_char')
@@ -411,6 +419,67 @@ TEST_CASE("hf-gpt2 with a separate lm_head and no config.json") {
     CHECK(has_note(s, "no config.json"));
     check_tensors(m, "hf_untied");
   }
+}
+
+TEST_CASE("--dtype q8_0 / --dtype-head q4_0: block-quantized matrices within half a step (q4_0: one) of the source") {
+  ConvertOptions o;
+  o.input = fixture("hf_untied");
+  o.output = out_path("hf_untied_q");
+  o.n_head = 2;
+  o.dtype = "q8_0";
+  o.dtype_head = "q4_0";
+  const ConvertSummary s = convert_checkpoint(o);
+  CHECK(has_note(s, "q8_0"));
+  const auto m = mmgpt::ModelFile::open(o.output);
+  for (const auto& [name, want_dtype] : std::vector<std::pair<std::string, mmgpt::DType>>{
+           {"h.0.mlp.fc.weight", mmgpt::DType::Q8_0}, {"wte", mmgpt::DType::Q8_0},
+           {"lm_head.weight", mmgpt::DType::Q4_0}, {"h.0.ln_1.weight", mmgpt::DType::F32}}) {
+    CAPTURE(name);
+    const mmgpt::TensorView& t = m.tensor(name);
+    CHECK(t.dtype == want_dtype);
+    if (t.dtype == mmgpt::DType::F32) continue;
+    const auto want = read_f32(fs::path(fixture("hf_untied")) / "expected" / (name + ".f32"));
+    const size_t N = t.shape[0], K = t.shape[1];
+    REQUIRE(want.size() == N * K);
+    const auto wt = static_cast<mmgpt::kernels::WeightType>(t.dtype);
+    std::vector<float> row(K);
+    for (size_t n = 0; n < N; ++n) {
+      mmgpt::kernels::dequantize_panel_row(static_cast<const uint8_t*>(t.data), wt, K, n, row.data());
+      float amax = 0;
+      for (size_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(want[n * K + k]));  // K <= 32: one block
+      const double step = (wt == mmgpt::kernels::WeightType::Q8_0 ? amax / 127.0 : amax / 8.0) * (1 + 0x1p-10);
+      for (size_t k = 0; k < K; ++k)
+        CHECK(std::fabs(row[k] - want[n * K + k]) <= (wt == mmgpt::kernels::WeightType::Q8_0 ? 0.5 : 1.0) * step + 1e-7);
+    }
+  }
+}
+
+TEST_CASE("--dtype q8_0 refuses a weight its block scale cannot hold, naming it, and leaves no output") {
+  for (const char* dt : {"q8_0", "q4_0"}) {
+    CAPTURE(dt);
+    ConvertOptions o;
+    o.input = fixture("hf_huge_weight");
+    o.output = out_path("huge");
+    o.n_head = 2;
+    o.dtype = dt;
+    std::string message;
+    try {
+      convert_checkpoint(o);
+    } catch (const mmgpt::Error& e) {
+      message = e.what();
+    }
+    CAPTURE(message);
+    CHECK(message.find("h.0.mlp.fc.weight") != std::string::npos);
+    CHECK(message.find(dt) != std::string::npos);
+    CHECK(message.find('\n') == std::string::npos);
+    CHECK_FALSE(fs::exists(o.output));
+  }
+  // f32 stores it as it is.
+  ConvertOptions o;
+  o.input = fixture("hf_huge_weight");
+  o.output = out_path("huge_f32");
+  o.n_head = 2;
+  CHECK_NOTHROW(convert_checkpoint(o));
 }
 
 TEST_CASE("nanoGPT ckpt.pt: _orig_mod. prefix, model_args, optimizer skipped, meta.pkl beside it") {
