@@ -74,6 +74,9 @@ void gemm_panels_bf16(const float* x, const uint16_t* wp, const float* bias, flo
                       size_t p0, size_t p1, Epilogue e, float* scratch);
 void gemm_panels_f16(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                      size_t p0, size_t p1, Epilogue e, float* scratch);
+// One finished sum through the epilogue, in the documented order:
+// v = acc (+ *bias); v = act(v); dst = v, or dst += v when accumulating.
+void store_epilogue(float acc, const float* bias, Epilogue e, float& dst);
 void gemm_panels_q8_0(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K,
                       size_t N, size_t p0, size_t p1, Epilogue e);
 void gemm_panels_q4_0(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K,

@@ -22,16 +22,19 @@ void gemm_panels_of(const float* x, const E* wp, const float* bias, float* y, si
             const E* wn = wp + panel_index(K, n, 0);
             float acc = 0.0f;
             for (size_t k = 0; k < K; ++k) acc += xm[k] * widen(wn[k * kPanelWidth]);
-            float v = bias ? acc + bias[n] : acc;
-            if (e.act == Activation::GeluErf) gelu_erf(&v, 1);
-            if (e.act == Activation::GeluTanh) gelu_tanh(&v, 1);
-            float& dst = y[m * N + n];
-            dst = e.accumulate ? dst + v : v;
+            store_epilogue(acc, bias ? bias + n : nullptr, e, y[m * N + n]);
         }
     }
 }
 
 }  // namespace
+
+void store_epilogue(float acc, const float* bias, Epilogue e, float& dst) {
+    float v = bias ? acc + *bias : acc;
+    if (e.act == Activation::GeluErf) gelu_erf(&v, 1);
+    if (e.act == Activation::GeluTanh) gelu_tanh(&v, 1);
+    dst = e.accumulate ? dst + v : v;
+}
 
 void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                  size_t p0, size_t p1, Epilogue e, float* /*scratch*/) {

@@ -43,11 +43,7 @@ void gemm_panels_quant(const QuantizedRows& x, const uint8_t* wp, WeightType t, 
                 std::memcpy(&bits, panel + quant_bytes + (b * kPanelWidth + j) * 2, 2);
                 acc = std::fma(static_cast<float>(isum), f16_to_f32(bits) * x.scale[m * Kb + b], acc);
             }
-            float v = bias ? acc + bias[n] : acc;
-            if (e.act == Activation::GeluErf) gelu_erf(&v, 1);
-            if (e.act == Activation::GeluTanh) gelu_tanh(&v, 1);
-            float& dst = y[m * N + n];
-            dst = e.accumulate ? dst + v : v;
+            store_epilogue(acc, bias ? bias + n : nullptr, e, y[m * N + n]);
         }
     }
 }

@@ -1,9 +1,12 @@
-// Engine with 16-bit weight matrices (bf16 / f16 panels): the Embed op widens
-// the token's row of a 16-bit wte, the MatMul ops run the 16-bit kernels.
+// Engine with reduced-precision weight matrices: 16-bit panels (bf16 / f16:
+// the Embed op widens the token's row of wte, the MatMul ops run the 16-bit
+// kernels) and block-quantized ones (q8_0 / q4_0: the Embed op dequantizes the
+// row, the MatMul ops quantize their input rows and run the integer kernels).
 // - Exactness: a 16-bit model computes bit for bit what the f32 panel16 model
 //   holding the same (widened) values computes.
-// - Accuracy: a GPT-2-shaped small model's logits in bf16 / f16 stay close to
-//   those of the original f32 model.
+// - Accuracy: a GPT-2-shaped small model's logits stay close to those of the
+//   original f32 model, each dtype within its own bound, q8_0 far closer than
+//   q4_0. (The budget on a trained model: tests/reference/test_dtype_accuracy.py.)
 // - Decode equals prefill, and thread counts do not matter, as for f32.
 #include <doctest/doctest.h>
 
@@ -16,6 +19,8 @@
 #include "engine/executor.hpp"
 #include "engine/mmgpt.hpp"
 #include "engine_test_model.hpp"
+#include "formats/mmgpt_file_rules.hpp"
+#include "kernels/quant_layout.hpp"
 
 using namespace mmgpt;
 
@@ -34,7 +39,7 @@ std::vector<int32_t> random_ids(size_t n, uint32_t vocab, uint64_t seed) {
   return ids;
 }
 
-const char* name(DType d) { return d == DType::BF16 ? "bf16" : "f16"; }
+std::string name(DType d) { return mmgpt_file::dtype_name(static_cast<uint32_t>(d)); }
 
 // A small model shaped like GPT-2 (tied head, tanh GELU, biases everywhere,
 // width a multiple of 64 heads, MLP 4x).
@@ -49,7 +54,7 @@ ModelConfig gpt2_like() {
 TEST_CASE("a bf16 / f16 model computes bit for bit what its widened f32 twin computes") {
   for (DType dt : {DType::BF16, DType::F16})
     for (bool tied : {true, false}) {
-      CAPTURE(std::string(name(dt)));
+      CAPTURE(name(dt));
       CAPTURE(tied);
       ModelConfig cfg = test::small_config(2, 3, 30, 16, 37);
       cfg.tied_lm_head = tied;
@@ -69,7 +74,29 @@ TEST_CASE("a bf16 / f16 model computes bit for bit what its widened f32 twin com
     }
 }
 
-TEST_CASE("GPT-2-shaped model: bf16 / f16 logits stay close to the f32 model's") {
+TEST_CASE("q8_0 / q4_0 model: quantized matmuls in the graph, dequantized embedding rows") {
+  for (DType dt : {DType::Q8_0, DType::Q4_0}) {
+    CAPTURE(name(dt));
+    ModelConfig cfg = test::small_config(2, 3, 30, 16, 37);  // width 30: blocks of 32 padded
+    const std::string path = test::temp_path("engine_quant.mmgpt");
+    test::write_random_model(path, cfg, 17, "", 0.3f, -1, Layout::Panel16, dt);
+    Executor ex(Model::load(path));
+    const TensorView& wte = ex.model().file().tensor("wte");
+    CHECK(wte.dtype == dt);
+    CHECK(ex.model().file().tensor("wpe").dtype == DType::F32);
+    CHECK(wte.nbytes == kernels::packed_weight_bytes(static_cast<kernels::WeightType>(dt), 37, 30));
+    CHECK(ex.graph().to_string().find("w=h.0.mlp.fc.weight [panel16 " + name(dt) + "]") != std::string::npos);
+    // Every token's embedding row is read (dequantized) at position 0.
+    for (int32_t id : {0, 15, 16, 36}) {
+      KVCache cache(cfg);
+      const std::vector<int32_t> one{id};
+      auto l = ex.run(one, cache, 1);
+      CHECK(std::all_of(l.begin(), l.end(), [](float v) { return std::isfinite(v); }));
+    }
+  }
+}
+
+TEST_CASE("GPT-2-shaped model: reduced-precision logits stay close to the f32 model's") {
   const ModelConfig cfg = gpt2_like();
   const std::string f = test::temp_path("engine_half_f32.mmgpt");
   test::write_random_model(f, cfg, 99, "", 0.08f, -1, Layout::Panel16);
@@ -77,8 +104,9 @@ TEST_CASE("GPT-2-shaped model: bf16 / f16 logits stay close to the f32 model's")
   auto ids = random_ids(cfg.n_ctx, cfg.vocab_size, 12);
   const auto want = all_logits(ef, ids);
   const size_t V = cfg.vocab_size, T = ids.size();
-  for (DType dt : {DType::BF16, DType::F16}) {
-    CAPTURE(std::string(name(dt)));
+  double kl_q8 = 0, kl_q4 = 0;
+  for (DType dt : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0}) {
+    CAPTURE(name(dt));
     const std::string h = test::temp_path("engine_half_gpt2.mmgpt");
     test::write_random_model(h, cfg, 99, "", 0.08f, -1, Layout::Panel16, dt);
     Executor eh(Model::load(h));
@@ -109,20 +137,28 @@ TEST_CASE("GPT-2-shaped model: bf16 / f16 logits stay close to the f32 model's")
       argmax_differ += (std::max_element(a, a + V) - a) != (std::max_element(b, b + V) - b);
     }
     const double mean_kl = kl_sum / T;
-    MESSAGE(std::string(name(dt)) << ": worst |logit error| / logit range " << worst_rel << ", mean KL " << mean_kl
+    MESSAGE(name(dt) << ": worst |logit error| / logit range " << worst_rel << ", mean KL " << mean_kl
                      << ", argmax differs at " << argmax_differ << " of " << T);
-    // bf16 keeps 8 significant bits (relative rounding <= 2^-9), f16 11 (<= 2^-12).
-    CHECK(worst_rel < (dt == DType::BF16 ? 0.02 : 0.003));
-    CHECK(mean_kl < (dt == DType::BF16 ? 1e-4 : 2e-6));
-    CHECK(argmax_differ <= T / 10);
+    // bf16 keeps 8 significant bits (relative rounding <= 2^-9), f16 11 (<= 2^-12);
+    // q8_0 / q4_0 round weights to 1/254 / 1/16 of their block's range, and
+    // the activations to 1/254 of theirs. Random weights give flat
+    // distributions with near-ties, so the argmax bounds are loose.
+    switch (dt) {
+      case DType::BF16: CHECK(worst_rel < 0.02); CHECK(mean_kl < 1e-4); CHECK(argmax_differ <= T / 10); break;
+      case DType::F16: CHECK(worst_rel < 0.003); CHECK(mean_kl < 2e-6); CHECK(argmax_differ <= T / 10); break;
+      case DType::Q8_0: CHECK(worst_rel < 0.05); CHECK(mean_kl < 1e-3); CHECK(argmax_differ <= T / 10); kl_q8 = mean_kl; break;
+      default: CHECK(worst_rel < 0.3); CHECK(mean_kl < 5e-2); CHECK(argmax_differ <= T / 3); kl_q4 = mean_kl; break;
+    }
   }
+  // 8-bit blocks must be far closer than 4-bit ones.
+  CHECK(kl_q8 * 4 < kl_q4);
 }
 
-TEST_CASE("bf16 / f16 model: decode with the KV cache matches prefill, for any thread count") {
-  for (DType dt : {DType::BF16, DType::F16}) {
-    CAPTURE(std::string(name(dt)));
+TEST_CASE("reduced-precision model: decode with the KV cache matches prefill, for any thread count") {
+  for (DType dt : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0}) {
+    CAPTURE(name(dt));
     ModelConfig cfg = test::small_config(2, 4, 64, 24, 101);
-    cfg.tied_lm_head = dt == DType::F16;
+    cfg.tied_lm_head = dt == DType::F16 || dt == DType::Q4_0;
     const std::string path = test::temp_path("engine_half_cache.mmgpt");
     test::write_random_model(path, cfg, 8, "", 0.2f, -1, Layout::Panel16, dt);
     auto model = Model::load(path);
