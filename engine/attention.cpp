@@ -19,14 +19,20 @@ void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, 
   const size_t d = n_head * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
-  // Append this step's keys and values.
+  // Append this step's keys and values (rounded to a 16-bit cache's type).
+  const auto kv = static_cast<kernels::WeightType>(cache.dtype());  // same ids: F32, BF16, F16
   for (size_t h = 0; h < n_head; ++h) {
-    float* k = cache.keys(layer, h);
-    float* v = cache.values(layer, h);
+    void* k = cache.keys(layer, h);
+    void* v = cache.values(layer, h);
     for (size_t t = 0; t < tokens; ++t) {
       const float* row = qkv + t * 3 * d;
-      std::memcpy(k + (base + t) * hd, row + d + h * hd, hd * sizeof(float));
-      std::memcpy(v + (base + t) * hd, row + 2 * d + h * hd, hd * sizeof(float));
+      if (kv == kernels::WeightType::F32) {
+        std::memcpy(static_cast<float*>(k) + (base + t) * hd, row + d + h * hd, hd * sizeof(float));
+        std::memcpy(static_cast<float*>(v) + (base + t) * hd, row + 2 * d + h * hd, hd * sizeof(float));
+      } else {
+        kernels::narrow(row + d + h * hd, hd, kv, static_cast<uint16_t*>(k) + (base + t) * hd);
+        kernels::narrow(row + 2 * d + h * hd, hd, kv, static_cast<uint16_t*>(v) + (base + t) * hd);
+      }
     }
   }
 
@@ -43,8 +49,8 @@ void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, 
         for (size_t i = r.begin(); i < r.end(); ++i) {
           const size_t h = i / tokens, t = i % tokens;
           const size_t n = base + t + 1;  // causal: positions 0 .. base+t
-          kernels::attention_row(qkv + t * 3 * d + h * hd, cache.keys(layer, h), cache.values(layer, h), n, hd, scale,
-                                 scores.data(), out + t * d + h * hd);
+          kernels::attention_row(qkv + t * 3 * d + h * hd, cache.keys(layer, h), cache.values(layer, h), kv, n, hd,
+                                 scale, scores.data(), out + t * d + h * hd);
         }
       },
       tbb::simple_partitioner());

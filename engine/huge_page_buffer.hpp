@@ -21,6 +21,9 @@ class HugePageBuffer {
   ~HugePageBuffer();
 
   float* data() { return data_; }
+  // The same storage as bytes, for 16-bit contents (a bf16 / f16 KV cache
+  // keeps 2 elements per float slot; the mapping has no declared type).
+  void* bytes() { return data_; }
   const float* data() const { return data_; }
   size_t size() const { return size_; }
 

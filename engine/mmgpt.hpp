@@ -35,6 +35,7 @@ struct GenerateOptions {
   SamplingOptions sampling;              // greedy or temperature / top-k / top-p / min-p / repetition penalty; seed
   bool ignore_eos = false;               // keep going past the end-of-text token
   std::vector<std::string> stop;         // stop at any of these strings (matched across tokens; not emitted)
+  DType kv_dtype = DType::F32;           // KV cache elements: f32, or bf16 / f16 (half the memory and cache traffic)
 };
 
 enum class StopReason { Length, EndOfText, StopString, Callback };

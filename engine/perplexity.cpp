@@ -137,7 +137,7 @@ PerplexityResult evaluate(Executor& executor, Executor* base, std::span<const in
   for (const Window& w : windows) total += w.targets;
 
   const auto t0 = std::chrono::steady_clock::now();
-  KVCache cache(config);
+  KVCache cache(config, options.kv_dtype);
   std::unique_ptr<KVCache> base_cache = base ? std::make_unique<KVCache>(base->model().config()) : nullptr;
   double nll_sum = 0.0, base_nll_sum = 0.0, kl_sum = 0.0, kl_max = 0.0;
   size_t same_top1 = 0;

@@ -2,18 +2,25 @@
 // One attention row, written once against xsimd and instantiated per ISA
 // through kernels_simd.hpp (include only from there):
 //   out[d] = sum_j softmax_j(scale * q . k_j) v_j[d]   for keys j < n.
-// Keys and values are rows of hd floats, contiguous per head (the KV cache's
-// layout), so the row streams them front to back.
+// Keys and values are rows of hd elements, contiguous per head (the KV cache's
+// layout), so the row streams them front to back. Elements are f32, or bf16 /
+// f16 (a 16-bit KV cache, template parameter KT), widened to f32 exactly as
+// they are loaded: a 16-bit cache gives bit for bit what the f32 kernel gives
+// on the widened rows.
 //
 // Scores: W keys at a time, each with its own vector accumulator over d,
 // folded by one parallel horizontal add (column_sums) instead of W separate
 // reductions. Weighted sum of values: the output stays in registers (up to
 // 8 vectors) while the keys stream by. Everything is sequenced per element,
 // so the result for a query does not depend on the other rows of the step.
+// Tails of rows that are not whole vectors use explicit fmaf, so the compiler's
+// contraction choices cannot differ between the f32 and 16-bit instantiations.
 #include <cstddef>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
+
+#include "kernels/widen_simd.hpp"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -54,12 +61,16 @@ xsimd::batch<float, Arch> column_sums(const xsimd::batch<float, Arch>* acc) {
     return xsimd::haddp(acc);
 }
 
-template <class Arch, class Softmax>
+template <class Arch, class Softmax, class KT = WeightF32>
 struct AttentionRow {
     using B = xsimd::batch<float, Arch>;
+    using KE = typename KT::E;
     static constexpr size_t W = B::size;
 
-    static void scores(const float* q, const float* k, size_t n, size_t hd, float scale, float* s) {
+    static B load(const KE* p) { return load_weights<KT, B>(p); }
+    static float one(KE e) { return widen_one<KT, B>(e); }
+
+    static void scores(const float* q, const KE* k, size_t n, size_t hd, float scale, float* s) {
         const B sv(scale);
         size_t j = 0;
         for (; j + W <= n; j += W) {
@@ -70,14 +81,14 @@ struct AttentionRow {
             for (; d + W <= hd; d += W) {
                 const B qv = B::load_unaligned(q + d);
 #pragma GCC unroll 16
-                for (size_t i = 0; i < W; ++i) acc[i] = xsimd::fma(qv, B::load_unaligned(k + (j + i) * hd + d), acc[i]);
+                for (size_t i = 0; i < W; ++i) acc[i] = xsimd::fma(qv, load(k + (j + i) * hd + d), acc[i]);
             }
             B sum = column_sums<Arch>(acc);
             if (d < hd) {  // head sizes that are not a multiple of the vector width
                 alignas(64) float t[W];
                 sum.store_aligned(t);
                 for (size_t i = 0; i < W; ++i)
-                    for (size_t dd = d; dd < hd; ++dd) t[i] += q[dd] * k[(j + i) * hd + dd];
+                    for (size_t dd = d; dd < hd; ++dd) t[i] = __builtin_fmaf(q[dd], one(k[(j + i) * hd + dd]), t[i]);
                 sum = B::load_aligned(t);
             }
             (sum * sv).store_unaligned(s + j);
@@ -85,30 +96,30 @@ struct AttentionRow {
         for (; j < n; ++j) {  // the last n % W keys, one at a time
             B acc(0.0f);
             size_t d = 0;
-            for (; d + W <= hd; d += W) acc = xsimd::fma(B::load_unaligned(q + d), B::load_unaligned(k + j * hd + d), acc);
+            for (; d + W <= hd; d += W) acc = xsimd::fma(B::load_unaligned(q + d), load(k + j * hd + d), acc);
             float t = xsimd::hadd(acc);
-            for (; d < hd; ++d) t += q[d] * k[j * hd + d];
+            for (; d < hd; ++d) t = __builtin_fmaf(q[d], one(k[j * hd + d]), t);
             s[j] = t * scale;
         }
     }
 
     // out[d0 .. d0 + NV*W) = sum_j p[j] v[j][d0 ..], accumulated in registers.
     template <size_t NV>
-    static void weighted_values(const float* p, const float* v, size_t n, size_t hd, size_t d0, float* out) {
+    static void weighted_values(const float* p, const KE* v, size_t n, size_t hd, size_t d0, float* out) {
         B acc[NV];
 #pragma GCC unroll 8
         for (size_t i = 0; i < NV; ++i) acc[i] = B(0.0f);
         for (size_t j = 0; j < n; ++j) {
             const B pj(p[j]);
-            const float* vj = v + j * hd + d0;
+            const KE* vj = v + j * hd + d0;
 #pragma GCC unroll 8
-            for (size_t i = 0; i < NV; ++i) acc[i] = xsimd::fma(pj, B::load_unaligned(vj + i * W), acc[i]);
+            for (size_t i = 0; i < NV; ++i) acc[i] = xsimd::fma(pj, load(vj + i * W), acc[i]);
         }
 #pragma GCC unroll 8
         for (size_t i = 0; i < NV; ++i) acc[i].store_unaligned(out + d0 + i * W);
     }
 
-    static void run(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
+    static void run(const float* q, const KE* k, const KE* v, size_t n, size_t hd, float scale, float* s,
                     float* out) {
         scores(q, k, n, hd, scale, s);
         Softmax::softmax(s, n);
@@ -118,7 +129,7 @@ struct AttentionRow {
         for (; d + W <= hd; d += W) weighted_values<1>(s, v, n, hd, d, out);
         for (; d < hd; ++d) {
             float acc = 0.0f;
-            for (size_t j = 0; j < n; ++j) acc = __builtin_fmaf(s[j], v[j * hd + d], acc);
+            for (size_t j = 0; j < n; ++j) acc = __builtin_fmaf(s[j], one(v[j * hd + d]), acc);
             out[d] = acc;
         }
     }

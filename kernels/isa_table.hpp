@@ -81,6 +81,13 @@ struct IsaTable {
                             size_t N, size_t p0, size_t p1, Epilogue e, float* scratch);
     // The quantized kernels paired with this table (set by dispatch.cpp).
     const QuantKernels* quant = nullptr;
+    // attention_row over a 16-bit KV cache (rows of bf16 / f16, widened exactly).
+    void (*attention_row_bf16)(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
+                               float* s, float* out);
+    void (*attention_row_f16)(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
+                              float* s, float* out);
+    // n floats to f16, round to nearest even (kernels::narrow_to_f16's numerics).
+    void (*narrow_f16)(const float* in, size_t n, uint16_t* out);
 };
 
 const IsaTable& scalar_table();

@@ -143,6 +143,29 @@ void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, 
     });
 }
 
+void attention_row(const float* q, const void* k, const void* v, WeightType kv, size_t n, size_t hd, float scale,
+                   float* s, float* out) {
+    const auto& t = detail::active_table();
+    switch (kv) {
+        case WeightType::BF16:
+            return t.attention_row_bf16(q, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, hd,
+                                        scale, s, out);
+        case WeightType::F16:
+            return t.attention_row_f16(q, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, hd,
+                                       scale, s, out);
+        default:
+            return t.attention_row(q, static_cast<const float*>(k), static_cast<const float*>(v), n, hd, scale, s,
+                                   out);
+    }
+}
+
+void narrow(const float* in, size_t n, WeightType to, uint16_t* out) {
+    if (to == WeightType::F16)
+        detail::active_table().narrow_f16(in, n, out);
+    else
+        narrow_to_bf16(in, n, out);  // integer arithmetic: the compiler vectorizes it as it is
+}
+
 float dot(const float* a, const float* b, size_t n) { return detail::active_table().dot(a, b, n); }
 
 void axpy(float a, const float* x, float* y, size_t n) {

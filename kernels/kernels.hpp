@@ -47,6 +47,14 @@ void matmul_packed(const float* x, const void* wp, WeightType type, const float*
 // engine runs rows of different heads and tokens in parallel.
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
                    float* out);
+// The same over keys and values stored as `kv` (F32, or a 16-bit KV cache:
+// BF16 / F16, widened exactly as loaded, so the result is bit for bit the f32
+// row's on the widened values).
+void attention_row(const float* q, const void* k, const void* v, WeightType kv, size_t n, size_t hd, float scale,
+                   float* s, float* out);
+// Rounds n floats to bf16 / f16 (nearest, ties to even; as narrow_to_bf16 /
+// narrow_to_f16, vectorized where the CPU converts f16 in hardware).
+void narrow(const float* in, size_t n, WeightType to, uint16_t* out);
 // x[M, K] to q8 blocks (quant_layout.hpp); q: M * 32 * quant_blocks(K) bytes,
 // scale and sum: M * quant_blocks(K) each.
 void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, int32_t* sum);
@@ -67,6 +75,11 @@ void matmul_packed(const float* x, const void* wp, WeightType type, const float*
                    size_t N, Epilogue e = {});
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
                    float* out);
+void attention_row_bf16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
+                        float* s, float* out);
+void attention_row_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
+                       float* s, float* out);
+void narrow_f16(const float* in, size_t n, uint16_t* out);
 // Table entries behind matmul_packed (isa_table.hpp).
 void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                  size_t p0, size_t p1, Epilogue e, float* scratch);

@@ -150,6 +150,60 @@ struct Kernels {
         AttentionRow<Arch, Kernels>::run(q, k, v, n, hd, scale, s, out);
     }
 
+    MMGPT_SIMD_ENTRY static void attention_row_bf16(const float* q, const uint16_t* k, const uint16_t* v, size_t n,
+                                                    size_t hd, float scale, float* s, float* out) {
+        AttentionRow<Arch, Kernels, WeightBF16>::run(q, k, v, n, hd, scale, s, out);
+    }
+
+    MMGPT_SIMD_ENTRY static void attention_row_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n,
+                                                   size_t hd, float scale, float* s, float* out) {
+        AttentionRow<Arch, Kernels, WeightF16>::run(q, k, v, n, hd, scale, s, out);
+    }
+
+    // f32 -> f16, round to nearest even (the hardware conversion; the tail
+    // through a padded vector, so every element gets the same instruction).
+    static auto narrow_vec_f16(B v) {
+#if defined(__AVX512F__)
+        if constexpr (W == 16) return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#endif
+#if defined(__F16C__)
+        if constexpr (W == 8) return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#endif
+#if defined(__aarch64__)
+        if constexpr (W == 4) return vreinterpret_u16_f16(vcvt_f16_f32(v));
+#endif
+    }
+
+    static void store_f16(uint16_t* p, B v) {
+#if defined(__AVX512F__)
+        if constexpr (W == 16) {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow_vec_f16(v));
+            return;
+        }
+#endif
+#if defined(__F16C__)
+        if constexpr (W == 8) {
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(p), narrow_vec_f16(v));
+            return;
+        }
+#endif
+#if defined(__aarch64__)
+        if constexpr (W == 4) vst1_u16(p, narrow_vec_f16(v));
+#endif
+    }
+
+    MMGPT_SIMD_ENTRY static void narrow_f16(const float* in, size_t n, uint16_t* out) {
+        size_t i = 0;
+        for (; i + W <= n; i += W) store_f16(out + i, B::load_unaligned(in + i));
+        if (i < n) {
+            alignas(64) float t[W] = {};
+            alignas(64) uint16_t o[W];
+            for (size_t j = 0; i + j < n; ++j) t[j] = in[i + j];
+            store_f16(o, B::load_aligned(t));
+            for (size_t j = 0; i + j < n; ++j) out[i + j] = o[j];
+        }
+    }
+
     // ------------------------------------------------------------ reductions
     MMGPT_SIMD_ENTRY static float dot(const float* a, const float* b, size_t n) {
         // Four accumulators hide the FMA latency.
@@ -313,7 +367,8 @@ struct Kernels {
 
     static detail::IsaTable table(const char* name) {
         return detail::IsaTable{name, &matmul_cols, &gemm_panels, &attention_row, &dot, &axpy, &add, &layernorm, &gelu_erf, &gelu_tanh, &softmax,
-                                 &gemm_panels_bf16, &gemm_panels_f16};
+                                 &gemm_panels_bf16, &gemm_panels_f16, nullptr, &attention_row_bf16, &attention_row_f16,
+                                 &narrow_f16};
     }
 };
 

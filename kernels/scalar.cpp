@@ -5,7 +5,9 @@
 // reference is also what the PyTorch comparisons expect.
 #include <cmath>
 #include <limits>
+#include <vector>
 
+#include "formats/half.hpp"
 #include "kernels/constants.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
@@ -94,6 +96,31 @@ void attention_row(const float* q, const float* k, const float* v, size_t n, siz
     for (size_t j = 0; j < n; ++j) axpy(s[j], v + j * hd, out, hd);
 }
 
+namespace {
+
+// The reference on a 16-bit cache: widen the rows exactly, then the f32 row.
+template <class Widen>
+void attention_row_widened(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
+                           float* s, float* out, Widen widen) {
+    std::vector<float> kw(n * hd), vw(n * hd);
+    for (size_t i = 0; i < n * hd; ++i) kw[i] = widen(k[i]), vw[i] = widen(v[i]);
+    attention_row(q, kw.data(), vw.data(), n, hd, scale, s, out);
+}
+
+}  // namespace
+
+void attention_row_bf16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
+                        float* s, float* out) {
+    attention_row_widened(q, k, v, n, hd, scale, s, out, [](uint16_t e) { return bf16_to_f32(e); });
+}
+
+void attention_row_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
+                       float* s, float* out) {
+    attention_row_widened(q, k, v, n, hd, scale, s, out, [](uint16_t e) { return f16_to_f32(e); });
+}
+
+void narrow_f16(const float* in, size_t n, uint16_t* out) { narrow_to_f16(in, n, out); }
+
 void softmax(float* x, size_t n) {
     if (n == 0) return;
     float mx = -std::numeric_limits<float>::infinity();
@@ -115,6 +142,7 @@ const IsaTable& scalar_table() {
         "scalar",         &scalar::matmul_cols, &scalar::gemm_panels, &scalar::attention_row, &scalar::dot,      &scalar::axpy,     &scalar::add,
         &scalar::layernorm, &scalar::gelu_erf,  &scalar::gelu_tanh, &scalar::softmax,
         &scalar::gemm_panels_bf16, &scalar::gemm_panels_f16, &scalar_quant_kernels(),
+        &scalar::attention_row_bf16, &scalar::attention_row_f16, &scalar::narrow_f16,
     };
     return table;
 }

@@ -431,9 +431,12 @@ TEST_CASE("--dtype q8_0 / --dtype-head q4_0: block-quantized matrices within hal
   const ConvertSummary s = convert_checkpoint(o);
   CHECK(has_note(s, "q8_0"));
   const auto m = mmgpt::ModelFile::open(o.output);
-  for (const auto& [name, want_dtype] : std::vector<std::pair<std::string, mmgpt::DType>>{
+  // (No structured bindings here: clang 14 cannot capture them in CAPTURE.)
+  for (const auto& expected : std::vector<std::pair<std::string, mmgpt::DType>>{
            {"h.0.mlp.fc.weight", mmgpt::DType::Q8_0}, {"wte", mmgpt::DType::Q8_0},
            {"lm_head.weight", mmgpt::DType::Q4_0}, {"h.0.ln_1.weight", mmgpt::DType::F32}}) {
+    const std::string& name = expected.first;
+    const mmgpt::DType want_dtype = expected.second;
     CAPTURE(name);
     const mmgpt::TensorView& t = m.tensor(name);
     CHECK(t.dtype == want_dtype);

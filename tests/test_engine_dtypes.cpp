@@ -188,3 +188,48 @@ TEST_CASE("reduced-precision model: decode with the KV cache matches prefill, fo
     CHECK(worst < 1e-5f);
   }
 }
+
+TEST_CASE("KV cache in bf16 / f16: thread-independent, decode matches prefill, close to the f32 cache") {
+  ModelConfig cfg = test::small_config(2, 4, 64, 24, 101);
+  const std::string path = test::temp_path("engine_kv16.mmgpt");
+  // f32 weights: quantized ones would turn the cache's tiny rounding into
+  // flips of activation quanta, hiding the bound below.
+  test::write_random_model(path, cfg, 8, "", 0.2f, -1, Layout::Panel16);
+  auto model = Model::load(path);
+  auto ids = random_ids(cfg.n_ctx, cfg.vocab_size, 5);
+  const size_t V = cfg.vocab_size;
+  auto logits_with = [&](DType kv, int threads) {
+    tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
+    Executor ex(model);
+    KVCache cache(cfg, kv);
+    auto l = ex.run(ids, cache, ids.size());
+    return std::vector<float>(l.begin(), l.end());
+  };
+  const auto f32 = logits_with(DType::F32, 2);
+  for (DType kv : {DType::BF16, DType::F16}) {
+    CAPTURE(name(kv));
+    KVCache cache(cfg, kv);
+    CHECK(cache.dtype() == kv);
+    const auto one = logits_with(kv, 1), two = logits_with(kv, 2);
+    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+    // Decode one token at a time reads the rounded keys and values that prefill wrote and read.
+    Executor ex(model);
+    KVCache dc(cfg, kv);
+    float worst = 0;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      auto l = ex.run(std::span(ids).subspan(t, 1), dc, 1);
+      for (size_t v = 0; v < V; ++v) worst = std::max(worst, std::fabs(l[v] - one[t * V + v]));
+    }
+    CHECK(worst < 1e-5f);
+    // Against the f32 cache: rounding keys and values to 8 / 11 significant bits.
+    double err = 0, range = 0;
+    for (size_t i = 0; i < f32.size(); ++i) {
+      err = std::max(err, std::fabs(double(one[i]) - f32[i]));
+      range = std::max(range, std::fabs(double(f32[i])));
+    }
+    MESSAGE(name(kv) << " KV cache: largest logit change " << err << " (largest logit " << range << ")");
+    CHECK(err > 0);  // the cache really holds 16-bit values
+    CHECK(err < (kv == DType::BF16 ? 0.02 : 0.003) * range);
+  }
+  CHECK_THROWS_AS(KVCache(cfg, DType::Q8_0), Error);
+}

@@ -226,6 +226,16 @@ for s in ('0', '-1', 'x', '9', '99999999999999999999999'):
     cases.append((f'perplexity: --stride {s}', (*P, '--ctx', '8', '--stride', s), '--stride'))
 for t in ('0', '-1', 'x', threads_absurd):
     cases.append((f'perplexity: --threads {t}', (*P, '--threads', t), '--threads'))
+# --kv-dtype (generate, perplexity, bench): only f32, bf16, f16; --kl-base must be a model
+for v in ('x', 'q8_0', 'F16', ''):
+    cases.append((f'generate: --kv-dtype {v!r}', (*G, '--kv-dtype', v), '--kv-dtype'))
+    cases.append((f'perplexity: --kv-dtype {v!r}', (*P, '--kv-dtype', v), '--kv-dtype'))
+    cases.append((f'bench: --kv-dtype {v!r}', (*B, '--kv-dtype', v), '--kv-dtype'))
+cases += [
+    ('perplexity: --kl-base missing', (*P, '--kl-base', missing), 'missing.bin'),
+    ('perplexity: --kl-base directory', (*P, '--kl-base', emptydir), 'emptydir'),
+    ('perplexity: --kl-base empty', (*P, '--kl-base', ''), '--kl-base'),
+]
 cases += [
     ('perplexity: --json=x', (*P, '--json=x'), '--json'),
     ('perplexity: unknown flag', (*P, '--frobnicate'), '--frobnicate'),
@@ -298,6 +308,9 @@ valid = [
     ('generate --ids with commas', ('generate', '-m', model, '--ids', '1,2', '-n', '3')),
     ('perplexity --ctx 2 --stride 2', (*P, '--ctx', '2', '--stride', '2')),
     ('perplexity --ctx at the context length', (*P, '--ctx', str(CTX))),
+    ('generate --kv-dtype f16', (*G, '-n', '3', '--kv-dtype', 'f16', '--seed', '1')),
+    ('perplexity --kv-dtype bf16 --kl-base the model itself', (*P, '--kv-dtype', 'bf16', '--kl-base', model)),
+    ('bench --kv-dtype f16', (*B, '-n', '1', '-t', '1', '-p', '2', '--kv-dtype', 'f16')),
     ('bench -n 0 -t 1 -p 2 -b 1,2', (*B, '-n', '0', '-t', '1', '-p', '2', '-b', '1,2')),
     ('bench -p past the context (clamped with a note, as documented)', (*B, '-n', '1', '-t', '1', '-p', '99')),
     ('detokenize with no ids in the file', ('detokenize', '-m', model, '-f', empty)),

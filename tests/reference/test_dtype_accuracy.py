@@ -11,8 +11,9 @@ distributions is reported and bounded loosely. The KL is cross-checked with
 PyTorch: from `mmgpt logits` on consecutive context-length chunks, the
 same targets `perplexity --kl-base --stride ctx` scores must give the same
 mean KL. Also checked: `inspect --json` shows the dtypes, the file shrinks as
-expected, a mixed file (q4_0 matrices, q8_0 head) lands between the two, and
-convert refuses a reduced dtype with --weight-layout row-major.
+expected, a mixed file (q4_0 matrices, q8_0 head) lands between the two, a
+16-bit KV cache (--kv-dtype) stays within +0.5% too, and convert refuses a
+reduced dtype with --weight-layout row-major.
 """
 import json
 import os
@@ -104,6 +105,18 @@ def main():
             if dt in PPL_BUDGET:
                 assert rel <= PPL_BUDGET[dt], f"{dt}: perplexity {ppl[dt]} is {rel * 100:.3f}% above f32's {ppl['f32']}"
                 assert 0 <= kl[dt]['mean_kl'] < KL_BOUND[dt], lines[-1]
+        # A 16-bit KV cache (--kv-dtype): on the f32 model and on q8_0; the same
+        # +0.5% budget as 16-bit weights.
+        for model, kv in (('f32', 'bf16'), ('f32', 'f16'), ('q8_0', 'f16')):
+            _, out, _ = R.run_cli(suite.mmgpt, ['perplexity', '-m', state[model], '-f', path, '--threads', 2,
+                                                '--kv-dtype', kv, '--kl-base', state['f32'], '--json'])
+            j = json.loads(out)
+            assert j['kv_dtype'] == kv, j
+            rel = j['perplexity'] / ppl['f32'] - 1
+            lines.append(f"{model} weights, {kv} KV cache {j['perplexity']:.5f} ({rel * 100:+.3f}%), "
+                         f"mean KL {j['kl_base']['mean_kl']:.3e}")
+            budget = PPL_BUDGET[kv] + (PPL_BUDGET[model] if model != 'f32' else 0)
+            assert rel <= budget, f"{model} with a {kv} KV cache: {rel * 100:.3f}% above f32 (budget {budget * 100}%)"
         # Fewer bits, further from f32; a q8_0 head pulls q4_0 back towards q8_0.
         assert kl['f16']['mean_kl'] <= kl['q8_0']['mean_kl'] <= kl['q4_0']['mean_kl'], lines
         assert kl['q8_0']['mean_kl'] <= kl['q4_0+q8_0 head']['mean_kl'] <= kl['q4_0']['mean_kl'], lines

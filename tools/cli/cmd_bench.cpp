@@ -51,6 +51,7 @@ struct BenchArgs {
   std::vector<unsigned> threads;
   std::string prompt_list = "512", batch_list = "1", threads_list;  // as given; parsed by the callback
   bool json = false;
+  std::string kv_dtype = "f32";
 };
 
 struct Spread {
@@ -204,7 +205,7 @@ void run_bench(const BenchArgs& a) {
           for (int32_t& x : pr) x = id(rng);
         rss_scoped = reset_peak_rss() && rss_scoped;
         Executor exec(lm.shared_model());
-        std::vector<KVCache> caches(b, KVCache(config));
+        std::vector<KVCache> caches(b, KVCache(config, parse_kv_dtype(a.kv_dtype)));
         run_once(exec, caches, prompts, n);  // warm-up: pages in the weights, plans the buffers
         std::vector<double> pre, dec, ttft, mbw, frac;
         const ModelFile& file = lm.model().file();
@@ -247,6 +248,7 @@ void run_bench(const BenchArgs& a) {
     j["kernel_isa"] = isa;
     j["quant_kernel_isa"] = std::string(kernels::quant_isa_name());
     j["weight_bytes_per_decode_step"] = step_bytes;
+    j["kv_dtype"] = a.kv_dtype;
     j["repetitions"] = a.reps;
     nlohmann::json probe;
     probe["memory"] = probe_kind;
@@ -279,8 +281,10 @@ void run_bench(const BenchArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("model: %s (%.1fM params, %u layers, width %u); kernels: %s; %zu runs after 1 warm-up\n",
-              a.model.c_str(), params / 1e6, config.n_layer, config.n_embd, isa.c_str(), a.reps);
+  std::printf("model: %s (%.1fM params, %u layers, width %u); kernels: %s, quantized %s; KV cache %s; %zu runs after "
+              "1 warm-up\n",
+              a.model.c_str(), params / 1e6, config.n_layer, config.n_embd, isa.c_str(),
+              std::string(kernels::quant_isa_name()).c_str(), a.kv_dtype.c_str(), a.reps);
   std::printf("weights read per decode step: %.1f MB; reference read bandwidth (%s, %zu MiB, best of 3):",
               step_bytes / 1e6, probe_kind.c_str(), a.bw_mib);
   for (auto& [t, g] : bw) std::printf(" %u thread%s %.1f GB/s;", t, t == 1 ? "" : "s", g);
@@ -329,6 +333,7 @@ void add_bench(CLI::App& app) {
       ->check(count_list(1, 256));
   cmd->add_option("-r,--repetitions", a->reps, "timed runs per combination, after one warm-up (default 5)")
       ->check(count(1, 1000));
+  add_kv_dtype_option(cmd, a->kv_dtype);
   cmd->add_option("--bw-mib", a->bw_mib, "bandwidth probe buffer in MiB; keep it far past the LLC (default 1024)")
       ->check(count(16, uint64_t{1} << 20));
   cmd->add_flag("--json", a->json, "print the results as JSON instead of a table");

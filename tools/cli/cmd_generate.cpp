@@ -27,6 +27,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct GenerateArgs {
+  std::string kv_dtype = "f32";
   std::string model, prompt, ids, batch_file;
   size_t n = 256;
   bool greedy = false;
@@ -114,6 +115,7 @@ void run_generate(const GenerateArgs& a) {
   options.max_new_tokens = a.n;
   options.ignore_eos = a.ignore_eos;
   options.stop = a.stop;
+  options.kv_dtype = parse_kv_dtype(a.kv_dtype);
   options.sampling = a.sampling;
   options.sampling.greedy = a.greedy;
   options.sampling.seed = a.seed ? *a.seed : std::random_device{}();
@@ -195,6 +197,7 @@ void add_generate(CLI::App& app) {
       ->allow_extra_args(false)
       ->check(non_empty("stop string"));
   cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(thread_count());
+  add_kv_dtype_option(cmd, a->kv_dtype);
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past the end-of-text token");
   cmd->add_flag("--no-special", a->no_special, "treat <|endoftext|> in a text prompt as plain text");
   cmd->add_flag("--print-ids", a->print_ids, "print only the generated token ids, space-separated, on one line");

@@ -26,6 +26,7 @@ namespace {
 struct PerplexityArgs {
   std::string model, file;
   std::string kl_base;  // --kl-base: a base model to compare the distributions with
+  std::string kv_dtype = "f32";
   size_t ctx = 0, stride = 0;
   bool ctx_given = false, stride_given = false;  // an explicit 0 is an error, not "the default"
   int threads = 0;
@@ -115,6 +116,7 @@ void run_perplexity(const PerplexityArgs& a) {
   PerplexityOptions options;
   options.ctx = a.ctx_given ? a.ctx : 0;
   options.stride = a.stride_given ? a.stride : 0;
+  options.kv_dtype = parse_kv_dtype(a.kv_dtype);
   PerplexityResult r;
   DivergenceResult div;
   {
@@ -130,6 +132,7 @@ void run_perplexity(const PerplexityArgs& a) {
     nlohmann::json j = {{"model", a.model},
                         {"file", a.file},
                         {"ctx", r.ctx},
+                        {"kv_dtype", a.kv_dtype},
                         {"stride", r.stride},
                         {"mean_nll", r.mean_nll},
                         {"perplexity", r.perplexity},
@@ -177,6 +180,7 @@ void add_perplexity(CLI::App& app) {
       ->check(count(0, UINT32_MAX))
       ->each([a](const std::string&) { a->stride_given = true; });
   cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(thread_count());
+  add_kv_dtype_option(cmd, a->kv_dtype);
   cmd->add_flag("--no-special", a->no_special, "encode \"<|endoftext|>\" in the text as plain text, not the special token");
   cmd->add_option("--kl-base", a->kl_base,
                   "also run this model (e.g. the f32 original of a quantized model) on the same windows and report "

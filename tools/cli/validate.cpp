@@ -127,4 +127,16 @@ void refuse_overwriting(const std::string& output, const char* output_option, co
                 " itself; refusing to overwrite what is being read");
 }
 
+CLI::Option* add_kv_dtype_option(CLI::App* cmd, std::string& value) {
+  return cmd
+      ->add_option("--kv-dtype", value,
+                   "element type of the KV cache: f32 (default), or bf16 / f16: half the memory and half the bytes "
+                   "each decode step reads from the cache (keys and values rounded to nearest even)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+}
+
+DType parse_kv_dtype(const std::string& value) {
+  return value == "bf16" ? DType::BF16 : value == "f16" ? DType::F16 : DType::F32;
+}
+
 }  // namespace mmgpt::cli

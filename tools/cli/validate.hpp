@@ -10,6 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "formats/model_config.hpp"
+
 namespace mmgpt::cli {
 
 // A path or string that must not be empty ("" is a mistake: an unset shell variable).
@@ -32,6 +34,11 @@ CLI::Validator thread_count();
 // A comma-separated list of counts ("1,2,4"), each in lo..hi; no empty list or entry.
 CLI::Validator count_list(uint64_t lo, uint64_t hi);
 std::vector<uint64_t> parse_count_list(const std::string& text);  // after count_list() accepted it
+
+// --kv-dtype f32|bf16|f16 (the KV cache's element type), shared by generate,
+// perplexity and bench; parse_kv_dtype after the option accepted the value.
+CLI::Option* add_kv_dtype_option(CLI::App* cmd, std::string& value);
+DType parse_kv_dtype(const std::string& value);
 
 // Throws mmgpt::Error when `output` is the very file `input` (same inode):
 // writing it would destroy what is being read.
