@@ -22,7 +22,7 @@
 // block order. So without an activation the result is bit for bit the
 // reference's, whatever the tile shape, blocking or thread split.
 //
-// GELU in the epilogue: quant_gelu (isa_table.hpp, the reference's scalar
+// GELU in the epilogue: quant_gelu (isa_table.hpp, the active table's vector
 // GELU) on the finished tile staged through a small buffer.
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512VNNI__) || \
     !defined(__F16C__) || !defined(__FMA__)

@@ -31,8 +31,10 @@
 // register tile of R rows x half a panel (8 columns), so each weight vector
 // loaded feeds R rows. Rows left over (M % R) take the one-row tile.
 //
-// Epilogue: v = acc + bias, then the scalar reference's GELU (see tile()), then
-// y (+)= v; so every result, GELU included, is the reference's bit for bit.
+// Epilogue: v = acc + bias, then the GELU through quant_gelu (the active
+// table's vector GELU, as the f32 matmul fuses it), then y (+)= v; so every
+// result without a GELU is the reference's bit for bit, and a fused GELU is
+// within the vector GELU's bound of it.
 #if !defined(__aarch64__)
 #error "quant_neon_impl.hpp is for aarch64 only"
 #endif
