@@ -189,3 +189,68 @@ TEST_CASE("bad ctx, stride, too-short text and bad ids are one-line errors") {
   ids[13] = -4;
   CHECK_THROWS_AS(evaluate_perplexity(ex, ids, {}), Error);
 }
+
+TEST_CASE("divergence from a base model: zero against itself, the KL of the rows otherwise, mismatches refused") {
+  Fixture f;
+  Executor ex(f.model), same(f.model);
+  auto ids = random_ids(40, f.cfg.vocab_size, 6);
+  PerplexityOptions opt;
+  opt.ctx = 8;
+  opt.stride = 8;
+  DivergenceResult d;
+  const PerplexityResult r = evaluate_perplexity(ex, same, ids, opt, d);
+  CHECK(r.mean_nll == evaluate_perplexity(ex, ids, opt).mean_nll);
+  CHECK(d.base_mean_nll == r.mean_nll);
+  CHECK(d.mean_kl == 0.0);
+  CHECK(d.max_kl == 0.0);
+  CHECK(d.same_top1 == 1.0);
+
+  // Another model of the same shape: KL(P_base || P_model) per scored row, from
+  // the logits of the very windows perplexity runs (ctx 8, stride 8: rows 0..6
+  // of each window predict its tokens 1..7).
+  const std::string other_path = test::temp_path("perplexity_other.mmgpt");
+  test::write_random_model(other_path, f.cfg, 12, "", 0.4f);
+  Executor other(Model::load(other_path));
+  DivergenceResult d2;
+  evaluate_perplexity(ex, other, ids, opt, d2);
+  const size_t V = f.cfg.vocab_size;
+  double kl_sum = 0, kl_max = 0;
+  size_t rows = 0, same_top = 0;
+  for (size_t b = 0; b + 1 < ids.size(); b += 8) {
+    const size_t e = std::min(b + 8, ids.size());
+    std::vector<int32_t> in(ids.begin() + b, ids.begin() + e - 1);
+    KVCache c1(f.cfg), c2(f.cfg);
+    auto q = ex.run(in, c1, in.size());
+    std::vector<float> qv(q.begin(), q.end());
+    auto p = other.run(in, c2, in.size());
+    for (size_t t = 0; t < in.size(); ++t, ++rows) {
+      const float* pr = p.data() + t * V;
+      const float* qr = qv.data() + t * V;
+      const double pm = *std::max_element(pr, pr + V), qm = *std::max_element(qr, qr + V);
+      double zp = 0, zq = 0;
+      for (size_t v = 0; v < V; ++v) zp += std::exp(pr[v] - pm), zq += std::exp(qr[v] - qm);
+      double kl = 0;
+      for (size_t v = 0; v < V; ++v) {
+        const double lp = pr[v] - pm - std::log(zp), lq = qr[v] - qm - std::log(zq);
+        kl += std::exp(lp) * (lp - lq);
+      }
+      kl_sum += kl;
+      kl_max = std::max(kl_max, kl);
+      same_top += (std::max_element(pr, pr + V) - pr) == (std::max_element(qr, qr + V) - qr);
+    }
+  }
+  REQUIRE(rows == r.tokens);
+  CHECK(d2.mean_kl == doctest::Approx(kl_sum / rows).epsilon(1e-9));
+  CHECK(d2.max_kl == doctest::Approx(kl_max).epsilon(1e-9));
+  CHECK(d2.same_top1 == doctest::Approx(double(same_top) / rows));
+  CHECK(d2.mean_kl > 0);
+
+  // A base with another vocabulary is refused.
+  ModelConfig wider = f.cfg;
+  wider.vocab_size += 1;
+  const std::string wide_path = test::temp_path("perplexity_wide.mmgpt");
+  test::write_random_model(wide_path, wider, 3, "", 0.4f);
+  Executor wide(Model::load(wide_path));
+  DivergenceResult d3;
+  CHECK_THROWS_WITH_AS(evaluate_perplexity(ex, wide, ids, opt, d3), doctest::Contains("vocabulary"), Error);
+}
