@@ -20,19 +20,12 @@
 // Weight types (template parameter WT): f32 panels are loaded as they are;
 // bf16 and f16 panels hold the same element order in 2 bytes, and each
 // vector of weights is widened to f32 in registers right after its load
-// (bf16: zero-extend 16 -> 32 bits and shift left 16; f16: the hardware
-// conversion, VCVTPH2PS / FCVTL). Widening is exact, so a 16-bit matrix gives
-// bit for bit the result of the f32 kernel on its widened values.
+// (widen_simd.hpp). Widening is exact, so a 16-bit matrix gives bit for bit
+// the result of the f32 kernel on its widened values.
 #include <cstddef>
 #include <cstdint>
 
 #include <xsimd/xsimd.hpp>
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#endif
-#if defined(__aarch64__)
-#include <arm_neon.h>
-#endif
 
 #include "kernels/epilogue.hpp"
 #include "kernels/gemm_blocking.hpp"

@@ -32,6 +32,16 @@ std::vector<float> all_logits(Executor& ex, const std::vector<int32_t>& ids) {
   return {l.begin(), l.end()};
 }
 
+// All logits of `ids` from an empty cache of type kv, with at most `threads` threads.
+std::vector<float> logits_with(const std::shared_ptr<const Model>& model, const std::vector<int32_t>& ids,
+                               int threads, DType kv = DType::F32) {
+  tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
+  Executor ex(model);
+  KVCache cache(model->config(), kv);
+  auto l = ex.run(ids, cache, ids.size());
+  return {l.begin(), l.end()};
+}
+
 std::vector<int32_t> random_ids(size_t n, uint32_t vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> ids(n);
@@ -163,17 +173,7 @@ TEST_CASE("reduced-precision model: decode with the KV cache matches prefill, fo
     test::write_random_model(path, cfg, 8, "", 0.2f, -1, Layout::Panel16, dt);
     auto model = Model::load(path);
     auto ids = random_ids(cfg.n_ctx, cfg.vocab_size, 3);
-    std::vector<float> one, two;
-    {
-      tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
-      Executor ex(model);
-      one = all_logits(ex, ids);
-    }
-    {
-      tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
-      Executor ex(model);
-      two = all_logits(ex, ids);
-    }
+    const auto one = logits_with(model, ids, 1), two = logits_with(model, ids, 2);
     CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
     Executor ex(model);
     const size_t V = cfg.vocab_size;
@@ -198,19 +198,12 @@ TEST_CASE("KV cache in bf16 / f16: thread-independent, decode matches prefill, c
   auto model = Model::load(path);
   auto ids = random_ids(cfg.n_ctx, cfg.vocab_size, 5);
   const size_t V = cfg.vocab_size;
-  auto logits_with = [&](DType kv, int threads) {
-    tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
-    Executor ex(model);
-    KVCache cache(cfg, kv);
-    auto l = ex.run(ids, cache, ids.size());
-    return std::vector<float>(l.begin(), l.end());
-  };
-  const auto f32 = logits_with(DType::F32, 2);
+  const auto f32 = logits_with(model, ids, 2);
   for (DType kv : {DType::BF16, DType::F16}) {
     CAPTURE(name(kv));
     KVCache cache(cfg, kv);
     CHECK(cache.dtype() == kv);
-    const auto one = logits_with(kv, 1), two = logits_with(kv, 2);
+    const auto one = logits_with(model, ids, 1, kv), two = logits_with(model, ids, 2, kv);
     CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
     // Decode one token at a time reads the rounded keys and values that prefill wrote and read.
     Executor ex(model);
