@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/executor.hpp"
+#include "engine/kv_cache.hpp"
 #include "formats/half.hpp"
 #include "formats/mmgpt_file.hpp"
 #include "kernels/panel_layout.hpp"
@@ -95,6 +97,21 @@ inline ModelConfig small_config(uint32_t n_layer = 2, uint32_t n_head = 3, uint3
   c.n_ctx = n_ctx;
   c.vocab_size = vocab;
   return c;
+}
+
+// All logits of `ids` run from an empty f32 KV cache.
+inline std::vector<float> all_logits(Executor& ex, const std::vector<int32_t>& ids) {
+  KVCache cache(ex.model().config());
+  auto l = ex.run(ids, cache, ids.size());
+  return {l.begin(), l.end()};
+}
+
+// n token ids drawn uniformly from [0, vocab), reproducibly from `seed`.
+inline std::vector<int32_t> random_ids(size_t n, uint32_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (auto& i : ids) i = static_cast<int32_t>(rng() % vocab);
+  return ids;
 }
 
 }  // namespace mmgpt::test

@@ -16,27 +16,16 @@
 #include "formats/error.hpp"
 
 using namespace mmgpt;
+using test::all_logits;
+using test::random_ids;
 
 namespace {
-
-std::vector<float> all_logits(Executor& ex, const std::vector<int32_t>& ids) {
-  KVCache cache(ex.model().config());
-  auto l = ex.run(ids, cache, ids.size());
-  return {l.begin(), l.end()};
-}
 
 float max_abs_diff(std::span<const float> a, std::span<const float> b) {
   REQUIRE(a.size() == b.size());
   float m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
   return m;
-}
-
-std::vector<int32_t> random_ids(size_t n, uint32_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> ids(n);
-  for (auto& i : ids) i = static_cast<int32_t>(rng() % vocab);
-  return ids;
 }
 
 }  // namespace

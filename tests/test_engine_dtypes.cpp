@@ -23,14 +23,10 @@
 #include "kernels/quant_layout.hpp"
 
 using namespace mmgpt;
+using test::all_logits;
+using test::random_ids;
 
 namespace {
-
-std::vector<float> all_logits(Executor& ex, const std::vector<int32_t>& ids) {
-  KVCache cache(ex.model().config());
-  auto l = ex.run(ids, cache, ids.size());
-  return {l.begin(), l.end()};
-}
 
 // All logits of `ids` from an empty cache of type kv, with at most `threads` threads.
 std::vector<float> logits_with(const std::shared_ptr<const Model>& model, const std::vector<int32_t>& ids,
@@ -40,13 +36,6 @@ std::vector<float> logits_with(const std::shared_ptr<const Model>& model, const 
   KVCache cache(model->config(), kv);
   auto l = ex.run(ids, cache, ids.size());
   return {l.begin(), l.end()};
-}
-
-std::vector<int32_t> random_ids(size_t n, uint32_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> ids(n);
-  for (auto& i : ids) i = static_cast<int32_t>(rng() % vocab);
-  return ids;
 }
 
 std::string name(DType d) { return mmgpt_file::dtype_name(static_cast<uint32_t>(d)); }

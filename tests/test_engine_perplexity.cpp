@@ -15,15 +15,9 @@
 #include "formats/error.hpp"
 
 using namespace mmgpt;
+using test::random_ids;
 
 namespace {
-
-std::vector<int32_t> random_ids(size_t n, uint32_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> ids(n);
-  for (auto& i : ids) i = static_cast<int32_t>(rng() % vocab);
-  return ids;
-}
 
 // -log p(target) from one logits row, written out the naive way.
 double naive_nll(const float* row, size_t vocab, int32_t target) {
