@@ -73,6 +73,24 @@ if j is not None:
     want_frac = (fr[len(fr) // 2] if len(fr) % 2 else 0.5 * (fr[len(fr) // 2 - 1] + fr[len(fr) // 2])) if fr else -1
     check('decode fraction is the median over runs of weight bytes x steps/s / that run\'s probe bandwidth',
           bool(r0) and abs(r0['decode_frac_of_bw'] - want_frac) < 1e-6 * max(1, want_frac), str(r0)[:300])
+    # The KV cache a step reads: keys and values of every layer, for each position so far (the new one too).
+    kv_pos = L * 2 * D * 4  # f32 cache
+    check('KV bytes per position: layers x (keys, values) x width x 4 bytes',
+          j.get('kv_bytes_per_position') == kv_pos, f"{j.get('kv_bytes_per_position')} != {kv_pos}")
+    # Step s (0-based) of n attends over p + s + 1 positions in each of the batch's sequences.
+    bad_kv = [r for r in res if abs(r['decode_kv_bytes_per_step']
+                                    - r['batch'] * kv_pos * (r['prompt_tokens'] + (r['decode_tokens'] + 1) / 2)) > 1e-6]
+    check('KV bytes per decode step: the mean over the steps of batch x positions attended x bytes per position',
+          not bad_kv, json.dumps(bad_kv)[:600])
+    def run_fracs_kv(r):
+        per_run = j['weight_bytes_per_decode_step'] + r['decode_kv_bytes_per_step']
+        return sorted(per_run * 1e-9 * d / r['batch'] / bw
+                      for d, bw in zip(r['decode_tok_s']['samples'], r['model_read_bw_gbps']['samples']))
+    fk = run_fracs_kv(r0) if r0 else []
+    want_kv = (fk[len(fk) // 2] if len(fk) % 2 else 0.5 * (fk[len(fk) // 2 - 1] + fk[len(fk) // 2])) if fk else -1
+    check('decode fraction with the KV cache: the same median with the KV bytes added, above the weights-only one',
+          bool(r0) and abs(r0['decode_frac_of_bw_with_kv'] - want_kv) < 1e-6 * max(1, want_kv)
+          and all(r['decode_frac_of_bw_with_kv'] > r['decode_frac_of_bw'] for r in res), str(r0)[:300])
     check('prefill GFLOP/s and fraction of the FMA peak reported',
           all(r['prefill_gflops'] > 0 and 0 < r['prefill_frac_of_fma_peak'] < 2 for r in res)
           and all(j['fma_peak_gflops_by_threads'][str(t)] > 0 for t in (1, 2)), str(res[:1])[:300])
@@ -93,7 +111,7 @@ rc, out, err = run('bench', '-m', model, '-p', '8', '-n', '4', '-t', '1', *FAST)
 lines = out.splitlines()
 table = [ln for ln in lines if ln.startswith('|')]
 check('table: header, rule, one row; names the kernels and the bandwidth',
-      rc == 0 and len(table) == 3 and 'frac of bw' in table[0] and 'pp8+tg4' in table[2]
+      rc == 0 and len(table) == 3 and 'frac of bw' in table[0] and 'frac of bw +KV' in table[0] and 'pp8+tg4' in table[2]
       and 'kernels:' in out and 'GB/s' in out, f'exit {rc}, {out!r}, {err!r}')
 
 # --- bad arguments: one line each, before any work

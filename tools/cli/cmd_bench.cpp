@@ -12,6 +12,11 @@
 // (the very pages decode reads) with plain vector loads (bench/machine_limits.hpp);
 // frac_of_bw is the median over the runs of each run's ratio. A probe of
 // anonymous huge-page memory is printed in the header for reference.
+// A step also reads the KV cache: keys and values of every layer for each
+// position so far (the new one included), n_layer * 2 * n_embd elements of
+// the cache's dtype per position and sequence. frac_of_bw_with_kv adds those
+// bytes, which is what memory actually serves per step; at long contexts they
+// are a sizeable part of it (73.7 KB per position for 124M with an f32 cache).
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -121,6 +126,7 @@ struct Result {
   size_t batch = 0, prompt = 0, decode = 0;
   Spread prefill_tps, decode_tps, ttft_ms;
   double decode_gbps = 0, frac_of_bw = 0, read_bw = 0, peak_rss = 0;
+  double kv_bytes_per_step = 0, frac_of_bw_with_kv = 0;  // KV cache reads, mean over the decode steps
   Spread model_bw;  // GB/s streaming the mapped model file, probed before each run
   double prefill_gflops = 0, frac_of_peak = 0;
 };
@@ -180,6 +186,8 @@ void run_bench(const BenchArgs& a) {
     if (!peak.count(t)) peak[t] = limits::fma_peak_gflops(t);
   const ModelConfig& config = lm.config();
   const uint64_t step_bytes = decode_weight_bytes(lm.model());
+  const DType kv_dtype = parse_kv_dtype(a.kv_dtype);
+  const uint64_t kv_per_position = uint64_t{config.n_layer} * 2 * config.n_embd * (kv_dtype == DType::F32 ? 4 : 2);
   uint64_t params = 0;
   for (const TensorView& t : lm.model().file().tensors()) params += t.numel();
   std::vector<std::string> notes;
@@ -205,9 +213,11 @@ void run_bench(const BenchArgs& a) {
           for (int32_t& x : pr) x = id(rng);
         rss_scoped = reset_peak_rss() && rss_scoped;
         Executor exec(lm.shared_model());
-        std::vector<KVCache> caches(b, KVCache(config, parse_kv_dtype(a.kv_dtype)));
+        std::vector<KVCache> caches(b, KVCache(config, kv_dtype));
         run_once(exec, caches, prompts, n);  // warm-up: pages in the weights, plans the buffers
-        std::vector<double> pre, dec, ttft, mbw, frac;
+        std::vector<double> pre, dec, ttft, mbw, frac, frac_kv;
+        // KV bytes of the n steps: step s attends over p + s + 1 positions in each sequence.
+        const double kv_bytes = double(b) * double(kv_per_position) * (double(n) * double(p) + double(n) * double(n + 1) / 2);
         const ModelFile& file = lm.model().file();
         for (size_t r = 0; r < a.reps; ++r) {
           // The limit, measured now: the machine's load moves both figures together.
@@ -218,6 +228,7 @@ void run_bench(const BenchArgs& a) {
           if (n > 0) {
             dec.push_back(double(b * n) / t.decode_s);
             frac.push_back(double(step_bytes) * double(n) / t.decode_s * 1e-9 / mbw.back());
+            frac_kv.push_back((double(step_bytes) * double(n) + kv_bytes) / t.decode_s * 1e-9 / mbw.back());
           }
         }
         Result res;
@@ -231,6 +242,8 @@ void run_bench(const BenchArgs& a) {
           const double steps_per_s = res.decode_tps.median / double(b);
           res.decode_gbps = double(step_bytes) * steps_per_s * 1e-9;
           res.frac_of_bw = spread(frac).median;
+          res.kv_bytes_per_step = kv_bytes / double(n);
+          res.frac_of_bw_with_kv = spread(frac_kv).median;
         }
         res.peak_rss = peak_rss_mib();
         results.push_back(std::move(res));
@@ -249,6 +262,7 @@ void run_bench(const BenchArgs& a) {
     j["quant_kernel_isa"] = std::string(kernels::quant_isa_name());
     j["weight_bytes_per_decode_step"] = step_bytes;
     j["kv_dtype"] = a.kv_dtype;
+    j["kv_bytes_per_position"] = kv_per_position;
     j["repetitions"] = a.reps;
     nlohmann::json probe;
     probe["memory"] = probe_kind;
@@ -272,8 +286,11 @@ void run_bench(const BenchArgs& a) {
         e["decode_tok_s"] = spread_json(r.decode_tps);
         e["decode_weight_gbps"] = r.decode_gbps;
         e["decode_frac_of_bw"] = r.frac_of_bw;
+        e["decode_kv_bytes_per_step"] = r.kv_bytes_per_step;
+        e["decode_frac_of_bw_with_kv"] = r.frac_of_bw_with_kv;
       } else {
         e["decode_tok_s"] = nullptr, e["decode_weight_gbps"] = nullptr, e["decode_frac_of_bw"] = nullptr;
+        e["decode_kv_bytes_per_step"] = nullptr, e["decode_frac_of_bw_with_kv"] = nullptr;
       }
       j["results"].push_back(std::move(e));
     }
@@ -285,23 +302,27 @@ void run_bench(const BenchArgs& a) {
               "1 warm-up\n",
               a.model.c_str(), params / 1e6, config.n_layer, config.n_embd, isa.c_str(),
               std::string(kernels::quant_isa_name()).c_str(), a.kv_dtype.c_str(), a.reps);
-  std::printf("weights read per decode step: %.1f MB; reference read bandwidth (%s, %zu MiB, best of 3):",
-              step_bytes / 1e6, probe_kind.c_str(), a.bw_mib);
+  std::printf("weights read per decode step: %.1f MB, KV cache %.1f KB per position; reference read bandwidth (%s, "
+              "%zu MiB, best of 3):",
+              step_bytes / 1e6, kv_per_position / 1e3, probe_kind.c_str(), a.bw_mib);
   for (auto& [t, g] : bw) std::printf(" %u thread%s %.1f GB/s;", t, t == 1 ? "" : "s", g);
   std::printf("\nfp32 FMA peak (%s, measured now):", limits::best_fma_path().isa);
   for (auto& [t, g] : peak) std::printf(" %u thread%s %.1f GFLOP/s;", t, t == 1 ? "" : "s", g);
   std::printf("\nfigures: median (min-max) over the runs; bw GB/s: streaming the mapped model file before each run;"
               " frac of bw: median of each run's decode GB/s / its bw;\n"
+              "+KV: the same with the KV cache's bytes added (KV MB: read per step, mean over the steps);\n"
               "prefill GFLOP/s: matmuls, attention and the last position's LM head at the median rate; frac of peak: of the FMA peak\n\n");
-  std::printf("| threads | batch | test | prefill tok/s | prefill GFLOP/s | frac of peak | decode tok/s | TTFT ms | decode GB/s | bw GB/s | frac of bw | peak RSS MiB |\n");
-  std::printf("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| threads | batch | test | prefill tok/s | prefill GFLOP/s | frac of peak | decode tok/s | TTFT ms | decode GB/s | bw GB/s | frac of bw | KV MB | frac of bw +KV | peak RSS MiB |\n");
+  std::printf("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Result& r : results) {
     const std::string test = "pp" + std::to_string(r.prompt) + "+tg" + std::to_string(r.decode);
-    std::printf("| %u | %zu | %s | %s | %.1f | %.3f | %s | %s | %s | %s | %s | %.0f |\n", r.threads, r.batch, test.c_str(),
+    std::printf("| %u | %zu | %s | %s | %.1f | %.3f | %s | %s | %s | %s | %s | %s | %s | %.0f |\n", r.threads, r.batch, test.c_str(),
                 fmt_spread(r.prefill_tps, "%.1f").c_str(), r.prefill_gflops, r.frac_of_peak,
                 r.decode ? fmt_spread(r.decode_tps, "%.1f").c_str() : "-", fmt_spread(r.ttft_ms, "%.1f").c_str(),
                 r.decode ? fmt("%.1f", r.decode_gbps).c_str() : "-", fmt_spread(r.model_bw, "%.1f").c_str(),
-                r.decode ? fmt("%.3f", r.frac_of_bw).c_str() : "-", r.peak_rss);
+                r.decode ? fmt("%.3f", r.frac_of_bw).c_str() : "-",
+                r.decode ? fmt("%.1f", r.kv_bytes_per_step / 1e6).c_str() : "-",
+                r.decode ? fmt("%.3f", r.frac_of_bw_with_kv).c_str() : "-", r.peak_rss);
   }
 }
 
