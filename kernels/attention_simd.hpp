@@ -15,6 +15,12 @@
 // so the result for a query does not depend on the other rows of the step.
 // Tails of rows that are not whole vectors use explicit fmaf, so the compiler's
 // contraction choices cannot differ between the f32 and 16-bit instantiations.
+//
+// Decode reads each head's keys and values once, from memory: streams of a few
+// hundred KB, too short for the hardware prefetcher to ramp up on its own, one
+// head after another. So both loops prefetch kPrefetchAhead bytes ahead, and
+// the first lines of the values are requested while the scores are computed.
+#include <algorithm>
 #include <cstddef>
 #include <type_traits>
 
@@ -70,10 +76,17 @@ struct AttentionRow {
     static B load(const KE* p) { return load_weights<KT, B>(p); }
     static float one(KE e) { return widen_one<KT, B>(e); }
 
+    static constexpr size_t kPrefetchAhead = 4096;  // bytes
+    static void prefetch(const KE* p, size_t elements) {  // never faults, even past the end
+        const char* c = reinterpret_cast<const char*>(p);
+        for (size_t b = 0; b < elements * sizeof(KE); b += 64) __builtin_prefetch(c + b);
+    }
+
     static void scores(const float* q, const KE* k, size_t n, size_t hd, float scale, float* s) {
         const B sv(scale);
         size_t j = 0;
         for (; j + W <= n; j += W) {
+            prefetch(k + j * hd + kPrefetchAhead / sizeof(KE), W * hd);
             B acc[W];
 #pragma GCC unroll 16
             for (size_t i = 0; i < W; ++i) acc[i] = B(0.0f);
@@ -112,6 +125,7 @@ struct AttentionRow {
         for (size_t j = 0; j < n; ++j) {
             const B pj(p[j]);
             const KE* vj = v + j * hd + d0;
+            if (d0 == 0) prefetch(vj + kPrefetchAhead / sizeof(KE), hd);
 #pragma GCC unroll 8
             for (size_t i = 0; i < NV; ++i) acc[i] = xsimd::fma(pj, load(vj + i * W), acc[i]);
         }
@@ -121,6 +135,7 @@ struct AttentionRow {
 
     static void run(const float* q, const KE* k, const KE* v, size_t n, size_t hd, float scale, float* s,
                     float* out) {
+        prefetch(v, std::min(n * hd, kPrefetchAhead / sizeof(KE)));
         scores(q, k, n, hd, scale, s);
         Softmax::softmax(s, n);
         size_t d = 0;
