@@ -120,7 +120,8 @@ const IsaTable* best_table() {
 
 // MMGPT_ISA=scalar|avx2|avx512|neon forces an instantiation. One this CPU
 // (or this build) cannot run is ignored with a warning rather than failing,
-// so a script that sets it still works everywhere.
+// so a script that sets it still works everywhere. (MMGPT_BF16DOT=0, read by
+// bf16dot_allowed, keeps bf16 weights off the bf16 dot product.)
 const IsaTable* initial_table() {
     const IsaTable* best = best_table();
     const char* env = std::getenv("MMGPT_ISA");
