@@ -38,6 +38,22 @@ bool cpu_has_avx512vnni() {
     return (ecx & (1u << 11)) != 0;
 }
 
+// AVX512_BF16 from CPUID leaf 7, subleaf 1, EAX bit 5 (no __builtin_cpu_supports
+// name for it in clang 14).
+bool cpu_has_avx512bf16() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || eax < 1) return false;  // no subleaf 1
+    if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    return (eax & (1u << 5)) != 0;
+}
+
+// MMGPT_BF16DOT=0 keeps bf16 weights on the f32 kernels (widened, activations
+// in f32) even where the bf16 dot product is available.
+bool bf16dot_allowed() {
+    const char* env = std::getenv("MMGPT_BF16DOT");
+    return env == nullptr || std::string_view(env) != "0";
+}
+
 bool cpu_runs_avx2() {
     __builtin_cpu_init();  // safe to repeat; needed if we run before libgcc's constructor
     // F16C: the f16 weight kernels widen with VCVTPH2PS (every AVX2 CPU we know has it).
@@ -61,14 +77,15 @@ bool cpu_has_dotprod() {
 }
 #endif
 
-IsaTable with_quant(IsaTable t, const QuantKernels& q) {
+IsaTable with_quant(IsaTable t, const QuantKernels& q, const Bf16DotKernels* bf16dot = nullptr) {
     t.quant = &q;
+    t.bf16dot = bf16dot;
     return t;
 }
 
 // The table for `name` if it is built into this binary and the CPU can run
 // it; nullptr otherwise. Each comes with the best quantized kernels the CPU
-// runs at that level.
+// runs at that level, AVX-512 with the bf16 dot product where the CPU has it.
 const IsaTable* runnable_table(std::string_view name) {
     if (name == "scalar") return &scalar_table();
 #if defined(__x86_64__) || defined(_M_X64)
@@ -80,7 +97,8 @@ const IsaTable* runnable_table(std::string_view name) {
     if (name == "avx512") {
         if (!cpu_runs_avx512()) return nullptr;
         static const IsaTable t =
-            with_quant(avx512_table(), cpu_has_avx512vnni() ? avx512vnni_quant_kernels() : avx2_quant_kernels());
+            with_quant(avx512_table(), cpu_has_avx512vnni() ? avx512vnni_quant_kernels() : avx2_quant_kernels(),
+                       cpu_has_avx512bf16() && bf16dot_allowed() ? &avx512bf16_bf16dot_kernels() : nullptr);
         return &t;
     }
 #endif
@@ -102,7 +120,8 @@ const IsaTable* best_table() {
 
 // MMGPT_ISA=scalar|avx2|avx512|neon forces an instantiation. One this CPU
 // (or this build) cannot run is ignored with a warning rather than failing,
-// so a script that sets it still works everywhere.
+// so a script that sets it still works everywhere. (MMGPT_BF16DOT=0, read by
+// bf16dot_allowed, keeps bf16 weights off the bf16 dot product.)
 const IsaTable* initial_table() {
     const IsaTable* best = best_table();
     const char* env = std::getenv("MMGPT_ISA");
@@ -135,6 +154,14 @@ std::vector<const QuantKernels*> runnable_quant_kernels() {
     return all;
 }
 
+std::vector<const Bf16DotKernels*> runnable_bf16dot_kernels() {
+    std::vector<const Bf16DotKernels*> all{&scalar_bf16dot_kernels()};
+#if defined(__x86_64__) || defined(_M_X64)
+    if (cpu_runs_avx512() && cpu_has_avx512bf16()) all.push_back(&avx512bf16_bf16dot_kernels());
+#endif
+    return all;
+}
+
 }  // namespace mmgpt::kernels::detail
 
 namespace mmgpt::kernels {
@@ -142,6 +169,11 @@ namespace mmgpt::kernels {
 std::string_view isa_name() { return detail::active_table().name; }
 
 std::string_view quant_isa_name() { return detail::active_table().quant->name; }
+
+std::string_view bf16_isa_name() {
+    const detail::Bf16DotKernels* k = detail::active_table().bf16dot;
+    return k ? k->name : "f32";
+}
 
 bool force_isa(std::string_view name) {
     const detail::IsaTable* t = detail::runnable_table(name);

@@ -54,6 +54,36 @@ const QuantKernels& neon_dotprod_quant_kernels();  // + SDOT (Armv8.2 dot produc
 // Every set this CPU and build can run (scalar first), for the tests.
 std::vector<const QuantKernels*> runnable_quant_kernels();
 
+// bf16 weights times activations rounded to bf16, with a bf16 dot-product
+// instruction (AVX512_BF16's VDPBF16PS): twice the multiply-adds of an f32
+// FMA per instruction. A set of its own, as the quantized kernels: dispatch.cpp
+// pairs it with the AVX-512 table on CPUs that report AVX512_BF16 (unless
+// MMGPT_BF16DOT=0). The numerics (the instruction's, defined exactly by the
+// scalar reference, scalar_bf16dot.cpp) differ from the f32 kernels': x is
+// rounded to bf16 first.
+struct Bf16DotKernels {
+    const char* name;
+    // Panels [p0, p1) of y[M, N] (+)= act(x W^T + bias): x is M rows of
+    // bf16dot_row_elems(K) bf16 values (bf16dot_round_rows), wp bf16 panels
+    // (panel_layout.hpp).
+    void (*gemm_panels)(const uint16_t* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K,
+                        size_t N, size_t p0, size_t p1, Epilogue e);
+};
+
+// A row of rounded activations: K rounded up to even (pairs of k), the pad zero.
+inline size_t bf16dot_row_elems(size_t K) { return K + (K & 1); }
+// x[M, K] to bf16 rows for Bf16DotKernels: round to nearest even, NaN stays
+// NaN (quiet), an f32 subnormal becomes a zero of its sign (as VCVTNE2PS2BF16
+// does); out: M * bf16dot_row_elems(K) values.
+void bf16dot_round_rows(const float* x, size_t M, size_t K, uint16_t* out);
+
+const Bf16DotKernels& scalar_bf16dot_kernels();
+#if defined(__x86_64__) || defined(_M_X64)
+const Bf16DotKernels& avx512bf16_bf16dot_kernels();  // AVX-512 F/BW/VL + BF16
+#endif
+// Every set this CPU and build can run (scalar first), for the tests.
+std::vector<const Bf16DotKernels*> runnable_bf16dot_kernels();
+
 struct IsaTable {
     const char* name;
     // y[m, n] for all m in [0, M) and n in [n0, n1): x[M, K] . W[N, K]^T + bias[n].
@@ -88,6 +118,9 @@ struct IsaTable {
                               float* s, float* out);
     // n floats to f16, round to nearest even (kernels::narrow_to_f16's numerics).
     void (*narrow_f16)(const float* in, size_t n, uint16_t* out);
+    // The bf16 dot-product kernels paired with this table (set by dispatch.cpp),
+    // or null: matmul_packed then widens bf16 weights (gemm_panels_bf16).
+    const Bf16DotKernels* bf16dot = nullptr;
 };
 
 const IsaTable& scalar_table();

@@ -121,6 +121,23 @@ void matmul_packed(const float* x, const void* wp, WeightType type, const float*
         for_panel_ranges(M, K, N, [&](size_t p0, size_t p1, float*) { gemm(xq, w8, bias, y, M, K, N, p0, p1, e); });
         return;
     }
+    if (type == WeightType::BF16 && t.bf16dot != nullptr) {
+        // x to bf16 once (rows of even length; reused by the next call on this
+        // thread), for every M (so a row's result never depends on M), then the
+        // bf16 dot-product kernels on the panels in parallel.
+        thread_local std::vector<uint16_t> xb;
+        const size_t Kp = detail::bf16dot_row_elems(K);
+        if (xb.size() < M * Kp) xb.resize(M * Kp);
+        for_chunks(M, ceil_div(kMinWorkPerTask, std::max<size_t>(K, 1)), [&, out = xb.data()](size_t r0, size_t r1) {
+            detail::bf16dot_round_rows(x + r0 * K, r1 - r0, K, out + r0 * Kp);
+        });
+        const uint16_t* xr = xb.data();  // this thread's buffer, for the workers
+        const auto* w16 = static_cast<const uint16_t*>(wp);
+        for_panel_ranges(M, K, N, [&](size_t p0, size_t p1, float*) {
+            t.bf16dot->gemm_panels(xr, w16, bias, y, M, K, N, p0, p1, e);
+        });
+        return;
+    }
     const auto gemm = type == WeightType::BF16 ? t.gemm_panels_bf16 : t.gemm_panels_f16;
     const auto* w16 = static_cast<const uint16_t*>(wp);
     for_panel_ranges(M, K, N, [&](size_t p0, size_t p1, float* scratch) {

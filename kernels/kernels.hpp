@@ -22,6 +22,10 @@ namespace mmgpt::kernels {
 std::string_view isa_name();
 // Name of the quantized kernels in use: "avx512-vnni", "avx2", "neon-dotprod", "neon" or "scalar".
 std::string_view quant_isa_name();
+// Name of the kernels that multiply bf16 weights: "avx512bf16" (the bf16 dot
+// product, activations rounded to bf16; MMGPT_BF16DOT=0 turns it off) or "f32"
+// (weights widened to f32, the f32 kernels of isa_name()).
+std::string_view bf16_isa_name();
 // Forces an instantiation (for tests and benchmarks); false if the CPU cannot run it.
 bool force_isa(std::string_view name);
 
@@ -35,7 +39,10 @@ void matmul_packed(const float* x, const float* wp, const float* bias, float* y,
 // bf16 / f16 weights are widened to f32 exactly in registers; x, the sums and
 // y stay f32, with the same numerics (one FMA chain per output from zero, so
 // independent of M and of the thread count). Same result as the f32 overload
-// on the widened matrix, bit for bit.
+// on the widened matrix, bit for bit. Except bf16 weights where bf16_isa_name()
+// is not "f32": there x is rounded to bf16 and the products summed by the bf16
+// dot-product instruction (defined by scalar_bf16dot.cpp), also independent of
+// M and of threads.
 // q8_0 / q4_0 weights (quant_layout.hpp): x is first quantized to q8 blocks,
 // then integer block dot products are scaled and summed in f32 (the
 // definition is scalar_quant.cpp); also independent of M and of threads.

@@ -15,6 +15,7 @@
 #include <cpuid.h>
 #endif
 
+#include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
 
 namespace kt {
@@ -87,6 +88,28 @@ int for_each_simd_isa(F body) {
         ++ran;
     }
     return ran;
+}
+
+// True when matmul_packed runs bf16 weights on the bf16 dot-product kernels
+// (activations rounded to bf16) in the instantiation in use.
+inline bool bf16dot_active() { return mmgpt::kernels::detail::active_table().bf16dot != nullptr; }
+
+// What matmul_packed computes for bf16 weights (packed panels wp) when
+// bf16dot_active(): the scalar reference's sums (kernels/scalar_bf16dot.cpp)
+// with the bias, then the active instantiation's vector GELU (the one the
+// kernels fuse, as kernels::gelu_*) and the residual add, so bit for bit.
+inline std::vector<float> bf16dot_expected(const float* x, const uint16_t* wp, const float* bias,
+                                           std::vector<float> y, size_t M, size_t K, size_t N,
+                                           mmgpt::kernels::Epilogue e) {
+    namespace k = mmgpt::kernels;
+    std::vector<uint16_t> xr(M * k::detail::bf16dot_row_elems(K));
+    k::detail::bf16dot_round_rows(x, M, K, xr.data());
+    std::vector<float> v(M * N);
+    k::detail::scalar_bf16dot_kernels().gemm_panels(xr.data(), wp, bias, v.data(), M, K, N, 0, k::panel_count(N), {});
+    if (e.act == k::Activation::GeluErf) k::gelu_erf(v.data(), v.size());
+    if (e.act == k::Activation::GeluTanh) k::gelu_tanh(v.data(), v.size());
+    for (size_t i = 0; i < v.size(); ++i) y[i] = e.accumulate ? y[i] + v[i] : v[i];
+    return y;
 }
 
 }  // namespace kt

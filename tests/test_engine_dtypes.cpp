@@ -3,7 +3,10 @@
 // kernels) and block-quantized ones (q8_0 / q4_0: the Embed op dequantizes the
 // row, the MatMul ops quantize their input rows and run the integer kernels).
 // - Exactness: a 16-bit model computes bit for bit what the f32 panel16 model
-//   holding the same (widened) values computes.
+//   holding the same (widened) values computes. (Not where bf16 weights run on
+//   the bf16 dot product, which rounds the activations to bf16: there the bf16
+//   model is compared under the AVX2 kernels, which widen; the dot product
+//   itself is test_kernels_bf16dot.cpp's.)
 // - Accuracy: a GPT-2-shaped small model's logits stay close to those of the
 //   original f32 model, each dtype within its own bound, q8_0 far closer than
 //   q4_0. (The budget on a trained model: tests/reference/test_dtype_accuracy.py.)
@@ -20,6 +23,7 @@
 #include "engine/mmgpt.hpp"
 #include "engine_test_model.hpp"
 #include "formats/mmgpt_file_rules.hpp"
+#include "kernels/kernels.hpp"
 #include "kernels/quant_layout.hpp"
 
 using namespace mmgpt;
@@ -55,6 +59,12 @@ TEST_CASE("a bf16 / f16 model computes bit for bit what its widened f32 twin com
     for (bool tied : {true, false}) {
       CAPTURE(name(dt));
       CAPTURE(tied);
+      // bf16 on the bf16 dot product: both models under the widening AVX2 kernels.
+      struct Restore {
+        std::string isa{kernels::isa_name()};
+        ~Restore() { kernels::force_isa(isa); }
+      } restore;
+      if (dt == DType::BF16 && kernels::bf16_isa_name() != "f32") REQUIRE(kernels::force_isa("avx2"));
       ModelConfig cfg = test::small_config(2, 3, 30, 16, 37);
       cfg.tied_lm_head = tied;
       const std::string a = test::temp_path("engine_half.mmgpt"), b = test::temp_path("engine_half_twin.mmgpt");

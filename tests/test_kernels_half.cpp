@@ -11,6 +11,11 @@
 //   is within (K+1) u sum|x w| (plus the bias, GELU and residual rounding);
 // - on small-integer data every product and partial sum is exact: SIMD equals
 //   the scalar reference bit for bit.
+// Where the instantiation has the bf16 dot product (kernels/isa_table.hpp,
+// test_kernels_bf16dot.cpp), bf16 weights take it instead: x is rounded to
+// bf16 first. There matmul_packed is checked against that reference (and the
+// exact evaluation on the rounded x), and the table's widening kernel, the
+// path MMGPT_BF16DOT=0 takes, is called directly against the f32 kernel.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -21,9 +26,11 @@
 #include <tbb/global_control.h>
 
 #include "formats/half.hpp"
+#include "kernels/gemm_blocking.hpp"
 #include "kernels_testing.hpp"
 
 namespace k = mmgpt::kernels;
+namespace kd = mmgpt::kernels::detail;
 using k::Activation;
 using k::Epilogue;
 using k::WeightType;
@@ -83,8 +90,23 @@ std::vector<float> run(bool scalar, const std::vector<float>& x, const void* wp,
     return y;
 }
 
+// True when matmul_packed multiplies weights of type t with the bf16 dot product.
+bool dot_product(WeightType t) { return t == WeightType::BF16 && kt::bf16dot_active(); }
+
+// The active table's widening kernel for t, called directly (one thread).
+std::vector<float> run_widening(const std::vector<float>& x, const uint16_t* wp, WeightType t, const float* bias,
+                                std::vector<float> y, size_t M, size_t K, size_t N, Epilogue e) {
+    const auto& tab = kd::active_table();
+    std::vector<float> scratch(kd::gemm_scratch_floats(M, K, k::panel_count(N)));
+    (t == WeightType::BF16 ? tab.gemm_panels_bf16 : tab.gemm_panels_f16)(x.data(), wp, bias, y.data(), M, K, N, 0,
+                                                                         k::panel_count(N), e, scratch.data());
+    return y;
+}
+
 // One shape and epilogue, against the exact evaluation on the widened
-// weights; unless `scalar`, also bit for bit against the f32 kernel on them.
+// weights; unless `scalar`, also bit for bit against the f32 kernel on them
+// (with the bf16 dot product: matmul_packed against its reference, the
+// widening kernel against the f32 kernel).
 void check_shape(bool scalar, WeightType t, size_t M, size_t K, size_t N, bool with_bias, Epilogue e, uint32_t seed) {
     CAPTURE(std::string(type_name(t)));
     CAPTURE(scalar);
@@ -99,17 +121,29 @@ void check_shape(bool scalar, WeightType t, size_t M, size_t K, size_t N, bool w
     const HalfMatrix h = make_half(random_weights(N * K, seed + 3), N, K, t);
     const float* bias = with_bias ? b.data() : nullptr;
     const auto got = run(scalar, x, h.packed.data(), t, bias, y0, M, K, N, e);
+    const bool dot = !scalar && dot_product(t);
+    // x as the products see it: rounded to bf16 on the dot product.
+    std::vector<float> xe = x;
     if (!scalar) {
         auto same = y0;
         k::matmul_packed(x.data(), h.packed_wide.data(), bias, same.data(), M, K, N, e);
-        CHECK(got == same);
+        if (dot) {
+            CHECK(got == kt::bf16dot_expected(x.data(), h.packed.data(), bias, y0, M, K, N, e));
+            CHECK(run_widening(x, h.packed.data(), t, bias, y0, M, K, N, e) == same);
+            std::vector<uint16_t> xr(M * kd::bf16dot_row_elems(K));
+            kd::bf16dot_round_rows(x.data(), M, K, xr.data());
+            for (size_t m = 0; m < M; ++m)
+                for (size_t kk = 0; kk < K; ++kk) xe[m * K + kk] = mmgpt::bf16_to_f32(xr[m * kd::bf16dot_row_elems(K) + kk]);
+        } else {
+            CHECK(got == same);
+        }
     }
     size_t bad = 0;
     for (size_t m = 0; m < M; ++m)
         for (size_t n = 0; n < N; ++n) {
             double exact = 0, mag = 0;
             for (size_t kk = 0; kk < K; ++kk) {
-                const double p = double(x[m * K + kk]) * h.wide[n * K + kk];
+                const double p = double(xe[m * K + kk]) * h.wide[n * K + kk];
                 exact += p;
                 mag += std::fabs(p);
             }
@@ -250,7 +284,7 @@ TEST_CASE("bf16 / f16 packed matmul: every ISA against the exact evaluation, the
     });
 }
 
-TEST_CASE("bf16 / f16 packed matmul: K-blocked shapes equal the f32 kernel on the widened weights") {
+TEST_CASE("bf16 / f16 packed matmul: K-blocked shapes equal the f32 kernel on the widened weights (bf16 dot product: its reference)") {
     kt::for_each_simd_isa([](std::string_view) {
         for (WeightType t : {WeightType::BF16, WeightType::F16})
             for (auto mkn : {std::tuple<size_t, size_t, size_t>{300, 300, 37}, {241, 1031, 18}, {97, 769, 33}}) {
@@ -261,10 +295,16 @@ TEST_CASE("bf16 / f16 packed matmul: K-blocked shapes equal the f32 kernel on th
                 CAPTURE(M);
                 const auto x = kt::random_floats(M * K, -1, 1, 3), b = kt::random_floats(N, -1, 1, 4);
                 const HalfMatrix h = make_half(random_weights(N * K, 5), N, K, t);
+                const Epilogue e{Activation::GeluTanh, false};
                 std::vector<float> got(M * N), want(M * N);
-                k::matmul_packed(x.data(), h.packed.data(), t, b.data(), got.data(), M, K, N, {Activation::GeluTanh, false});
-                k::matmul_packed(x.data(), h.packed_wide.data(), b.data(), want.data(), M, K, N, {Activation::GeluTanh, false});
-                CHECK(got == want);
+                k::matmul_packed(x.data(), h.packed.data(), t, b.data(), got.data(), M, K, N, e);
+                k::matmul_packed(x.data(), h.packed_wide.data(), b.data(), want.data(), M, K, N, e);
+                if (dot_product(t)) {
+                    CHECK(got == kt::bf16dot_expected(x.data(), h.packed.data(), b.data(), std::vector<float>(M * N), M, K, N, e));
+                    CHECK(run_widening(x, h.packed.data(), t, b.data(), std::vector<float>(M * N), M, K, N, e) == want);
+                } else {
+                    CHECK(got == want);
+                }
             }
     });
 }

@@ -1,0 +1,224 @@
+// bf16 weights times activations rounded to bf16, with AVX512_BF16's
+// VDPBF16PS: 32 multiply-adds per instruction, twice an f32 FMA's. CMake
+// compiles this file with -mavx512f -mavx512bw -mavx512dq -mavx512vl
+// -mavx512bf16 -mfma -mf16c because of its name; dispatch.cpp pairs it with
+// the AVX-512 table only on CPUs that report AVX512_BF16.
+//
+// Numerics: VDPBF16PS adds to each f32 lane the products of one pair of bf16
+// (k = 2i, 2i+1), odd element first, each with its own rounding, inputs DAZ,
+// result FTZ: exactly the scalar reference's step (scalar_bf16dot.cpp). Every
+// output here is one accumulator chain over the pairs in order from zero, so
+// the result is the reference's bit for bit whatever the tile, row block or
+// thread split; a row's result does not depend on M.
+//
+// Layout: a panel (panel_layout.hpp, the file format) holds per k the 16
+// values W[16p + j][k], so 64 bytes are k and k+1 of the 16 rows, k-major.
+// VDPBF16PS wants lane j = (w[j][2i], w[j][2i+1]): one VPERMW per 64 bytes
+// interleaves the two halves (amortized over the rows of a tile). An odd K's
+// last k is alone in its 32 bytes: loaded as half a vector, its pair is zero.
+// Activations: rows of bf16 pairs (bf16dot_round_rows, zero-padded to even
+// K); one 32-bit pair broadcast to every lane per row and pair.
+//
+// GELU in the epilogue: quant_gelu (isa_table.hpp, the active table's vector
+// GELU) on the finished tile staged through a small buffer, as the quantized
+// kernels do.
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512BF16__)
+#error "bf16dot_avx512bf16.cpp must be compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -mfma -mf16c"
+#endif
+// GCC 12's AVX-512 intrinsics initialise "undefined" vectors from themselves
+// (`__m512i __Y = __Y;`), which -Wmaybe-uninitialized reports once inlined:
+// the compiler header's known false positive (as in kernels_avx512.cpp).
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/isa_table.hpp"
+#include "kernels/kernels.hpp"
+
+namespace mmgpt::kernels::detail {
+namespace {
+
+// Prefill microkernel: MR rows x NP panels (32 output columns) per tile: 16
+// accumulators + the interleaved weights of a pair + a broadcast in the 32 zmm.
+// (On Zen 5, 1 thread, M = 512, K = 768, N = 3072: 8 x 2 about 400 GFLOP/s,
+// 6 x 2 345, 8 x 3 and 6 x 4 about 372, 12 x 2 as 8 x 2.)
+constexpr size_t MR = 8;
+constexpr size_t NP = 2;
+// Decode (one row): panels streamed at once, each its own accumulator chain
+// and memory stream, software-prefetched this far ahead (bytes).
+constexpr size_t kDecodePanels = 8;
+constexpr size_t kPrefetchBytes = 1536;
+// Rows of rounded activations kept in L2 while a panel pair sweeps them.
+constexpr size_t kActivationL2Budget = 256 * 1024;
+
+// Words 2j, 2j+1 of the result are words j, 16 + j of the source: lane j
+// becomes (w[j][2i], w[j][2i+1]).
+alignas(64) constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                  8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
+// The pair x[k], x[k + 1] as one 32-bit value broadcast to all 16 lanes.
+inline __m512i bcast_pair(const uint16_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+inline __m512 dot(__m512 acc, __m512i w, __m512i x) { return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)x); }
+
+struct Out {
+    float* y;           // row m, first column of the tile
+    size_t ldy;         // N
+    size_t ncols;       // valid columns of the tile (< 16 * panels only at the matrix edge)
+    const float* bias;  // at the tile's first column, or null
+    Epilogue e;
+};
+
+inline __mmask16 col_mask(size_t ncols, size_t j) {
+    const size_t c0 = j * kPanelWidth;
+    if (ncols >= c0 + kPanelWidth) return 0xFFFF;
+    return static_cast<__mmask16>((1u << (ncols - c0)) - 1);  // ncols > c0: every panel of a tile exists
+}
+
+// v = acc + bias; v = gelu(v); y = accumulate ? y + v : v, for R rows x P panels.
+template <size_t R, size_t P>
+[[gnu::always_inline]] inline void finish(__m512 (&acc)[R][P], const Out& o) {
+    __mmask16 mask[P];
+#pragma GCC unroll 16
+    for (size_t j = 0; j < P; ++j) mask[j] = col_mask(o.ncols, j);
+    if (o.bias)
+#pragma GCC unroll 16
+        for (size_t i = 0; i < R; ++i)
+#pragma GCC unroll 16
+            for (size_t j = 0; j < P; ++j)
+                acc[i][j] = _mm512_add_ps(acc[i][j], _mm512_maskz_loadu_ps(mask[j], o.bias + j * kPanelWidth));
+    if (o.e.act != Activation::None) {
+        alignas(64) float buf[R * P * kPanelWidth];
+        for (size_t i = 0; i < R; ++i)
+            for (size_t j = 0; j < P; ++j) _mm512_store_ps(buf + (i * P + j) * kPanelWidth, acc[i][j]);
+        quant_gelu(o.e.act, buf, R * P * kPanelWidth);
+        for (size_t i = 0; i < R; ++i)
+            for (size_t j = 0; j < P; ++j) acc[i][j] = _mm512_load_ps(buf + (i * P + j) * kPanelWidth);
+    }
+#pragma GCC unroll 16
+    for (size_t i = 0; i < R; ++i)
+#pragma GCC unroll 16
+        for (size_t j = 0; j < P; ++j) {
+            float* dst = o.y + i * o.ldy + j * kPanelWidth;
+            __m512 v = acc[i][j];
+            if (o.e.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask[j], dst), v);
+            _mm512_mask_storeu_ps(dst, mask[j], v);
+        }
+}
+
+// R rows of x (from row m, row stride ldx) against P consecutive panels from
+// w (stride elements apart), all K.
+template <size_t R, size_t P, bool Prefetch>
+[[gnu::always_inline]] inline void tile(const uint16_t* x, size_t ldx, const uint16_t* w, size_t stride, size_t K,
+                                        const Out& o) {
+    const __m512i idx = _mm512_load_si512(kInterleave);
+    __m512 acc[R][P];
+#pragma GCC unroll 16
+    for (size_t i = 0; i < R; ++i)
+#pragma GCC unroll 16
+        for (size_t j = 0; j < P; ++j) acc[i][j] = _mm512_setzero_ps();
+
+    const size_t pairs = K / 2;
+    for (size_t k = 0; k < 2 * pairs; k += 2) {
+        __m512i wv[P];
+#pragma GCC unroll 16
+        for (size_t j = 0; j < P; ++j) {
+            const uint16_t* src = w + j * stride + k * kPanelWidth;
+            if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchBytes, _MM_HINT_T0);
+            wv[j] = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(src));
+        }
+#pragma GCC unroll 16
+        for (size_t i = 0; i < R; ++i) {
+            const __m512i xb = bcast_pair(x + i * ldx + k);
+#pragma GCC unroll 16
+            for (size_t j = 0; j < P; ++j) acc[i][j] = dot(acc[i][j], wv[j], xb);
+        }
+    }
+    if (K & 1) {  // the last k alone: its pair (in w and in x) is zero
+        const size_t k = K - 1;
+        __m512i wv[P];
+#pragma GCC unroll 16
+        for (size_t j = 0; j < P; ++j) {
+            const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * stride + k * kPanelWidth));
+            wv[j] = _mm512_permutexvar_epi16(idx, _mm512_zextsi256_si512(half));
+        }
+#pragma GCC unroll 16
+        for (size_t i = 0; i < R; ++i) {
+            const __m512i xb = bcast_pair(x + i * ldx + k);
+#pragma GCC unroll 16
+            for (size_t j = 0; j < P; ++j) acc[i][j] = dot(acc[i][j], wv[j], xb);
+        }
+    }
+    finish<R, P>(acc, o);
+}
+
+// tile<rows, ...> for rows in 1 .. R.
+template <size_t P, bool Prefetch, size_t R = MR>
+void tile_rows(size_t rows, const uint16_t* x, size_t ldx, const uint16_t* w, size_t stride, size_t K, const Out& o) {
+    if constexpr (R > 0) {
+        if (rows == R) return tile<R, P, Prefetch>(x, ldx, w, stride, K, o);
+        tile_rows<P, Prefetch, R - 1>(rows, x, ldx, w, stride, K, o);
+    }
+}
+
+void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
+                 size_t p0, size_t p1, Epilogue e) {
+    if (M == 0 || p0 >= p1) return;
+    const size_t Kp = bf16dot_row_elems(K), stride = kPanelWidth * K;
+    auto out = [&](size_t m, size_t p, size_t np) {
+        const size_t col = p * kPanelWidth, left = N - col;
+        return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr, e};
+    };
+
+    if (M == 1) {
+        // Decode: memory-bound. Several panels at once (independent chains,
+        // several streams in flight), prefetched ahead.
+        size_t p = p0;
+        for (; p + kDecodePanels <= p1; p += kDecodePanels)
+            tile<1, kDecodePanels, true>(x, Kp, wp + p * stride, stride, K, out(0, p, kDecodePanels));
+        for (; p < p1; ++p) tile<1, 1, true>(x, Kp, wp + p * stride, stride, K, out(0, p, 1));
+        return;
+    }
+
+    // Prefill: row blocks of activations that fit L2; within one, each panel
+    // pair (L1/L2-resident) sweeps all its rows in MR-row tiles. With a
+    // single row tile the weights are read once: prefetch them.
+    size_t mc = kActivationL2Budget / (2 * (Kp ? Kp : 1)) / MR * MR;
+    if (mc < MR) mc = MR;
+    const bool stream = M <= MR;
+    for (size_t mc0 = 0; mc0 < M; mc0 += mc) {
+        const size_t mc1 = M - mc0 < mc ? M : mc0 + mc;
+        for (size_t p = p0; p < p1;) {
+            const size_t np = p + NP <= p1 ? NP : 1;
+            for (size_t m = mc0; m < mc1;) {
+                const size_t rows = mc1 - m < MR ? mc1 - m : MR;
+                const uint16_t* xm = x + m * Kp;
+                if (np == NP) {
+                    if (stream) tile_rows<NP, true>(rows, xm, Kp, wp + p * stride, stride, K, out(m, p, NP));
+                    else tile_rows<NP, false>(rows, xm, Kp, wp + p * stride, stride, K, out(m, p, NP));
+                } else {
+                    if (stream) tile_rows<1, true>(rows, xm, Kp, wp + p * stride, stride, K, out(m, p, 1));
+                    else tile_rows<1, false>(rows, xm, Kp, wp + p * stride, stride, K, out(m, p, 1));
+                }
+                m += rows;
+            }
+            p += np;
+        }
+    }
+}
+
+}  // namespace
+
+const Bf16DotKernels& avx512bf16_bf16dot_kernels() {
+    static const Bf16DotKernels k{"avx512bf16", &gemm_panels};
+    return k;
+}
+
+}  // namespace mmgpt::kernels::detail

@@ -1,0 +1,82 @@
+// Scalar reference of the bf16 dot-product matmul (bf16 weights times
+// activations rounded to bf16): the definition the AVX512_BF16 kernels
+// (bf16dot_avx512bf16.cpp) reproduce bit for bit. It is the arithmetic of
+// VCVTNE2PS2BF16 and VDPBF16PS as the Intel SDM defines them:
+//  - x is rounded to bf16 once (bf16dot_round_rows): nearest, ties to even;
+//    NaN stays NaN (quiet); an f32 subnormal becomes a zero of its sign. A row
+//    of odd K gets a zero after its last value, so rows are pairs of k.
+//  - For output (m, n), over the pairs i = 0, 1, .. of k (2i, 2i+1) in order:
+//      acc = 0;
+//      acc = ftz(fma(daz(x[2i+1]), daz(w[2i+1]), acc));   (the ODD element first)
+//      acc = ftz(fma(daz(x[2i]),   daz(w[2i]),   acc));
+//    daz: a subnormal bf16 input reads as a zero of its sign; ftz: a subnormal
+//    result becomes a zero of its sign; the product of two bf16 is exact in
+//    f32, so each step rounds once (to nearest even). w past K is zero.
+//  - then the epilogue as for f32: v = acc + bias; v = act(v); y (+)= v.
+// Measured on AMD Zen 5 (tests/test_kernels_bf16dot.cpp): VDPBF16PS gives this
+// bit for bit on random data and on subnormals, infinities and NaNs (only the
+// payload of a NaN result can differ), and VCVTNE2PS2BF16 this rounding.
+#include <bit>
+#include <cmath>
+
+#include "formats/half.hpp"
+#include "kernels/isa_table.hpp"
+#include "kernels/kernels.hpp"
+
+namespace mmgpt::kernels {
+namespace {
+
+// A subnormal (or zero) to the zero of its sign; anything else unchanged.
+inline float flush(float v) {
+    const uint32_t u = std::bit_cast<uint32_t>(v);
+    return (u & 0x7f800000u) == 0 ? std::bit_cast<float>(u & 0x80000000u) : v;
+}
+
+inline float widen_daz(uint16_t b) { return flush(bf16_to_f32(b)); }
+
+void gemm_panels_bf16dot(const uint16_t* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K,
+                         size_t N, size_t p0, size_t p1, Epilogue e) {
+    const size_t Kp = detail::bf16dot_row_elems(K);
+    const size_t n1 = p1 * kPanelWidth < N ? p1 * kPanelWidth : N;
+    for (size_t m = 0; m < M; ++m) {
+        const uint16_t* xm = x + m * Kp;
+        for (size_t n = p0 * kPanelWidth; n < n1; ++n) {
+            const uint16_t* wn = wp + panel_index(K, n, 0);
+            auto w = [&](size_t k) { return k < K ? widen_daz(wn[k * kPanelWidth]) : 0.0f; };
+            float acc = 0.0f;
+            for (size_t k = 0; k < Kp; k += 2) {
+                acc = flush(std::fma(widen_daz(xm[k + 1]), w(k + 1), acc));
+                acc = flush(std::fma(widen_daz(xm[k]), w(k), acc));
+            }
+            scalar::store_epilogue(acc, bias ? bias + n : nullptr, e, y[m * N + n]);
+        }
+    }
+}
+
+}  // namespace
+
+namespace detail {
+
+void bf16dot_round_rows(const float* x, size_t M, size_t K, uint16_t* out) {
+    const size_t Kp = bf16dot_row_elems(K);
+    for (size_t m = 0; m < M; ++m) {
+        // Branch-free, so the compiler vectorizes it.
+        for (size_t k = 0; k < K; ++k) {
+            const uint32_t u = std::bit_cast<uint32_t>(x[m * K + k]);
+            const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // f32_to_bf16 (half.hpp)
+            const uint32_t nan = (u >> 16) | 0x0040u;
+            const uint32_t zero = (u >> 16) & 0x8000u;
+            const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? nan : (u & 0x7f800000u) == 0 ? zero : nearest;
+            out[m * Kp + k] = static_cast<uint16_t>(r);
+        }
+        if (Kp != K) out[m * Kp + K] = 0;
+    }
+}
+
+const Bf16DotKernels& scalar_bf16dot_kernels() {
+    static const Bf16DotKernels k{"scalar", &gemm_panels_bf16dot};
+    return k;
+}
+
+}  // namespace detail
+}  // namespace mmgpt::kernels

@@ -1,0 +1,292 @@
+// The bf16 dot-product matmul (bf16 weights times activations rounded to
+// bf16; kernels/scalar_bf16dot.cpp defines it, bf16dot_avx512bf16.cpp runs it
+// with VDPBF16PS where the CPU has AVX512_BF16):
+// - the rounding of x: nearest even, NaN stays NaN, f32 subnormals to zero;
+// - the reference's step is the SDM's (odd element of a pair first, DAZ
+//   inputs, FTZ results), on cases built so that each rule shows; every kernel
+//   set the CPU runs gives the same (so the instruction does too);
+// - every set equals the reference bit for bit on awkward shapes, split panel
+//   ranges and every epilogue (a fused GELU: the reference's sums through the
+//   vector GELU the kernels fuse), also on data full of special values;
+// - the reference against an exact evaluation, within its rounding bound;
+// - the public matmul_packed: equal to the reference for 1, 2 and 5 threads,
+//   and a row's result does not depend on M.
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <tbb/global_control.h>
+
+#include "formats/half.hpp"
+#include "kernels_testing.hpp"
+
+namespace k = mmgpt::kernels;
+namespace kd = mmgpt::kernels::detail;
+using k::Activation;
+using k::Epilogue;
+
+namespace {
+
+std::vector<uint16_t> round_rows(const std::vector<float>& x, size_t M, size_t K) {
+    std::vector<uint16_t> r(M * kd::bf16dot_row_elems(K), 0xdead);
+    kd::bf16dot_round_rows(x.data(), M, K, r.data());
+    return r;
+}
+
+// Row-major W[N, K] to bf16 panels.
+std::vector<uint16_t> pack_bf16(const std::vector<float>& w, size_t N, size_t K) {
+    std::vector<float> p(k::panel_floats(N, K));
+    k::pack_panels(w.data(), N, K, p.data());
+    std::vector<uint16_t> h(p.size());
+    k::narrow_to_bf16(p.data(), p.size(), h.data());
+    return h;
+}
+
+// Equal bits, or both NaN (the payload of a NaN result is not specified).
+bool same(float a, float b) {
+    return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b) || (std::isnan(a) && std::isnan(b));
+}
+
+size_t count_differ(const std::vector<float>& a, const std::vector<float>& b) {
+    size_t n = 0;
+    for (size_t i = 0; i < a.size(); ++i) n += !same(a[i], b[i]);
+    return n;
+}
+
+// Values spread over the whole bf16 range: random bits with a few exponents
+// made common (tiny: products and sums underflow; huge: overflow), and some
+// zeros, infinities and NaNs.
+std::vector<float> special_floats(size_t n, uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::vector<float> v(n);
+    for (auto& f : v) {
+        uint32_t u = gen();
+        switch (gen() % 8) {
+            case 0: u = (u & 0x807fffffu) | ((gen() % 4) << 23); break;        // subnormal or near the bottom
+            case 1: u = (u & 0x807fffffu) | ((60 + gen() % 8) << 23); break;   // about 2^-64: products underflow
+            case 2: u = (u & 0x807fffffu) | ((250 + gen() % 4) << 23); break;  // huge: products overflow
+            case 3: u &= 0x80000000u; break;                                   // signed zero
+            case 4: u = (gen() % 16 == 0) ? (u | 0x7f800000u) : (u & 0x807fffffu) | (127u << 23); break;
+            default: u = (u & 0x807fffffu) | ((110 + gen() % 30) << 23); break;  // ordinary
+        }
+        f = std::bit_cast<float>(u);
+    }
+    return v;
+}
+
+const std::vector<size_t> kKs = {1, 2, 3, 31, 33, 95, 257, 768};
+const std::vector<size_t> kNs = {1, 15, 16, 17, 50};
+
+}  // namespace
+
+TEST_CASE("x to bf16: nearest even, NaN stays NaN (quiet), infinities kept, f32 subnormals to a signed zero") {
+    size_t bad = 0, checked = 0;
+    std::vector<float> x;
+    for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4093) x.push_back(std::bit_cast<float>(uint32_t(u)));
+    for (float f : {0.0f, -0.0f, 1.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::signaling_NaN(),
+                    std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min(),
+                    std::bit_cast<float>(0x007fffffu), std::bit_cast<float>(0x80800000u), 3.4028235e38f,
+                    std::bit_cast<float>(0x3f808000u), std::bit_cast<float>(0x3f818000u),
+                    std::bit_cast<float>(0x3f808001u)})
+        x.push_back(f);
+    const auto r = round_rows(x, 1, x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        const uint32_t u = std::bit_cast<uint32_t>(x[i]);
+        uint16_t want;
+        if ((u & 0x7f800000u) == 0) want = uint16_t((u >> 16) & 0x8000u);                 // zero, subnormal
+        else if ((u & 0x7fffffffu) > 0x7f800000u) want = uint16_t((u >> 16) | 0x0040u);   // NaN, made quiet
+        else want = mmgpt::f32_to_bf16(x[i]);                                              // RNE (test_kernels_half)
+        bad += r[i] != want;
+        ++checked;
+    }
+    CHECK(bad == 0);
+    MESSAGE(checked << " values rounded");
+    // Named cases (the last values of x).
+    const size_t e = x.size();
+    CHECK(r[e - 4] == 0x7f80);  // the largest float rounds up to infinity
+    CHECK(r[e - 3] == 0x3f80);  // 1 + 2^-8 is a tie: to even (down)
+    CHECK(r[e - 2] == 0x3f82);  // 1 + 3 * 2^-8 is a tie: to even (up)
+    CHECK(r[e - 1] == 0x3f81);  // just past the tie: up
+    CHECK(r[e - 7] == 0x8000);  // -denorm_min: -0
+    CHECK(r[e - 6] == 0x0000);  // the largest subnormal: 0 (not the smallest normal)
+    CHECK(r[e - 9] == 0x7fe0);  // a signaling NaN: quiet
+    // Rows of odd K get a zero after their last value.
+    const std::vector<float> three{1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
+    CHECK(round_rows(three, 2, 3) == std::vector<uint16_t>{0x3f80, 0x4000, 0x4040, 0, 0x4080, 0x40a0, 0x40c0, 0});
+}
+
+TEST_CASE("the reference's step is VDPBF16PS's as the SDM defines it, and every kernel set agrees") {
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    struct Case {
+        const char* what;
+        std::vector<float> x, w;  // one row, one output
+        float want;
+    };
+    const Case cases[] = {
+        // Pairs (k0, k1), (k2, k3) are summed k1, k0, k3, k2: 2^24, then + 1 (a tie: stays 2^24),
+        // then - 2^24 (0), then + 1. In index order it would be 0.
+        {"odd element of a pair first", {1.0f, 4096.0f, 1.0f, -4096.0f}, {1.0f, 4096.0f, 1.0f, 4096.0f}, 1.0f},
+        // A subnormal bf16 weight (2^-133) reads as zero, though its product with 2^100 is normal.
+        {"DAZ on the weights", {0x1p100f}, {std::bit_cast<float>(0x00010000u)}, 0.0f},
+        // 2^-70 * -2^-70 = -2^-140 is subnormal: flushed to -0 (its sign kept).
+        {"FTZ on a result, sign kept", {-0x1p-70f}, {0x1p-70f}, -0.0f},
+        // The same -0, then the zero pad pair: -0 + 0 * 0 = +0, and + 0 * 1.
+        {"FTZ then zero products", {-0x1p-70f, 0.0f, 0.0f}, {0x1p-70f, 1.0f, 1.0f}, 0.0f},
+        // 1.5 * 2^-126 (normal), then - 2^-126: 2^-127 is subnormal, flushed to +0.
+        {"FTZ of a sum", {-0x1p-63f, 0x1.8p-63f}, {0x1p-63f, 0x1p-63f}, 0.0f},
+        {"overflow to infinity", {0x1p100f, 0x1p100f}, {0x1p100f, 0x1p100f}, inf},
+        {"inf times zero", {inf}, {0.0f}, nan},
+        {"inf minus inf", {inf, 1.0f}, {1.0f, -inf}, nan},
+        {"inf", {-inf, 2.0f}, {3.0f, 1.0f}, -inf},
+        {"NaN in x", {nan, 1.0f, 1.0f}, {1.0f, 1.0f, 1.0f}, nan},
+        {"NaN in w", {1.0f, 1.0f, 1.0f}, {1.0f, 1.0f, nan}, nan},
+        {"x rounded to bf16 first", {1.0f + 0x1p-8f + 0x1p-20f}, {1.0f}, 1.0f + 0x1p-7f},
+    };
+    for (const Case& c : cases) {
+        CAPTURE(std::string(c.what));
+        const size_t K = c.x.size();
+        const auto xr = round_rows(c.x, 1, K);
+        const auto wp = pack_bf16(c.w, 1, K);
+        for (const kd::Bf16DotKernels* set : kd::runnable_bf16dot_kernels()) {
+            CAPTURE(std::string(set->name));
+            float y = 99.0f;
+            set->gemm_panels(xr.data(), wp.data(), nullptr, &y, 1, K, 1, 0, 1, {});
+            CHECK(same(y, c.want));
+        }
+    }
+}
+
+TEST_CASE("every bf16 dot-product set equals the reference bit for bit, every shape and epilogue") {
+    const auto sets = kd::runnable_bf16dot_kernels();
+    for (const kd::Bf16DotKernels* s : sets) MESSAGE("bf16 dot-product kernels runnable here: " << std::string(s->name));
+    const Epilogue epilogues[] = {{Activation::None, false},     {Activation::None, true},
+                                  {Activation::GeluErf, false},  {Activation::GeluErf, true},
+                                  {Activation::GeluTanh, false}, {Activation::GeluTanh, true}};
+    size_t compared = 0, differ = 0, gelu_far = 0;
+    for (bool special : {false, true})
+        for (size_t K : kKs)
+            for (size_t N : kNs) {
+                const uint32_t seed = static_cast<uint32_t>(K * 131 + N + special * 7);
+                const auto w = special ? special_floats(N * K, seed) : kt::random_floats(N * K, -1.0f, 1.0f, seed);
+                const auto wp = pack_bf16(w, N, K);
+                const auto bias = kt::random_floats(N, -1.0f, 1.0f, seed + 1);
+                for (size_t M = 1; M <= 13; ++M) {
+                    const auto x = special ? special_floats(M * K, seed + 2 + M)
+                                           : kt::random_floats(M * K, -2.0f, 2.0f, seed + 2 + M);
+                    const auto xr = round_rows(x, M, K);
+                    const auto y0 = kt::random_floats(M * N, -1.0f, 1.0f, seed + 3);
+                    for (const Epilogue& e : epilogues) {
+                        const float* b = (M + int(e.act)) % 2 ? bias.data() : nullptr;
+                        const auto want = kt::bf16dot_expected(x.data(), wp.data(), b, y0, M, K, N, e);
+                        for (const kd::Bf16DotKernels* set : sets) {
+                            std::vector<float> got = y0;
+                            // Two panel ranges, as threads would split them.
+                            const size_t split = k::panel_count(N) / 2;
+                            set->gemm_panels(xr.data(), wp.data(), b, got.data(), M, K, N, 0, split, e);
+                            set->gemm_panels(xr.data(), wp.data(), b, got.data(), M, K, N, split, k::panel_count(N), e);
+                            ++compared;
+                            if (set == &kd::scalar_bf16dot_kernels() && e.act != Activation::None) {
+                                // The reference's own GELU is the scalar one (std::erf / std::tanh):
+                                // within test_kernels_simd.cpp's bound of the vector one, twice over.
+                                if (special) continue;
+                                const auto pre = kt::bf16dot_expected(x.data(), wp.data(), b, y0, M, K, N, {});
+                                for (size_t i = 0; i < got.size(); ++i) {
+                                    const double tol = 8 * kt::ulp(want[i]) + std::fabs(pre[i]) * 0x1p-21 +
+                                                       (e.accumulate ? kt::ulp(want[i]) : 0.0);
+                                    gelu_far += !(std::fabs(double(got[i]) - want[i]) <= tol);
+                                }
+                                continue;
+                            }
+                            const size_t d = count_differ(got, want);
+                            if (d != 0) {
+                                CAPTURE(std::string(set->name));
+                                CAPTURE(special);
+                                CAPTURE(M);
+                                CAPTURE(K);
+                                CAPTURE(N);
+                                CAPTURE(int(e.act));
+                                CAPTURE(e.accumulate);
+                                CHECK(d == 0);
+                            }
+                            differ += d;
+                        }
+                    }
+                }
+            }
+    CHECK(differ == 0);
+    CHECK(gelu_far == 0);
+    MESSAGE(compared << " products compared over " << sets.size() << " kernel sets");
+}
+
+TEST_CASE("the reference against the exact product of the rounded values, and of the unrounded x") {
+    for (size_t K : {size_t{1}, size_t{33}, size_t{257}, size_t{768}, size_t{3072}}) {
+        CAPTURE(K);
+        const size_t M = 3, N = 21;
+        const auto x = kt::random_floats(M * K, -2.0f, 2.0f, 40), w = kt::random_floats(N * K, -1.0f, 1.0f, 41);
+        const auto xr = round_rows(x, M, K);
+        const auto wp = pack_bf16(w, N, K);
+        std::vector<float> y(M * N);
+        kd::scalar_bf16dot_kernels().gemm_panels(xr.data(), wp.data(), nullptr, y.data(), M, K, N, 0, k::panel_count(N), {});
+        const size_t Kp = kd::bf16dot_row_elems(K);
+        size_t bad = 0;
+        for (size_t m = 0; m < M; ++m)
+            for (size_t n = 0; n < N; ++n) {
+                double exact = 0, mag = 0, unrounded = 0, umag = 0;
+                for (size_t kk = 0; kk < K; ++kk) {
+                    const double wv = mmgpt::bf16_to_f32(wp[k::panel_index(K, n, kk)]);
+                    const double p = double(mmgpt::bf16_to_f32(xr[m * Kp + kk])) * wv;
+                    exact += p, mag += std::fabs(p);
+                    unrounded += double(x[m * K + kk]) * wv, umag += std::fabs(double(x[m * K + kk]) * wv);
+                }
+                // K roundings of partial sums each at most u |partial| <= u sum |p|, plus the flushes
+                // (none here: every value is far from the bottom of the range).
+                const double got = y[m * N + n];
+                bad += !(std::fabs(got - exact) <= double(K) * kt::kU * mag + double(K) * 0x1p-126);
+                // Rounding x to bf16 (8 significant bits): each |x - x^| <= 2^-8 |x|.
+                bad += !(std::fabs(got - unrounded) <= 0x1p-8 * umag + double(K) * kt::kU * mag + double(K) * 0x1p-126);
+            }
+        CHECK(bad == 0);
+    }
+}
+
+TEST_CASE("matmul_packed with bf16 weights on the bf16 dot product: any thread count, any M, equals the reference") {
+    kt::for_each_simd_isa([](std::string_view) {
+        if (!kt::bf16dot_active()) {
+            MESSAGE("no bf16 dot product in this instantiation: bf16 weights are widened to f32 (test_kernels_half)");
+            return;
+        }
+        CHECK(k::bf16_isa_name() != "f32");
+        for (size_t M : {size_t{1}, size_t{4}, size_t{37}, size_t{300}})
+            for (size_t K : {size_t{201}, size_t{768}}) {
+                const size_t N = 300;
+                CAPTURE(M);
+                CAPTURE(K);
+                const auto w = kt::random_floats(N * K, -1.0f, 1.0f, 50), x = kt::random_floats(M * K, -2.0f, 2.0f, 51);
+                const auto bias = kt::random_floats(N, -1.0f, 1.0f, 52);
+                const auto wp = pack_bf16(w, N, K);
+                const Epilogue e{Activation::GeluTanh, false};
+                const auto want = kt::bf16dot_expected(x.data(), wp.data(), bias.data(), std::vector<float>(M * N), M, K, N, e);
+                for (int threads : {1, 2, 5}) {
+                    CAPTURE(threads);
+                    tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
+                    std::vector<float> got(M * N);
+                    k::matmul_packed(x.data(), wp.data(), k::WeightType::BF16, bias.data(), got.data(), M, K, N, e);
+                    CHECK(count_differ(got, want) == 0);
+                }
+                // One row at a time (decode) gives the rows of the whole product (prefill).
+                size_t differ = 0;
+                std::vector<float> one(N);
+                for (size_t m = 0; m < M; m += 7) {
+                    k::matmul_packed(x.data() + m * K, wp.data(), k::WeightType::BF16, bias.data(), one.data(), 1, K, N, e);
+                    differ += count_differ(one, std::vector<float>(want.begin() + m * N, want.begin() + (m + 1) * N));
+                }
+                CHECK(differ == 0);
+            }
+    });
+}
