@@ -70,14 +70,16 @@ void for_panel_ranges(size_t M, size_t K, size_t N, Gemm gemm) {
     // threads share the stream evenly. Prefill: about two ranges per thread,
     // since each range re-reads all of x (from L2/L3) once per K block.
     // The split never changes a result (gemm_blocking.hpp), only the speed.
+    // Decode also caps the number of tasks at a few per thread: its tasks are
+    // short (a panel streams in well under a microsecond), so TBB's cost per
+    // task would otherwise be a measurable part of a step (the LM head of a
+    // 124M model is 3142 panels).
     const size_t per_panel = std::max<size_t>(M * K * kPanelWidth, 1);
     size_t grain = ceil_div(kMinWorkPerTask, per_panel);
-    if (M > 1) {
-        const size_t threads = std::max<size_t>(
-            1, std::min<size_t>(tbb::this_task_arena::max_concurrency(),
-                                tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)));
-        grain = std::max(grain, ceil_div(panels, 2 * threads));
-    }
+    const size_t threads = std::max<size_t>(
+        1, std::min<size_t>(tbb::this_task_arena::max_concurrency(),
+                            tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)));
+    grain = std::max(grain, ceil_div(panels, (M > 1 ? 2 : 4) * threads));
     // Whole tiles: decode tiles are at most 8 panels, GEMM tiles at most 2.
     grain = M == 1 ? ceil_div(grain, 8) * 8 : ceil_div(grain, 2) * 2;
     for_chunks(panels, grain, [&](size_t p0, size_t p1) {
