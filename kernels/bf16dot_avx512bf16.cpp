@@ -19,9 +19,8 @@
 // Activations: rows of bf16 pairs (bf16dot_round_rows, zero-padded to even
 // K); one 32-bit pair broadcast to every lane per row and pair.
 //
-// GELU in the epilogue: quant_gelu (isa_table.hpp, the active table's vector
-// GELU) on the finished tile staged through a small buffer, as the quantized
-// kernels do.
+// The tile's epilogue (bias, GELU, accumulate): avx512_tile_finish.hpp, shared
+// with the VNNI kernels.
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512BF16__)
 #error "bf16dot_avx512bf16.cpp must be compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -mfma -mf16c"
 #endif
@@ -35,6 +34,7 @@
 
 #include <cstring>
 
+#include "kernels/avx512_tile_finish.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
 
@@ -67,51 +67,6 @@ inline __m512i bcast_pair(const uint16_t* p) {
 }
 
 inline __m512 dot(__m512 acc, __m512i w, __m512i x) { return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)x); }
-
-struct Out {
-    float* y;           // row m, first column of the tile
-    size_t ldy;         // N
-    size_t ncols;       // valid columns of the tile (< 16 * panels only at the matrix edge)
-    const float* bias;  // at the tile's first column, or null
-    Epilogue e;
-};
-
-inline __mmask16 col_mask(size_t ncols, size_t j) {
-    const size_t c0 = j * kPanelWidth;
-    if (ncols >= c0 + kPanelWidth) return 0xFFFF;
-    return static_cast<__mmask16>((1u << (ncols - c0)) - 1);  // ncols > c0: every panel of a tile exists
-}
-
-// v = acc + bias; v = gelu(v); y = accumulate ? y + v : v, for R rows x P panels.
-template <size_t R, size_t P>
-[[gnu::always_inline]] inline void finish(__m512 (&acc)[R][P], const Out& o) {
-    __mmask16 mask[P];
-#pragma GCC unroll 16
-    for (size_t j = 0; j < P; ++j) mask[j] = col_mask(o.ncols, j);
-    if (o.bias)
-#pragma GCC unroll 16
-        for (size_t i = 0; i < R; ++i)
-#pragma GCC unroll 16
-            for (size_t j = 0; j < P; ++j)
-                acc[i][j] = _mm512_add_ps(acc[i][j], _mm512_maskz_loadu_ps(mask[j], o.bias + j * kPanelWidth));
-    if (o.e.act != Activation::None) {
-        alignas(64) float buf[R * P * kPanelWidth];
-        for (size_t i = 0; i < R; ++i)
-            for (size_t j = 0; j < P; ++j) _mm512_store_ps(buf + (i * P + j) * kPanelWidth, acc[i][j]);
-        quant_gelu(o.e.act, buf, R * P * kPanelWidth);
-        for (size_t i = 0; i < R; ++i)
-            for (size_t j = 0; j < P; ++j) acc[i][j] = _mm512_load_ps(buf + (i * P + j) * kPanelWidth);
-    }
-#pragma GCC unroll 16
-    for (size_t i = 0; i < R; ++i)
-#pragma GCC unroll 16
-        for (size_t j = 0; j < P; ++j) {
-            float* dst = o.y + i * o.ldy + j * kPanelWidth;
-            __m512 v = acc[i][j];
-            if (o.e.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask[j], dst), v);
-            _mm512_mask_storeu_ps(dst, mask[j], v);
-        }
-}
 
 // R rows of x (from row m, row stride ldx) against P consecutive panels from
 // w (stride elements apart), all K.

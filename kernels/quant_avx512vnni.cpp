@@ -22,8 +22,7 @@
 // block order. So without an activation the result is bit for bit the
 // reference's, whatever the tile shape, blocking or thread split.
 //
-// GELU in the epilogue: quant_gelu (isa_table.hpp, the active table's vector
-// GELU) on the finished tile staged through a small buffer.
+// The tile's epilogue (bias, GELU, accumulate): avx512_tile_finish.hpp.
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512VNNI__) || \
     !defined(__F16C__) || !defined(__FMA__)
 #error "quant_avx512vnni.cpp must be compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512vnni -mfma -mf16c"
@@ -39,6 +38,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/avx512_tile_finish.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
 
@@ -63,51 +63,6 @@ inline __m512i bcast4(const int8_t* p) {
     int32_t v;
     std::memcpy(&v, p, 4);
     return _mm512_set1_epi32(v);
-}
-
-struct Out {
-    float* y;           // row m, first column of the tile
-    size_t ldy;         // N
-    size_t ncols;       // valid columns of the tile (< 16 * panels only at the matrix edge)
-    const float* bias;  // at the tile's first column, or null
-    Epilogue e;
-};
-
-inline __mmask16 col_mask(size_t ncols, size_t j) {
-    const size_t c0 = j * kPanelWidth;
-    if (ncols >= c0 + kPanelWidth) return 0xFFFF;
-    return static_cast<__mmask16>((1u << (ncols - c0)) - 1);  // ncols > c0: every panel of a tile exists
-}
-
-// v = acc + bias; v = gelu(v); y = accumulate ? y + v : v, for R rows x P panels.
-template <size_t R, size_t P>
-[[gnu::always_inline]] inline void finish(__m512 (&acc)[R][P], const Out& o) {
-    __mmask16 mask[P];
-#pragma GCC unroll 4
-    for (size_t j = 0; j < P; ++j) mask[j] = col_mask(o.ncols, j);
-    if (o.bias)
-#pragma GCC unroll 8
-        for (size_t i = 0; i < R; ++i)
-#pragma GCC unroll 4
-            for (size_t j = 0; j < P; ++j)
-                acc[i][j] = _mm512_add_ps(acc[i][j], _mm512_maskz_loadu_ps(mask[j], o.bias + j * kPanelWidth));
-    if (o.e.act != Activation::None) {
-        alignas(64) float buf[R * P * kPanelWidth];
-        for (size_t i = 0; i < R; ++i)
-            for (size_t j = 0; j < P; ++j) _mm512_store_ps(buf + (i * P + j) * kPanelWidth, acc[i][j]);
-        quant_gelu(o.e.act, buf, R * P * kPanelWidth);
-        for (size_t i = 0; i < R; ++i)
-            for (size_t j = 0; j < P; ++j) acc[i][j] = _mm512_load_ps(buf + (i * P + j) * kPanelWidth);
-    }
-#pragma GCC unroll 8
-    for (size_t i = 0; i < R; ++i)
-#pragma GCC unroll 4
-        for (size_t j = 0; j < P; ++j) {
-            float* dst = o.y + i * o.ldy + j * kPanelWidth;
-            __m512 v = acc[i][j];
-            if (o.e.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask[j], dst), v);
-            _mm512_mask_storeu_ps(dst, mask[j], v);
-        }
 }
 
 struct Panels {
