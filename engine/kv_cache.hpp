@@ -22,11 +22,13 @@ class KVCache {
  public:
   explicit KVCache(const ModelConfig& config, DType dtype = DType::F32)
       : n_head_(config.n_head), head_dim_(config.n_embd / config.n_head), capacity_(config.n_ctx),
-        dtype_(checked(dtype)), elem_(dtype == DType::F32 ? 4 : 2),
+        dtype_(checked(dtype)), elem_(element_bytes(dtype)),
         keys_(floats(size_t{config.n_layer} * n_head_ * capacity_ * head_dim_)),
         values_(keys_.size()) {}
 
   DType dtype() const { return dtype_; }
+  // Bytes of one key or value element in a cache of `dtype` (f32, bf16, f16).
+  static size_t element_bytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 
   size_t capacity() const { return capacity_; }
   size_t length() const { return length_; }

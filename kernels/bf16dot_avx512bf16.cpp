@@ -68,6 +68,18 @@ inline __m512i bcast_pair(const uint16_t* p) {
 
 inline __m512 dot(__m512 acc, __m512i w, __m512i x) { return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)x); }
 
+// acc[i][j] += rows i of x (pair k, k + 1) . the interleaved pair wv[j] of panel j.
+template <size_t R, size_t P>
+[[gnu::always_inline]] inline void pair_step(__m512 (&acc)[R][P], const __m512i (&wv)[P], const uint16_t* x,
+                                             size_t ldx, size_t k) {
+#pragma GCC unroll 16
+    for (size_t i = 0; i < R; ++i) {
+        const __m512i xb = bcast_pair(x + i * ldx + k);
+#pragma GCC unroll 16
+        for (size_t j = 0; j < P; ++j) acc[i][j] = dot(acc[i][j], wv[j], xb);
+    }
+}
+
 // R rows of x (from row m, row stride ldx) against P consecutive panels from
 // w (stride elements apart), all K.
 template <size_t R, size_t P, bool Prefetch>
@@ -89,12 +101,7 @@ template <size_t R, size_t P, bool Prefetch>
             if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchBytes, _MM_HINT_T0);
             wv[j] = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(src));
         }
-#pragma GCC unroll 16
-        for (size_t i = 0; i < R; ++i) {
-            const __m512i xb = bcast_pair(x + i * ldx + k);
-#pragma GCC unroll 16
-            for (size_t j = 0; j < P; ++j) acc[i][j] = dot(acc[i][j], wv[j], xb);
-        }
+        pair_step<R, P>(acc, wv, x, ldx, k);
     }
     if (K & 1) {  // the last k alone: its pair (in w and in x) is zero
         const size_t k = K - 1;
@@ -104,12 +111,7 @@ template <size_t R, size_t P, bool Prefetch>
             const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * stride + k * kPanelWidth));
             wv[j] = _mm512_permutexvar_epi16(idx, _mm512_zextsi256_si512(half));
         }
-#pragma GCC unroll 16
-        for (size_t i = 0; i < R; ++i) {
-            const __m512i xb = bcast_pair(x + i * ldx + k);
-#pragma GCC unroll 16
-            for (size_t j = 0; j < P; ++j) acc[i][j] = dot(acc[i][j], wv[j], xb);
-        }
+        pair_step<R, P>(acc, wv, x, ldx, k);
     }
     finish<R, P>(acc, o);
 }

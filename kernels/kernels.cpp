@@ -65,15 +65,13 @@ namespace {
 template <class Gemm>
 void for_panel_ranges(size_t M, size_t K, size_t N, Gemm gemm) {
     const size_t panels = panel_count(N);
-    // Tasks own whole panel ranges (each streams its own part of W). Decode:
-    // ranges just big enough to be worth a task (>= kMinWorkPerTask), so the
-    // threads share the stream evenly. Prefill: about two ranges per thread,
-    // since each range re-reads all of x (from L2/L3) once per K block.
-    // The split never changes a result (gemm_blocking.hpp), only the speed.
-    // Decode also caps the number of tasks at a few per thread: its tasks are
-    // short (a panel streams in well under a microsecond), so TBB's cost per
-    // task would otherwise be a measurable part of a step (the LM head of a
-    // 124M model is 3142 panels).
+    // Tasks own whole panel ranges (each streams its own part of W), at least
+    // kMinWorkPerTask each. Prefill: about two ranges per thread, since each
+    // range re-reads all of x (from L2/L3) once per K block. Decode: at most
+    // four per thread, enough to even out the threads; its tasks are short (a
+    // panel streams in well under a microsecond), so more would make TBB's cost
+    // per task a measurable part of a step (the LM head of a 124M model is 3142
+    // panels). The split never changes a result (gemm_blocking.hpp), only the speed.
     const size_t per_panel = std::max<size_t>(M * K * kPanelWidth, 1);
     size_t grain = ceil_div(kMinWorkPerTask, per_panel);
     const size_t threads = std::max<size_t>(

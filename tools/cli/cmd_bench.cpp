@@ -187,7 +187,7 @@ void run_bench(const BenchArgs& a) {
   const ModelConfig& config = lm.config();
   const uint64_t step_bytes = decode_weight_bytes(lm.model());
   const DType kv_dtype = parse_kv_dtype(a.kv_dtype);
-  const uint64_t kv_per_position = uint64_t{config.n_layer} * 2 * config.n_embd * (kv_dtype == DType::F32 ? 4 : 2);
+  const uint64_t kv_per_position = uint64_t{config.n_layer} * 2 * config.n_embd * KVCache::element_bytes(kv_dtype);
   uint64_t params = 0;
   for (const TensorView& t : lm.model().file().tensors()) params += t.numel();
   std::vector<std::string> notes;
