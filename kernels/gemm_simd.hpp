@@ -9,8 +9,9 @@
 //   AVX2 (W = 8):     MR = 6, P = 1: 12 accumulators of 16 registers;
 //   AVX-512 (W = 16): MR = 6, P = 2: 12 of 32;
 //   NEON (W = 4):     MR = 6, P = 1: 24 of 32.
-// Decode (M = 1) uses MR = 1 with enough panels for 8 accumulators (hiding
-// the FMA latency), software-prefetching each panel stream ahead.
+// Decode (M = 1) uses MR = 1 over groups of PG = 2 panels, each panel stream
+// prefetched ahead as decode_prefetch.hpp describes (2 to 8 accumulators, as
+// the vector width gives; enough, since decode waits on memory, not FMAs).
 //
 // Numerics: every output is acc = fma(x[k], w[k], acc) for k = 0 .. K-1 from
 // acc = 0, then the epilogue (epilogue.hpp), whatever the tile, block or
@@ -28,6 +29,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "kernels/epilogue.hpp"
+#include "kernels/decode_prefetch.hpp"
 #include "kernels/gemm_blocking.hpp"
 #include "kernels/panel_layout.hpp"
 #include "kernels/widen_simd.hpp"
@@ -43,8 +45,11 @@ struct PanelGemm {
     static constexpr size_t VP = kPanelWidth / W;   // vectors per panel k-step
     static constexpr size_t MR = 6;
     static constexpr size_t P = W == 16 ? 2 : 1;     // panels per GEMM tile
-    static constexpr size_t PG = 8 / VP > 0 ? 8 / VP : 1;  // panels per decode tile: 8 accumulators
-    static constexpr size_t kPrefetchBytes = 24 * 64;  // ahead per panel stream (24 f32 k-steps)
+    // Panels per decode group. Measured on Zen 5 (AVX-512 and AVX2, 1 and 2
+    // threads, docs/decode-streaming.md): 2 panels read f32, f16 and bf16
+    // weights at 0.9-1.0 of a plain read of the same memory; the 8 (AVX-512)
+    // or 4 (AVX2) panels used before, prefetched within each panel, 0.57-0.91.
+    static constexpr size_t PG = 2;
     static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
 
     struct Out {
@@ -105,8 +110,9 @@ struct PanelGemm {
     // R rows of x (row stride ldx) against NP panels starting at w, over
     // k in [k0, k1). Accumulators start from part_in (or zero) and end in
     // part_out (row stride ldp) or, on the last K block, go through the
-    // epilogue to o.
-    template <size_t R, size_t NP, bool Prefetch>
+    // epilogue to o. Decode: the NP panels are a decode group (or one panel
+    // left over), prefetched ahead (decode_prefetch.hpp).
+    template <size_t R, size_t NP, bool Decode>
     static void micro(const float* x, size_t ldx, const WE* w, size_t K, size_t k0, size_t k1,
                       const float* part_in, float* part_out, size_t ldp, const Out& o) {
         constexpr size_t V = NP * VP;
@@ -122,7 +128,14 @@ struct PanelGemm {
 #pragma GCC unroll 8
             for (size_t p = 0; p < NP; ++p) {
                 const WE* wk = w + p * ps + k * kPanelWidth;
-                if constexpr (Prefetch) __builtin_prefetch(reinterpret_cast<const char*>(wk) + kPrefetchBytes);
+                if constexpr (Decode) {
+                    // Whole k-steps (a line, or half of one for 16-bit weights)
+                    // of the panel further on; the line holding the byte is fetched.
+                    constexpr size_t kAhead = detail::kDecodeAheadBytes / NP;
+                    const size_t at = k * kPanelWidth * sizeof(WE);
+                    detail::prefetch_nta(w + p * ps,
+                                         detail::decode_ahead_offset(at + kAhead, ps * sizeof(WE), NP * ps * sizeof(WE)));
+                }
 #pragma GCC unroll 8
                 for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = load_weights<WT, B>(wk + v * W);
             }

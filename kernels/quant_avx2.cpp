@@ -27,6 +27,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/decode_prefetch.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
 
@@ -36,10 +37,14 @@ namespace {
 // Prefill microkernel: MR rows x 1 panel (2 ymm per row): 6 int32 + 6 f32
 // accumulators, 2 weight vectors and the constants fill the 16 ymm registers.
 constexpr size_t MR = 3;
-// Decode: panels streamed at once (4 chains of 2 ymm), prefetched ahead.
+// Decode: panels streamed at once (4 chains of 2 ymm), prefetched ahead as
+// decode_prefetch.hpp describes. Prefill with a single row tile (M <= MR)
+// reads the weights once: prefetched ahead within each panel.
 constexpr size_t kDecodePanels = 2;
 constexpr size_t kPrefetchQuant = 2048;
 constexpr size_t kPrefetchScale = 256;
+// How a tile prefetches its weights.
+enum class Ahead { None, InPanel, Decode };
 constexpr size_t kActivationL2Budget = 256 * 1024;
 
 inline __m256i bcast4(const int8_t* p) {
@@ -94,12 +99,21 @@ struct Panels {
     size_t Kb;
 };
 
-template <bool Q4, size_t R, size_t P, bool Prefetch>
+template <bool Q4, size_t R, size_t P, Ahead Prefetch>
 [[gnu::always_inline]] inline void tile(const QuantizedRows& x, size_t m, const Panels& pn, const Out& o) {
     constexpr size_t V = 2 * P;  // ymm per row
     constexpr size_t kBlockBytes = Q4 ? 256 : 512;
     const size_t Kb = pn.Kb, Kp = Kb * kQuantBlock;
     const __m256i ones = _mm256_set1_epi16(1), nib = _mm256_set1_epi8(0x0F);
+    const size_t group_bytes = P * pn.stride;
+    // Prefetches for the line of panel j at byte `at` of its quants.
+    auto prefetch_line = [&](size_t j, size_t at) __attribute__((always_inline)) {
+        const uint8_t* panel = pn.w + j * pn.stride;
+        if constexpr (Prefetch == Ahead::InPanel)
+            _mm_prefetch(reinterpret_cast<const char*>(panel + at) + kPrefetchQuant, _MM_HINT_T0);
+        if constexpr (Prefetch == Ahead::Decode)
+            prefetch_nta(panel, decode_ahead_offset(at + kDecodeAheadBytes / P, pn.quant_bytes, group_bytes));
+    };
 
     __m256 acc[R][V];
 #pragma GCC unroll 8
@@ -110,12 +124,15 @@ template <bool Q4, size_t R, size_t P, bool Prefetch>
     for (size_t b = 0; b < Kb; ++b) {
         __m256i isum[R][V];
         const uint8_t* wb = pn.w + b * kBlockBytes;
-        if constexpr (Prefetch) {
+        if constexpr (Prefetch == Ahead::InPanel)
 #pragma GCC unroll 4
             for (size_t j = 0; j < P; ++j)
                 _mm_prefetch(reinterpret_cast<const char*>(pn.w + j * pn.stride + pn.quant_bytes + b * 32 + kPrefetchScale),
                              _MM_HINT_T0);
-        }
+        if constexpr (Prefetch == Ahead::Decode)
+            if (b % 2 == 0)  // the next group's scales, a line (two blocks) at a time
+#pragma GCC unroll 4
+                for (size_t j = 0; j < P; ++j) prefetch_nta(pn.w + j * pn.stride, group_bytes + pn.quant_bytes + b * 32);
         if constexpr (Q4) {
             __m256i s16[R][V];
 #pragma GCC unroll 8
@@ -128,8 +145,7 @@ template <bool Q4, size_t R, size_t P, bool Prefetch>
 #pragma GCC unroll 8
                 for (size_t v = 0; v < V; ++v) {
                     const uint8_t* src = wb + (v / 2) * pn.stride + c * 64 + (v % 2) * 32;
-                    if constexpr (Prefetch)
-                        if (v % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchQuant, _MM_HINT_T0);
+                    if (v % 2 == 0) prefetch_line(v / 2, b * kBlockBytes + c * 64);
                     const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
                     lo[v] = _mm256_and_si256(w, nib);
                     hi[v] = _mm256_and_si256(_mm256_srli_epi16(w, 4), nib);
@@ -161,8 +177,7 @@ template <bool Q4, size_t R, size_t P, bool Prefetch>
 #pragma GCC unroll 8
                 for (size_t v = 0; v < V; ++v) {
                     const uint8_t* src = wb + (v / 2) * pn.stride + g * 64 + (v % 2) * 32;
-                    if constexpr (Prefetch)
-                        if (v % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchQuant, _MM_HINT_T0);
+                    if (v % 2 == 0) prefetch_line(v / 2, b * kBlockBytes + g * 64);
                     w[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
                 }
 #pragma GCC unroll 8
@@ -191,7 +206,7 @@ template <bool Q4, size_t R, size_t P, bool Prefetch>
     finish<R, V>(acc, o);
 }
 
-template <bool Q4, bool Prefetch>
+template <bool Q4, Ahead Prefetch>
 void tile_rows(size_t rows, const QuantizedRows& x, size_t m, const Panels& pn, const Out& o) {
     static_assert(MR == 3, "the cases below cover rows 1 .. 3");
     switch (rows) {
@@ -218,8 +233,8 @@ void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, f
     if (M == 1) {  // decode: memory-bound, several prefetched panel streams
         size_t p = p0;
         for (; p + kDecodePanels <= p1; p += kDecodePanels)
-            tile<Q4, 1, kDecodePanels, true>(x, 0, panels(p), out(0, p, kDecodePanels));
-        for (; p < p1; ++p) tile<Q4, 1, 1, true>(x, 0, panels(p), out(0, p, 1));
+            tile<Q4, 1, kDecodePanels, Ahead::Decode>(x, 0, panels(p), out(0, p, kDecodePanels));
+        for (; p < p1; ++p) tile<Q4, 1, 1, Ahead::Decode>(x, 0, panels(p), out(0, p, 1));
         return;
     }
 
@@ -233,8 +248,8 @@ void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, f
         for (size_t p = p0; p < p1; ++p)
             for (size_t m = mc0; m < mc1;) {
                 const size_t rows = mc1 - m < MR ? mc1 - m : MR;
-                if (stream) tile_rows<Q4, true>(rows, x, m, panels(p), out(m, p, 1));
-                else tile_rows<Q4, false>(rows, x, m, panels(p), out(m, p, 1));
+                if (stream) tile_rows<Q4, Ahead::InPanel>(rows, x, m, panels(p), out(m, p, 1));
+                else tile_rows<Q4, Ahead::None>(rows, x, m, panels(p), out(m, p, 1));
                 m += rows;
             }
     }

@@ -345,6 +345,52 @@ TEST_CASE("every quantized kernel set equals the scalar reference bit for bit (a
     MESSAGE(compared << " SIMD products compared with the reference over " << sets.size() << " kernel sets");
 }
 
+TEST_CASE("decode (one row) over many panels: every set equals the reference bit for bit, whatever panel range it gets") {
+    // The decode kernels stream groups of several panels (8 for q8_0, 4 for
+    // q4_0 on AVX-512) and the panels left over one at a time, and prefetch
+    // past the end of their range: ranges that start and end anywhere inside
+    // a group, and matrices of a few groups, so both paths and every group
+    // boundary are compared.
+    const auto sets = kd::runnable_quant_kernels();
+    const Epilogue epilogues[] = {{Activation::None, false}, {Activation::None, true}};
+    for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0})
+        for (size_t K : {size_t{32}, size_t{95}, size_t{768}})
+            for (size_t N : {size_t{208}, size_t{261}}) {
+                const auto w = awkward_weights(N, K, static_cast<uint32_t>(3 * K + N));
+                std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
+                k::quantize_panels(w.data(), N, K, t, p.data());
+                const auto x = kt::random_floats(K, -2.0f, 2.0f, static_cast<uint32_t>(K + N));
+                const Quantized xq = quantize_with(kd::scalar_quant_kernels(), x, 1, K);
+                const auto bias = kt::random_floats(N, -1.0f, 1.0f, 4);
+                const auto y0 = kt::random_floats(N, -1.0f, 1.0f, 5);
+                const size_t panels = k::panel_count(N);
+                for (const Epilogue& e : epilogues) {
+                    const float* b = e.accumulate ? nullptr : bias.data();
+                    auto ref = t == WeightType::Q8_0 ? kd::scalar_quant_kernels().gemm_panels_q8_0
+                                                     : kd::scalar_quant_kernels().gemm_panels_q4_0;
+                    std::vector<float> want = y0;
+                    ref(xq.rows(), p.data(), b, want.data(), 1, K, N, 0, panels, e);
+                    for (const kd::QuantKernels* qk : sets) {
+                        auto gemm = t == WeightType::Q8_0 ? qk->gemm_panels_q8_0 : qk->gemm_panels_q4_0;
+                        for (size_t first : {size_t{0}, size_t{1}, size_t{3}, size_t{5}})
+                            for (size_t split : {size_t{4}, size_t{7}, size_t{8}, size_t{9}, size_t{12}}) {
+                                std::vector<float> got = y0;
+                                gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, 0, first, e);
+                                gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, first, first + split, e);
+                                gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, first + split, panels, e);
+                                CAPTURE(std::string(qk->name));
+                                CAPTURE(std::string(type_name(t)));
+                                CAPTURE(K);
+                                CAPTURE(N);
+                                CAPTURE(first);
+                                CAPTURE(split);
+                                CHECK(std::memcmp(got.data(), want.data(), N * 4) == 0);
+                            }
+                    }
+                }
+            }
+}
+
 TEST_CASE("matmul_packed with quantized weights: threaded, any thread count, equals the reference") {
     for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0})
         for (size_t M : {size_t{1}, size_t{4}, size_t{37}}) {

@@ -1,0 +1,47 @@
+#pragma once
+// How the decode (M = 1) matmul kernels keep memory busy. Decode reads every
+// weight once, so its speed is how much of the read bandwidth one core's
+// stream of loads gets. A decode kernel streams a group of G consecutive
+// panels at once (one accumulator chain and one memory stream per panel);
+// the loads alone keep too few lines in flight once a kernel spends more than
+// a couple of vector instructions per 64-byte line (widening f16, unpacking
+// q4_0 nibbles, quantized dot products), because the out-of-order window fills
+// with arithmetic waiting on them. So each stream is prefetched ahead, in all
+// kDecodeAheadBytes per core split over the G streams, with non-temporal
+// prefetches (into L1 without allocating in L2: the weights are not read
+// again), and a stream that runs past the end of its panel goes on into the
+// same panel of the next group, which is what the kernel reads next.
+//
+// The figures behind these choices (Zen 5, 1 and 2 threads, against a plain
+// read of the same memory in the same run) are in docs/decode-streaming.md:
+// in-panel T0 prefetching, no prefetching, L2 hints and other distances were
+// each slower for some weight type.
+//
+// Internal linkage: every kernel TU gets its own copy, compiled with its own
+// ISA flags. always_inline matters: GCC 12 marks an out-of-line wrapper of
+// __builtin_prefetch `const` and deletes the calls (no prefetch was left).
+#include <cstddef>
+#include <cstdint>
+
+namespace mmgpt::kernels::detail {
+namespace {
+
+// Bytes requested ahead of the loads, per core, over all streams of a group.
+constexpr size_t kDecodeAheadBytes = 8192;
+
+// Offset, from the start of a panel of a decode group, of the byte `ahead`
+// bytes further along its stream: within the panel's first `span` bytes (the
+// part the kernel streams), or past them in the same panel of the next group
+// (`group_bytes` = the group's panels times their stride).
+[[gnu::always_inline]] inline size_t decode_ahead_offset(size_t ahead, size_t span, size_t group_bytes) {
+    return ahead < span ? ahead : group_bytes + ahead - span;
+}
+
+// A non-temporal prefetch of base + offset. Formed as an integer: the address
+// may lie past the matrix (prefetches never fault).
+[[gnu::always_inline]] inline void prefetch_nta(const void* base, size_t offset) {
+    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(base) + offset), 0, 0);
+}
+
+}  // namespace
+}  // namespace mmgpt::kernels::detail
