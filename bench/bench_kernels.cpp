@@ -29,7 +29,6 @@
 #include <tbb/task_arena.h>
 
 #include "bench/machine_limits.hpp"
-#include "formats/half.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/quant_layout.hpp"
 
@@ -118,7 +117,7 @@ void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, 
 
 // Block-quantized weights (q8_0 / q4_0) through the public matmul_packed,
 // which quantizes x to q8 blocks and runs the dispatched quantized kernel set;
-// the bf16 panels of the same shape for comparison. GB counts the bytes the
+// the bf16 and f16 panels of the same shape for comparison. GB counts the bytes the
 // call must move at least once: x, the packed weights
 // (kernels::packed_weight_bytes: quants, scales, padding), bias and y. Decode
 // (M = 1) cycles through 256 MiB of weight copies, as bench_matmul does.
@@ -131,11 +130,12 @@ void bench_matmul_typed(benchmark::State& state, std::string isa, k::WeightType 
     std::vector<uint8_t> packed(wbytes * copies);
     if (t == k::WeightType::Q8_0 || t == k::WeightType::Q4_0) {
         k::quantize_panels(w.data(), N, K, t, packed.data());
-    } else {  // bf16 panels: the f32 panels, rounded
+    } else {  // bf16 / f16 panels: the f32 panels, rounded
         std::vector<float> p(k::panel_floats(N, K));
         k::pack_panels(w.data(), N, K, p.data());
         std::vector<uint16_t> h(p.size());
-        for (size_t i = 0; i < p.size(); ++i) h[i] = mmgpt::f32_to_bf16(p[i]);
+        if (t == k::WeightType::BF16) k::narrow_to_bf16(p.data(), p.size(), h.data());
+        else k::narrow_to_f16(p.data(), p.size(), h.data());
         std::memcpy(packed.data(), h.data(), wbytes);
     }
     for (size_t c = 1; c < copies; ++c) std::copy(packed.begin(), packed.begin() + wbytes, packed.begin() + c * wbytes);
@@ -204,10 +204,12 @@ void register_all(const std::string& isa, std::initializer_list<size_t> widths, 
                     reg("matmul_rowmajor" + name.substr(6),
                         [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, false); });
             }
-        // Quantized (and bf16) weights, GPT-2 small only: decode shapes and the MLP up at prefill.
+        // Quantized (and bf16, f16) weights, GPT-2 small only: decode shapes and the MLP up at prefill.
         if (d == 768) {
-            const std::pair<k::WeightType, const char*> types[] = {
-                {k::WeightType::Q8_0, "q8_0"}, {k::WeightType::Q4_0, "q4_0"}, {k::WeightType::BF16, "bf16"}};
+            const std::pair<k::WeightType, const char*> types[] = {{k::WeightType::Q8_0, "q8_0"},
+                                                                   {k::WeightType::Q4_0, "q4_0"},
+                                                                   {k::WeightType::BF16, "bf16"},
+                                                                   {k::WeightType::F16, "f16"}};
             struct Case {
                 size_t M, K, N;
             };
