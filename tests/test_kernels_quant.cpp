@@ -374,10 +374,12 @@ TEST_CASE("decode (one row) over many panels: every set equals the reference bit
                         auto gemm = t == WeightType::Q8_0 ? qk->gemm_panels_q8_0 : qk->gemm_panels_q4_0;
                         for (size_t first : {size_t{0}, size_t{1}, size_t{3}, size_t{5}})
                             for (size_t split : {size_t{4}, size_t{7}, size_t{8}, size_t{9}, size_t{12}}) {
+                                // Three ranges covering the matrix: [0, first), [first, mid), [mid, panels).
+                                const size_t mid = std::min(first + split, panels);
                                 std::vector<float> got = y0;
                                 gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, 0, first, e);
-                                gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, first, first + split, e);
-                                gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, first + split, panels, e);
+                                gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, first, mid, e);
+                                gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, mid, panels, e);
                                 CAPTURE(std::string(qk->name));
                                 CAPTURE(std::string(type_name(t)));
                                 CAPTURE(K);
