@@ -57,8 +57,6 @@ constexpr size_t kDecodePanels = 2;
 // Prefill with a single row tile: the weights are read once, prefetched this
 // far ahead within each panel (bytes).
 constexpr size_t kPrefetchBytes = 1536;
-// How a tile prefetches its weights.
-enum class Ahead { None, InPanel, Decode };
 // Rows of rounded activations kept in L2 while a panel pair sweeps them.
 constexpr size_t kActivationL2Budget = 256 * 1024;
 
@@ -109,8 +107,7 @@ template <size_t R, size_t P, Ahead Prefetch>
             if constexpr (Prefetch == Ahead::InPanel)
                 _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchBytes, _MM_HINT_T0);
             if constexpr (Prefetch == Ahead::Decode)
-                prefetch_nta(w + j * stride, decode_ahead_offset(k * kPanelWidth * 2 + kDecodeAheadBytes / P, stride * 2,
-                                                                 P * stride * 2));
+                prefetch_decode_ahead<P>(w + j * stride, k * kPanelWidth * 2, stride * 2, stride * 2);
             wv[j] = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(src));
         }
         pair_step<R, P>(acc, wv, x, ldx, k);

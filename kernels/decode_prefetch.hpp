@@ -8,9 +8,9 @@
 // q4_0 nibbles, quantized dot products), because the out-of-order window fills
 // with arithmetic waiting on them. So each stream is prefetched ahead, in all
 // kDecodeAheadBytes per core split over the G streams, with non-temporal
-// prefetches (into L1 without allocating in L2: the weights are not read
-// again), and a stream that runs past the end of its panel goes on into the
-// same panel of the next group, which is what the kernel reads next.
+// prefetches (the hint for data used once: the weights are not read again
+// within the step), and a stream that runs past the end of its panel goes on
+// into the same panel of the next group, which is what the kernel reads next.
 //
 // The figures behind these choices (Zen 5, 1 and 2 threads, against a plain
 // read of the same memory in the same run) are in docs/decode-streaming.md:
@@ -42,6 +42,19 @@ constexpr size_t kDecodeAheadBytes = 8192;
 [[gnu::always_inline]] inline void prefetch_nta(const void* base, size_t offset) {
     __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(base) + offset), 0, 0);
 }
+
+// The decode prefetch for the line at byte `at` of `panel`, one of a group of
+// G panels `stride` bytes apart whose streamed part is their first `span`
+// bytes: kDecodeAheadBytes / G further along its stream.
+template <size_t G>
+[[gnu::always_inline]] inline void prefetch_decode_ahead(const void* panel, size_t at, size_t span, size_t stride) {
+    prefetch_nta(panel, decode_ahead_offset(at + kDecodeAheadBytes / G, span, G * stride));
+}
+
+// How a tile that streams its weights prefetches them: not at all, a fixed
+// distance ahead within each panel (prefill with a single row tile, the
+// weights read once), or as a decode group does (above).
+enum class Ahead { None, InPanel, Decode };
 
 }  // namespace
 }  // namespace mmgpt::kernels::detail

@@ -45,10 +45,11 @@ struct PanelGemm {
     static constexpr size_t VP = kPanelWidth / W;   // vectors per panel k-step
     static constexpr size_t MR = 6;
     static constexpr size_t P = W == 16 ? 2 : 1;     // panels per GEMM tile
-    // Panels per decode group. Measured on Zen 5 (AVX-512 and AVX2, 1 and 2
-    // threads, docs/decode-streaming.md): 2 panels read f32, f16 and bf16
-    // weights at 0.9-1.0 of a plain read of the same memory; the 8 (AVX-512)
-    // or 4 (AVX2) panels used before, prefetched within each panel, 0.57-0.91.
+    // Panels per decode group. Measured on Zen 5 (docs/decode-streaming.md),
+    // against a plain read of the same memory: 2 panels read f32, f16 and bf16
+    // weights at 0.89-1.02 (AVX-512 and AVX2, 1 and 2 threads); the 8 panels
+    // used before on AVX-512, prefetched 1.5 KB ahead within each panel, read
+    // f32 at 0.81-0.92 and f16 at 0.76-0.82 on 1 thread.
     static constexpr size_t PG = 2;
     static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
 
@@ -128,14 +129,10 @@ struct PanelGemm {
 #pragma GCC unroll 8
             for (size_t p = 0; p < NP; ++p) {
                 const WE* wk = w + p * ps + k * kPanelWidth;
-                if constexpr (Decode) {
-                    // Whole k-steps (a line, or half of one for 16-bit weights)
-                    // of the panel further on; the line holding the byte is fetched.
-                    constexpr size_t kAhead = detail::kDecodeAheadBytes / NP;
-                    const size_t at = k * kPanelWidth * sizeof(WE);
-                    detail::prefetch_nta(w + p * ps,
-                                         detail::decode_ahead_offset(at + kAhead, ps * sizeof(WE), NP * ps * sizeof(WE)));
-                }
+                // Every k-step (a line, or half of one for 16-bit weights).
+                if constexpr (Decode)
+                    detail::prefetch_decode_ahead<NP>(w + p * ps, k * kPanelWidth * sizeof(WE), ps * sizeof(WE),
+                                                      ps * sizeof(WE));
 #pragma GCC unroll 8
                 for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = load_weights<WT, B>(wk + v * W);
             }

@@ -43,8 +43,6 @@ constexpr size_t MR = 3;
 constexpr size_t kDecodePanels = 2;
 constexpr size_t kPrefetchQuant = 2048;
 constexpr size_t kPrefetchScale = 256;
-// How a tile prefetches its weights.
-enum class Ahead { None, InPanel, Decode };
 constexpr size_t kActivationL2Budget = 256 * 1024;
 
 inline __m256i bcast4(const int8_t* p) {
@@ -105,14 +103,12 @@ template <bool Q4, size_t R, size_t P, Ahead Prefetch>
     constexpr size_t kBlockBytes = Q4 ? 256 : 512;
     const size_t Kb = pn.Kb, Kp = Kb * kQuantBlock;
     const __m256i ones = _mm256_set1_epi16(1), nib = _mm256_set1_epi8(0x0F);
-    const size_t group_bytes = P * pn.stride;
     // Prefetches for the line of panel j at byte `at` of its quants.
     auto prefetch_line = [&](size_t j, size_t at) __attribute__((always_inline)) {
         const uint8_t* panel = pn.w + j * pn.stride;
         if constexpr (Prefetch == Ahead::InPanel)
             _mm_prefetch(reinterpret_cast<const char*>(panel + at) + kPrefetchQuant, _MM_HINT_T0);
-        if constexpr (Prefetch == Ahead::Decode)
-            prefetch_nta(panel, decode_ahead_offset(at + kDecodeAheadBytes / P, pn.quant_bytes, group_bytes));
+        if constexpr (Prefetch == Ahead::Decode) prefetch_decode_ahead<P>(panel, at, pn.quant_bytes, pn.stride);
     };
 
     __m256 acc[R][V];
@@ -132,7 +128,7 @@ template <bool Q4, size_t R, size_t P, Ahead Prefetch>
         if constexpr (Prefetch == Ahead::Decode)
             if (b % 2 == 0)  // the next group's scales, a line (two blocks) at a time
 #pragma GCC unroll 4
-                for (size_t j = 0; j < P; ++j) prefetch_nta(pn.w + j * pn.stride, group_bytes + pn.quant_bytes + b * 32);
+                for (size_t j = 0; j < P; ++j) prefetch_nta(pn.w + j * pn.stride, P * pn.stride + pn.quant_bytes + b * 32);
         if constexpr (Q4) {
             __m256i s16[R][V];
 #pragma GCC unroll 8

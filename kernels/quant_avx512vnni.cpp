@@ -57,8 +57,9 @@ constexpr size_t kPrefetchQuant = 2048;
 constexpr size_t kPrefetchScale = 256;  // 8 blocks of scales ahead
 // Decode (decode_prefetch.hpp): panels streamed at once, one accumulator
 // chain each for q8_0, two for q4_0 (below). Measured on Zen 5 at 1 thread,
-// against a plain read of the same memory: q8_0 with 8 panels 0.92-0.94, 4
-// or 2 panels 0.88-0.93; q4_0 with 2 panels 0.96-1.01, 4 panels 0.90-0.94.
+// against a plain read of the same memory, variants interleaved in each run:
+// q8_0 with 8 panels 0.94-1.06, 4 panels 0.91-1.03, 2 panels 0.86-0.87;
+// q4_0 with 2 panels 0.96-1.01, 4 panels 0.86-0.99.
 constexpr size_t kDecodePanelsQ8 = 8;
 constexpr size_t kDecodePanelsQ4 = 2;
 // Rows of quantized activations kept in L2 while a panel pair sweeps them.
@@ -176,14 +177,13 @@ template <bool Q4, size_t G>
 [[gnu::always_inline]] inline void decode_tile(const QuantizedRows& x, const Panels& pn, const Out& o) {
     constexpr size_t kBlockBytes = Q4 ? 256 : 512;
     constexpr int32_t kOffset = Q4 ? 8 : 128;
-    constexpr size_t kAhead = kDecodeAheadBytes / G;
-    const size_t Kb = pn.Kb, group_bytes = G * pn.stride;
+    const size_t Kb = pn.Kb;
     const __m512i lo_mask = _mm512_set1_epi8(0x0F), hi_mask = _mm512_set1_epi8(static_cast<char>(0xF0));
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    // Line `at` of panel j (its quants), and the prefetch kAhead further on.
+    // Line `at` of panel j (its quants), and the decode prefetch further on.
     auto line = [&](size_t j, size_t at) __attribute__((always_inline)) {
         const uint8_t* panel = pn.w + j * pn.stride;
-        prefetch_nta(panel, decode_ahead_offset(at + kAhead, pn.quant_bytes, group_bytes));
+        prefetch_decode_ahead<G>(panel, at, pn.quant_bytes, pn.stride);
         return _mm512_loadu_si512(panel + at);
     };
 
@@ -219,7 +219,7 @@ template <bool Q4, size_t G>
         }
         if (b % 2 == 0)  // a line of scales holds two blocks
 #pragma GCC unroll 8
-            for (size_t j = 0; j < G; ++j) prefetch_nta(pn.w + j * pn.stride, group_bytes + pn.quant_bytes + b * 32);
+            for (size_t j = 0; j < G; ++j) prefetch_nta(pn.w + j * pn.stride, G * pn.stride + pn.quant_bytes + b * 32);
         // acc = fma(float(isum), dw * dx, acc), as the reference.
         const __m512 dx = _mm512_set1_ps(x.scale[b]);
 #pragma GCC unroll 8

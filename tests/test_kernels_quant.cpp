@@ -346,8 +346,8 @@ TEST_CASE("every quantized kernel set equals the scalar reference bit for bit (a
 }
 
 TEST_CASE("decode (one row) over many panels: every set equals the reference bit for bit, whatever panel range it gets") {
-    // The decode kernels stream groups of several panels (8 for q8_0, 4 for
-    // q4_0 on AVX-512) and the panels left over one at a time, and prefetch
+    // The decode kernels stream groups of several panels (8 for q8_0, 2 for
+    // q4_0 on AVX-512, 2 on AVX2) and the panels left over one at a time, and prefetch
     // past the end of their range: ranges that start and end anywhere inside
     // a group, and matrices of a few groups, so both paths and every group
     // boundary are compared.
