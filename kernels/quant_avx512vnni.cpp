@@ -55,13 +55,21 @@ constexpr size_t NP = 2;
 // software-prefetched this far ahead (bytes of quants, and of scales).
 constexpr size_t kPrefetchQuant = 2048;
 constexpr size_t kPrefetchScale = 256;  // 8 blocks of scales ahead
-// Decode (decode_prefetch.hpp): panels streamed at once, one accumulator
-// chain each for q8_0, two for q4_0 (below). Measured on Zen 5 at 1 thread,
-// against a plain read of the same memory, variants interleaved in each run:
-// q8_0 with 8 panels 0.94-1.06, 4 panels 0.91-1.03, 2 panels 0.86-0.87;
-// q4_0 with 2 panels 0.96-1.01, 4 panels 0.86-0.99.
-constexpr size_t kDecodePanelsQ8 = 8;
+// Decode: panels streamed at once, one accumulator chain each for q8_0, two
+// for q4_0 (below), and whether each stream is prefetched ahead in software
+// (decode_prefetch.hpp). Measured on Zen 5 against a plain read of the same
+// memory, variants interleaved in each run (docs/decode-streaming.md):
+// - q8_0 spends one VPDPBUSD and one XOR per 64-byte line, little enough that
+//   the hardware prefetcher keeps up on its own. Without software prefetch,
+//   1 thread, 124M / 355M matmuls: 4 panels 0.90-0.92 / 0.93-1.07, 3 panels
+//   0.92 / 1.06, 8 panels 0.86-0.92 / 0.85-0.96 (16 streams with the
+//   scales'), 2 panels 0.88 / 0.97; 8 panels with the prefetch 0.84 / 0.78.
+// - q4_0 spends twice that and needs the software prefetch: 2 panels 0.94-1.03
+//   with it, 0.69-0.76 without; 4 panels 0.86-1.04.
+constexpr size_t kDecodePanelsQ8 = 4;
+constexpr bool kDecodePrefetchQ8 = false;
 constexpr size_t kDecodePanelsQ4 = 2;
+constexpr bool kDecodePrefetchQ4 = true;
 // Rows of quantized activations kept in L2 while a panel pair sweeps them.
 constexpr size_t kActivationL2Budget = 256 * 1024;
 
@@ -167,13 +175,14 @@ template <bool Q4, size_t R, size_t P, bool Prefetch>
 }
 
 // Decode: one row of x against the G panels of a decode group (or a panel
-// left over, G = 1), all K, each line prefetched ahead as decode_prefetch.hpp
-// describes; the scales of the next group are prefetched a group ahead.
+// left over, G = 1), all K. With Prefetch, each line is prefetched ahead as
+// decode_prefetch.hpp describes, and the scales of the next group a group
+// ahead; without, the hardware prefetcher is left to stream the panels.
 // q4_0 takes its high nibbles as 16 * (q + 8) by a mask, into an accumulator
 // of their own that is shifted down by 4 at the end of the block (exact: a
 // sum of multiples of 16), one instruction a line fewer than shift and mask.
 // The integer sums are the same, so the result is tile<Q4, 1, G>'s bit for bit.
-template <bool Q4, size_t G>
+template <bool Q4, size_t G, bool Prefetch>
 [[gnu::always_inline]] inline void decode_tile(const QuantizedRows& x, const Panels& pn, const Out& o) {
     constexpr size_t kBlockBytes = Q4 ? 256 : 512;
     constexpr int32_t kOffset = Q4 ? 8 : 128;
@@ -183,7 +192,7 @@ template <bool Q4, size_t G>
     // Line `at` of panel j (its quants), and the decode prefetch further on.
     auto line = [&](size_t j, size_t at) __attribute__((always_inline)) {
         const uint8_t* panel = pn.w + j * pn.stride;
-        prefetch_decode_ahead<G>(panel, at, pn.quant_bytes, pn.stride);
+        if constexpr (Prefetch) prefetch_decode_ahead<G>(panel, at, pn.quant_bytes, pn.stride);
         return _mm512_loadu_si512(panel + at);
     };
 
@@ -217,7 +226,7 @@ template <bool Q4, size_t G>
                     lo[j] = _mm512_dpbusd_epi32(lo[j], _mm512_xor_si512(line(j, b * kBlockBytes + g * 64), flip), xb);
             }
         }
-        if (b % 2 == 0)  // a line of scales holds two blocks
+        if (Prefetch && b % 2 == 0)  // a line of scales holds two blocks
 #pragma GCC unroll 8
             for (size_t j = 0; j < G; ++j) prefetch_nta(pn.w + j * pn.stride, G * pn.stride + pn.quant_bytes + b * 32);
         // acc = fma(float(isum), dw * dx, acc), as the reference.
@@ -262,9 +271,10 @@ void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, f
 
     if (M == 1) {
         constexpr size_t G = Q4 ? kDecodePanelsQ4 : kDecodePanelsQ8;
+        constexpr bool prefetch = Q4 ? kDecodePrefetchQ4 : kDecodePrefetchQ8;
         size_t p = p0;
-        for (; p + G <= p1; p += G) decode_tile<Q4, G>(x, panels(p), out(0, p, G));
-        for (; p < p1; ++p) decode_tile<Q4, 1>(x, panels(p), out(0, p, 1));
+        for (; p + G <= p1; p += G) decode_tile<Q4, G, prefetch>(x, panels(p), out(0, p, G));
+        for (; p < p1; ++p) decode_tile<Q4, 1, prefetch>(x, panels(p), out(0, p, 1));
         return;
     }
 
