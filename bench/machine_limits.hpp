@@ -170,17 +170,46 @@ inline std::atomic<uint64_t> sink{0};  // keeps the folded reads alive
 
 }  // namespace detail
 
+// Whether evict_from_caches can evict (x86); elsewhere it does nothing.
+#ifdef MMGPT_LIMITS_X86
+inline constexpr bool kCanEvictCaches = true;
+#else
+inline constexpr bool kCanEvictCaches = false;
+#endif
+
+// Drops the lines of [data, data + bytes) from every level of the CPU's
+// caches, so that the next read of them is served by memory: CLFLUSH (SSE2,
+// every x86-64) on each 64-byte line. Elsewhere it does nothing and returns
+// false. About 1 ms per 64 MB of lines that are not cached (Zen 5).
+inline bool evict_from_caches(const void* data, size_t bytes) {
+#ifdef MMGPT_LIMITS_X86
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; i += 64) _mm_clflush(p + i);
+  if (bytes) _mm_clflush(p + bytes - 1);  // the last line, when data is not line-aligned
+  _mm_mfence();
+  return true;
+#else
+  (void)data, (void)bytes;
+  return false;
+#endif
+}
+
 // Best read bandwidth in GB/s (1e9 bytes/s) over `passes` passes of the
 // `bytes` at `data` (64-byte aligned), split evenly over `threads` threads.
 // A small buffer is read several times per pass (at least 64 MiB in all), so
 // starting the threads does not dominate; it then measures the cache it sits in.
-inline double read_bandwidth_gbps(const unsigned char* data, size_t bytes, unsigned threads, int passes = 3) {
+// from_memory: each pass starts with the buffer evicted from the caches
+// (evict_from_caches, x86), so a buffer a few times the last-level cache is
+// not partly served by the cache on the second pass: the pass measures memory.
+inline double read_bandwidth_gbps(const unsigned char* data, size_t bytes, unsigned threads, int passes = 3,
+                                  bool from_memory = false) {
   threads = std::max(1u, threads);
   const size_t slice = std::max<size_t>((bytes / threads) & ~size_t(127), 128);
   if (slice * threads > bytes) return 0;  // under 128 bytes per thread: nothing to measure
   const size_t repeats = std::max<size_t>(1, (size_t{64} << 20) / (slice * threads));
   double best = 0;
   for (int pass = 0; pass < passes; ++pass) {
+    if (from_memory) evict_from_caches(data, slice * threads);
     const double s = detail::timed_parallel(threads, [&](unsigned t) {
       for (size_t r = 0; r < repeats; ++r)
         detail::sink.fetch_xor(detail::read_slice(data + t * slice, slice), std::memory_order_relaxed);

@@ -7,6 +7,7 @@ Builds a tiny character-level nanoGPT checkpoint with torch and converts it.
 """
 import json
 import math
+import platform
 import os
 import sys
 
@@ -64,6 +65,11 @@ if j is not None:
                                   and 0 < r['decode_frac_of_bw'] < 2 and r['decode_weight_gbps'] > 0
                                   and r['read_bw_gbps'] > 0 and r['peak_rss_mib'] > 0)]
     check('throughputs positive, spreads ordered, fraction of bandwidth in (0, 2)', not bad, json.dumps(bad)[:600])
+    # The file probe reads from memory where the CPU caches can be evicted (x86), and says so.
+    evict = platform.machine() in ('x86_64', 'AMD64', 'i686')
+    check('file probe from memory on x86 (caches evicted), stated per result',
+          bool(res) and all(r.get('model_read_bw_from_memory') is evict for r in res),
+          str([r.get('model_read_bw_from_memory') for r in res]))
     r0 = res[0] if res else {}
     # Each run's decode rate over the bandwidth probed (on the model's own mapped file) just before it; the median.
     def run_fracs(r):
