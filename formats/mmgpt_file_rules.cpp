@@ -88,21 +88,36 @@ const char* layout_name(uint32_t layout_id) {
   switch (layout_id) {
     case static_cast<uint32_t>(Layout::RowMajor): return "row-major";
     case static_cast<uint32_t>(Layout::Panel16): return "panel16";
+    case kLayoutPanel16Q: return "panel16q";
     default: return nullptr;
   }
 }
 
+namespace {
+bool quantized(uint32_t dtype_id) {
+  return dtype_id == static_cast<uint32_t>(DType::Q8_0) || dtype_id == static_cast<uint32_t>(DType::Q4_0);
+}
+}  // namespace
+
+uint32_t file_layout_id(DType dtype, Layout layout) {
+  return layout == Layout::Panel16 && quantized(static_cast<uint32_t>(dtype)) ? kLayoutPanel16Q
+                                                                               : static_cast<uint32_t>(layout);
+}
+
+Layout memory_layout(uint32_t layout_id) {
+  return layout_id == kLayoutPanel16Q ? Layout::Panel16 : static_cast<Layout>(layout_id);
+}
+
 bool tensor_bytes(uint32_t dtype_id, uint32_t layout_id, const std::vector<uint64_t>& shape, uint64_t& bytes) {
-  if (dtype_id == static_cast<uint32_t>(DType::Q8_0) || dtype_id == static_cast<uint32_t>(DType::Q4_0)) {
-    if (layout_id != static_cast<uint32_t>(Layout::Panel16) || shape.size() != 2) return false;
+  if (quantized(dtype_id)) {
+    if (layout_id != kLayoutPanel16Q || shape.size() != 2) return false;
     // Dimensions are below 2^40 or so in any sane file; these sums cannot
     // overflow for shape values < 2^58, and larger ones fail the products.
     if (shape[0] >= (uint64_t{1} << 58) || shape[1] >= (uint64_t{1} << 58)) return false;
     const uint64_t panels = shape[0] / 16 + (shape[0] % 16 != 0);
     const uint64_t blocks = shape[1] / 32 + (shape[1] % 32 != 0);
-    const uint64_t quant = blocks * (dtype_id == static_cast<uint32_t>(DType::Q8_0) ? 512 : 256);
-    const uint64_t scales = (blocks * 32 + 63) / 64 * 64;
-    return !__builtin_mul_overflow(panels, quant + scales, &bytes);
+    const uint64_t unit = 2 * (dtype_id == static_cast<uint32_t>(DType::Q8_0) ? 512 : 256) + 64;
+    return !__builtin_mul_overflow(panels, (blocks + 1) / 2 * unit, &bytes);
   }
   bytes = dtype_size(dtype_id);
   if (layout_id == static_cast<uint32_t>(Layout::Panel16)) {
@@ -171,14 +186,25 @@ void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t lay
                 " (this reader knows 0 = f32, 1 = bf16, 2 = f16, 3 = q8_0, 4 = q4_0; the file needs a newer mmgpt)");
   if (!layout_known(layout_id))
     throw Error(where + ": unknown layout id " + std::to_string(layout_id) +
-                " (this reader knows 0 = row-major, 1 = panel16; the file needs a newer mmgpt)");
+                " (this reader knows 0 = row-major, 1 = panel16, 2 = panel16q; the file needs a newer mmgpt)");
   if (shape.size() > kMaxDims)
     throw Error(where + ": ndim " + std::to_string(shape.size()) + " exceeds limit " + std::to_string(kMaxDims));
-  if (layout_id == static_cast<uint32_t>(Layout::Panel16) && shape.size() != 2)
-    throw Error(where + ": layout panel16 needs a matrix, but the shape is " + shape_string(shape));
-  if (dtype_id != static_cast<uint32_t>(DType::F32) && layout_id != static_cast<uint32_t>(Layout::Panel16))
-    throw Error(where + ": dtype " + dtype_name(dtype_id) + " is only allowed in layout panel16 (this tensor is " +
-                layout_name(layout_id) + ")");
+  if (layout_id != static_cast<uint32_t>(Layout::RowMajor) && shape.size() != 2)
+    throw Error(where + ": layout " + layout_name(layout_id) + " needs a matrix, but the shape is " +
+                shape_string(shape));
+  if (quantized(dtype_id) && layout_id == static_cast<uint32_t>(Layout::Panel16))
+    throw Error(where + ": dtype " + dtype_name(dtype_id) +
+                " in layout panel16 is the block order of files written by mmgpt before 2026-11-24, which this "
+                "reader no longer runs; convert the checkpoint again (quantized matrices are now layout 2, panel16q)");
+  if (layout_id == kLayoutPanel16Q && !quantized(dtype_id))
+    throw Error(where + ": layout panel16q is only for dtypes q8_0 and q4_0 (this tensor is " + dtype_name(dtype_id) +
+                ")");
+  const uint32_t want = quantized(dtype_id) ? kLayoutPanel16Q
+                        : dtype_id != static_cast<uint32_t>(DType::F32) ? static_cast<uint32_t>(Layout::Panel16)
+                                                                         : layout_id;
+  if (layout_id != want)
+    throw Error(where + ": dtype " + dtype_name(dtype_id) + " is only allowed in layout " + layout_name(want) +
+                " (this tensor is " + layout_name(layout_id) + ")");
   uint64_t bytes = 0;
   if (!tensor_bytes(dtype_id, layout_id, shape, bytes))
     throw Error(where + ": shape " + shape_string(shape) + " overflows a 64-bit byte count");

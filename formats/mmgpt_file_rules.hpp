@@ -18,15 +18,29 @@ uint64_t dtype_size(uint32_t dtype_id);
 const char* dtype_name(uint32_t dtype_id);  // "f32", "bf16", "f16", "q8_0", "q4_0", or nullptr
 bool layout_known(uint32_t layout_id);
 
+// Layout ids in the file. 0 and 1 are Layout::RowMajor and Layout::Panel16;
+// 2 (panel16q) is the panel16 arrangement of the q8_0 / q4_0 blocks, each
+// panel in units of two blocks whose scales follow their quants
+// (kernels/quant_layout.hpp). In memory a panel16q tensor is Layout::Panel16
+// with a quantized dtype: the dtype says how its panels are laid out. (The
+// q8_0 / q4_0 panels of files written before 2026-11-24, layout 1, kept all
+// of a panel's scales after all its quants; they are refused, see
+// check_tensor_entry.)
+inline constexpr uint32_t kLayoutPanel16Q = 2;
+uint32_t file_layout_id(DType dtype, Layout layout);  // what the writer stores
+Layout memory_layout(uint32_t layout_id);             // a known id, as the engine sees it
+
 // Tokenizer sanity against the config: kind known; Char/Gpt2Bpe have 1..vocab_size
 // tokens, None has none; tokens are non-empty valid UTF-8 of at most
 // kMaxStringBytes; merges only for Gpt2Bpe, each half non-empty valid UTF-8;
 // eos_id is -1 or a valid id (of the tokens, or of the vocabulary for None).
 void check_tokenizer(const TokenizerData& tok, const ModelConfig& config, const std::string& source);
 
-// One directory entry on its own: name well-formed, dtype and layout known,
-// a 16-bit dtype only in layout panel16, at most kMaxDims dims, stored bytes (tensor_bytes) computed without
-// overflow and equal to nbytes. Does not look at offsets.
+// One directory entry on its own (file ids): name well-formed, dtype and
+// layout known, a 16-bit dtype only in layout panel16 and q8_0 / q4_0 only in
+// panel16q (and nothing else there), at most kMaxDims dims, stored bytes
+// (tensor_bytes) computed without overflow and equal to nbytes. Does not look
+// at offsets.
 void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t layout_id,
                         const std::vector<uint64_t>& shape, uint64_t nbytes, const std::string& source);
 
@@ -41,14 +55,13 @@ struct NamedShape {
 };
 void check_tensor_set(const std::vector<NamedShape>& tensors, const ModelConfig& config, const std::string& source);
 
-// Bytes a tensor of this shape occupies in this layout (Panel16: 2-D only, rows
-// rounded up to whole panels of 16), or false on overflow or a shape the layout
-// cannot hold (the caller reports which).
-// q8_0 / q4_0 (panel16 only): ceil(N/16) panels of Kb = ceil(K/32) blocks,
-// each panel Kb * 512 (q8_0) or Kb * 256 (q4_0) bytes of quants plus Kb * 32
-// bytes of f16 scales rounded up to a multiple of 64.
+// Bytes a tensor of this shape occupies in this layout (file ids; Panel16:
+// 2-D only, rows rounded up to whole panels of 16), or false on overflow or a
+// shape the layout cannot hold (the caller reports which).
+// q8_0 / q4_0 (panel16q only): ceil(N/16) panels of ceil(Kb/2) units,
+// Kb = ceil(K/32), each unit 2 * 512 + 64 (q8_0) or 2 * 256 + 64 (q4_0) bytes.
 bool tensor_bytes(uint32_t dtype_id, uint32_t layout_id, const std::vector<uint64_t>& shape, uint64_t& bytes);
-const char* layout_name(uint32_t layout_id);  // "row-major", "panel16", or nullptr
+const char* layout_name(uint32_t layout_id);  // "row-major", "panel16", "panel16q", or nullptr
 
 // "[1, 2, 3]" for messages.
 std::string shape_string(const std::vector<uint64_t>& shape);

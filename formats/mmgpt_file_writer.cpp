@@ -39,7 +39,7 @@ void validate_inputs(const std::string& path, const ModelConfig& config, const T
   std::vector<NamedShape> named;
   named.reserve(tensors.size());
   for (const TensorToWrite& t : tensors) {
-    check_tensor_entry(t.name, static_cast<uint32_t>(t.dtype), static_cast<uint32_t>(t.layout), t.shape, t.nbytes,
+    check_tensor_entry(t.name, static_cast<uint32_t>(t.dtype), file_layout_id(t.dtype, t.layout), t.shape, t.nbytes,
                        path);
     if (t.data == nullptr) throw Error(path + ": tensor '" + t.name + "': data is null");
     named.push_back({&t.name, &t.shape, t.layout, t.dtype});
@@ -107,7 +107,7 @@ std::vector<unsigned char> build_metadata(const ModelConfig& config, const Token
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorToWrite& t = tensors[i];
     s.str(t.name);
-    s.u32(static_cast<uint32_t>(t.dtype)), s.u32(static_cast<uint32_t>(t.layout)), s.u32(t.shape.size());
+    s.u32(static_cast<uint32_t>(t.dtype)), s.u32(file_layout_id(t.dtype, t.layout)), s.u32(t.shape.size());
     for (uint64_t d : t.shape) s.u64(d);
     s.u64(offsets[i]), s.u64(t.nbytes);
   }

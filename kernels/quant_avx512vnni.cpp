@@ -52,24 +52,16 @@ namespace {
 constexpr size_t MR = 6;
 constexpr size_t NP = 2;
 // Prefill with a single row tile (M <= MR) reads the weights once: they are
-// software-prefetched this far ahead (bytes of quants, and of scales).
+// software-prefetched this far ahead in each panel's stream (bytes).
 constexpr size_t kPrefetchQuant = 2048;
-constexpr size_t kPrefetchScale = 256;  // 8 blocks of scales ahead
-// Decode: panels streamed at once, one accumulator chain each for q8_0, two
-// for q4_0 (below), and whether each stream is prefetched ahead in software
-// (decode_prefetch.hpp). Measured on Zen 5 against a plain read of the same
-// memory, variants interleaved in each run (docs/decode-streaming.md):
-// - q8_0 spends one VPDPBUSD and one XOR per 64-byte line, little enough that
-//   the hardware prefetcher keeps up on its own. Without software prefetch,
-//   1 thread, 124M / 355M matmuls: 4 panels 0.90-0.92 / 0.93-1.07, 3 panels
-//   0.92 / 1.06, 8 panels 0.86-0.92 / 0.85-0.96 (16 streams with the
-//   scales'), 2 panels 0.88 / 0.97; 8 panels with the prefetch 0.84 / 0.78.
-// - q4_0 spends twice that and needs the software prefetch: 2 panels 0.94-1.03
-//   with it, 0.69-0.76 without; 4 panels 0.86-1.04.
-constexpr size_t kDecodePanelsQ8 = 4;
-constexpr bool kDecodePrefetchQ8 = false;
-constexpr size_t kDecodePanelsQ4 = 2;
-constexpr bool kDecodePrefetchQ4 = true;
+// Decode streams one panel at a time: the matrix is then read front to back
+// as a single stream (a panel holds its scales beside its quants,
+// quant_layout.hpp), each line prefetched kDecodeAheadBytes further on
+// (decode_prefetch.hpp). Measured on Zen 5, whole decode steps of 124M- and
+// 355M-shaped models against a plain read in the same run (1 thread):
+// q4_0 1.01-1.06 and q8_0 0.96-1.00, where streaming 2 (q4_0, prefetched) or
+// 4 (q8_0, not) panels at once, as before this layout, read 0.80-0.87 and
+// 0.79-0.81; 4-6 KB ahead instead of 8 KB 0.93-1.02.
 // Rows of quantized activations kept in L2 while a panel pair sweeps them.
 constexpr size_t kActivationL2Budget = 256 * 1024;
 
@@ -81,16 +73,15 @@ inline __m512i bcast4(const int8_t* p) {
 }
 
 struct Panels {
-    const uint8_t* w;    // first panel of the tile
-    size_t stride;       // bytes between panels
-    size_t quant_bytes;  // offset of the scales inside a panel
+    const uint8_t* w;  // first panel of the tile
+    size_t stride;     // bytes between panels (a panel is one stream: quants and scales, quant_layout.hpp)
     size_t Kb;
 };
 
 // R rows (from row m of x) against P consecutive panels, all K; Q4 selects q4_0.
 template <bool Q4, size_t R, size_t P, bool Prefetch>
 [[gnu::always_inline]] inline void tile(const QuantizedRows& x, size_t m, const Panels& pn, const Out& o) {
-    constexpr size_t kBlockBytes = Q4 ? 256 : 512;
+    constexpr WeightType T = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
     constexpr int32_t kOffset = Q4 ? 8 : 128;
     const size_t Kb = pn.Kb, Kp = Kb * kQuantBlock;
     const __m512i nib = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -109,13 +100,13 @@ template <bool Q4, size_t R, size_t P, bool Prefetch>
 #pragma GCC unroll 4
             for (size_t j = 0; j < P; ++j) isum[i][j] = init;
         }
-        const uint8_t* wb = pn.w + b * kBlockBytes;
-        if constexpr (Prefetch) {
+        const size_t soff = quant_scale_offset(T, b);
+        const uint8_t* wb = pn.w + quant_block_offset(T, b);
+        if constexpr (Prefetch)
+            if (b % 2 == 0)  // the unit's line of scales, further on in the panel's stream
 #pragma GCC unroll 4
-            for (size_t j = 0; j < P; ++j)
-                _mm_prefetch(reinterpret_cast<const char*>(pn.w + j * pn.stride + pn.quant_bytes + b * 32 + kPrefetchScale),
-                             _MM_HINT_T0);
-        }
+                for (size_t j = 0; j < P; ++j)
+                    _mm_prefetch(reinterpret_cast<const char*>(pn.w + j * pn.stride + soff + kPrefetchQuant), _MM_HINT_T0);
         if constexpr (Q4) {
             // Chunk c: low nibbles are k 8c .. 8c+3, high nibbles k 8c+4 .. 8c+7.
 #pragma GCC unroll 4
@@ -162,8 +153,8 @@ template <bool Q4, size_t R, size_t P, bool Prefetch>
         // acc = fma(float(isum), dw * dx, acc), as the reference.
 #pragma GCC unroll 4
         for (size_t j = 0; j < P; ++j) {
-            const __m512 dw = _mm512_cvtph_ps(
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pn.w + j * pn.stride + pn.quant_bytes + b * 32)));
+            const __m512 dw =
+                _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pn.w + j * pn.stride + soff)));
 #pragma GCC unroll 8
             for (size_t i = 0; i < R; ++i) {
                 const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(x.scale[(m + i) * Kb + b]));
@@ -174,72 +165,49 @@ template <bool Q4, size_t R, size_t P, bool Prefetch>
     finish<R, P>(acc, o);
 }
 
-// Decode: one row of x against the G panels of a decode group (or a panel
-// left over, G = 1), all K. With Prefetch, each line is prefetched ahead as
-// decode_prefetch.hpp describes, and the scales of the next group a group
-// ahead; without, the hardware prefetcher is left to stream the panels.
-// q4_0 takes its high nibbles as 16 * (q + 8) by a mask, into an accumulator
-// of their own that is shifted down by 4 at the end of the block (exact: a
-// sum of multiples of 16), one instruction a line fewer than shift and mask.
-// The integer sums are the same, so the result is tile<Q4, 1, G>'s bit for bit.
-template <bool Q4, size_t G, bool Prefetch>
-[[gnu::always_inline]] inline void decode_tile(const QuantizedRows& x, const Panels& pn, const Out& o) {
-    constexpr size_t kBlockBytes = Q4 ? 256 : 512;
+// Decode: one row of x against one panel, all K, the panel's lines read in
+// memory order and each prefetched kDecodeAheadBytes ahead (past the panel's
+// end that is the next panel, which is read next). q4_0 takes its high
+// nibbles as 16 * (q + 8) by a mask, into an accumulator of their own that is
+// shifted down by 4 at the end of the block (exact: a sum of multiples of 16),
+// one instruction a line fewer than shift and mask. The integer sums are the
+// same, so the result is tile<Q4, 1, 1>'s bit for bit.
+template <bool Q4>
+[[gnu::always_inline]] inline void decode_tile(const QuantizedRows& x, const uint8_t* panel, size_t Kb, const Out& o) {
+    constexpr WeightType T = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
     constexpr int32_t kOffset = Q4 ? 8 : 128;
-    const size_t Kb = pn.Kb;
     const __m512i lo_mask = _mm512_set1_epi8(0x0F), hi_mask = _mm512_set1_epi8(static_cast<char>(0xF0));
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    // Line `at` of panel j (its quants), and the decode prefetch further on.
-    auto line = [&](size_t j, size_t at) __attribute__((always_inline)) {
-        const uint8_t* panel = pn.w + j * pn.stride;
-        if constexpr (Prefetch) prefetch_decode_ahead<G>(panel, at, pn.quant_bytes, pn.stride);
+    auto line = [&](size_t at) __attribute__((always_inline)) {
+        prefetch_nta(panel, at + kDecodeAheadBytes);
         return _mm512_loadu_si512(panel + at);
     };
 
-    __m512 acc[1][G];
-#pragma GCC unroll 8
-    for (size_t j = 0; j < G; ++j) acc[0][j] = _mm512_setzero_ps();
-
+    __m512 acc[1][1] = {{_mm512_setzero_ps()}};
     for (size_t b = 0; b < Kb; ++b) {
-        const __m512i init = _mm512_set1_epi32(-kOffset * x.sum[b]);
-        __m512i lo[G], hi[G];
-#pragma GCC unroll 8
-        for (size_t j = 0; j < G; ++j) lo[j] = init, hi[j] = _mm512_setzero_si512();
+        const size_t qoff = quant_block_offset(T, b), soff = quant_scale_offset(T, b);
+        __m512i lo = _mm512_set1_epi32(-kOffset * x.sum[b]), hi = _mm512_setzero_si512();
         if constexpr (Q4) {
 #pragma GCC unroll 4
             for (size_t c = 0; c < 4; ++c) {
                 const int8_t* xq = x.q + b * kQuantBlock + c * 8;
-                const __m512i xlo = bcast4(xq), xhi = bcast4(xq + 4);
-#pragma GCC unroll 8
-                for (size_t j = 0; j < G; ++j) {
-                    const __m512i v = line(j, b * kBlockBytes + c * 64);
-                    lo[j] = _mm512_dpbusd_epi32(lo[j], _mm512_and_si512(v, lo_mask), xlo);
-                    hi[j] = _mm512_dpbusd_epi32(hi[j], _mm512_and_si512(v, hi_mask), xhi);
-                }
+                const __m512i v = line(qoff + c * 64);
+                lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(v, lo_mask), bcast4(xq));
+                hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(v, hi_mask), bcast4(xq + 4));
             }
         } else {
 #pragma GCC unroll 8
-            for (size_t g = 0; g < 8; ++g) {
-                const __m512i xb = bcast4(x.q + b * kQuantBlock + g * 4);
-#pragma GCC unroll 8
-                for (size_t j = 0; j < G; ++j)
-                    lo[j] = _mm512_dpbusd_epi32(lo[j], _mm512_xor_si512(line(j, b * kBlockBytes + g * 64), flip), xb);
-            }
+            for (size_t g = 0; g < 8; ++g)
+                lo = _mm512_dpbusd_epi32(lo, _mm512_xor_si512(line(qoff + g * 64), flip),
+                                         bcast4(x.q + b * kQuantBlock + g * 4));
         }
-        if (Prefetch && b % 2 == 0)  // a line of scales holds two blocks
-#pragma GCC unroll 8
-            for (size_t j = 0; j < G; ++j) prefetch_nta(pn.w + j * pn.stride, G * pn.stride + pn.quant_bytes + b * 32);
+        if (b % 2 == 0) prefetch_nta(panel, soff + kDecodeAheadBytes);  // the unit's line of scales is in the stream too
         // acc = fma(float(isum), dw * dx, acc), as the reference.
-        const __m512 dx = _mm512_set1_ps(x.scale[b]);
-#pragma GCC unroll 8
-        for (size_t j = 0; j < G; ++j) {
-            const __m512 dw = _mm512_cvtph_ps(
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pn.w + j * pn.stride + pn.quant_bytes + b * 32)));
-            const __m512i isum = Q4 ? _mm512_add_epi32(lo[j], _mm512_srai_epi32(hi[j], 4)) : lo[j];
-            acc[0][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[0][j]);
-        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + soff)));
+        const __m512i isum = Q4 ? _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4)) : lo;
+        acc[0][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(x.scale[b])), acc[0][0]);
     }
-    finish<1, G>(acc, o);
+    finish<1, 1>(acc, o);
 }
 
 template <bool Q4, size_t P, bool Prefetch>
@@ -262,19 +230,15 @@ void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, f
     if (M == 0 || p0 >= p1) return;
     const WeightType t = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
     const size_t Kb = quant_blocks(K);
-    const size_t stride = quant_panel_bytes(t, Kb), quant_bytes = quant_panel_quant_bytes(t, Kb);
-    auto panels = [&](size_t p) { return Panels{wp + p * stride, stride, quant_bytes, Kb}; };
+    const size_t stride = quant_panel_bytes(t, Kb);
+    auto panels = [&](size_t p) { return Panels{wp + p * stride, stride, Kb}; };
     auto out = [&](size_t m, size_t p, size_t np) {
         const size_t col = p * kPanelWidth, left = N - col;
         return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr, e};
     };
 
     if (M == 1) {
-        constexpr size_t G = Q4 ? kDecodePanelsQ4 : kDecodePanelsQ8;
-        constexpr bool prefetch = Q4 ? kDecodePrefetchQ4 : kDecodePrefetchQ8;
-        size_t p = p0;
-        for (; p + G <= p1; p += G) decode_tile<Q4, G, prefetch>(x, panels(p), out(0, p, G));
-        for (; p < p1; ++p) decode_tile<Q4, 1, prefetch>(x, panels(p), out(0, p, 1));
+        for (size_t p = p0; p < p1; ++p) decode_tile<Q4>(x, wp + p * stride, Kb, out(0, p, 1));
         return;
     }
 

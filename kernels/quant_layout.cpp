@@ -23,13 +23,17 @@ size_t packed_weight_bytes(WeightType t, size_t N, size_t K) {
 namespace {
 
 // Byte of quant (row j of its panel, k within the row) inside a panel.
-size_t q8_byte(size_t j, size_t k) { return (k / 32) * 512 + (k % 32 / 4) * 64 + j * 4 + k % 4; }
+size_t q8_byte(size_t j, size_t k) {
+    return quant_block_offset(WeightType::Q8_0, k / 32) + (k % 32 / 4) * 64 + j * 4 + k % 4;
+}
 // q4_0: the byte, and whether the value is in its high nibble.
 size_t q4_byte(size_t j, size_t k, bool* high) {
     const size_t r = k % 32;
     *high = (r % 8) >= 4;
-    return (k / 32) * 256 + (r / 8) * 64 + j * 4 + r % 4;
+    return quant_block_offset(WeightType::Q4_0, k / 32) + (r / 8) * 64 + j * 4 + r % 4;
 }
+// Byte of the scale of (row j, block b) inside a panel.
+size_t scale_byte(WeightType t, size_t j, size_t b) { return quant_scale_offset(t, b) + j * 2; }
 
 // The scale as stored (f16) and as the kernels read it (widened).
 float stored_scale(float d, uint16_t* bits) {
@@ -47,10 +51,11 @@ int clamp_round(float v, int lo, int hi) {
 void quantize_panels(const float* w, size_t N, size_t K, WeightType t, uint8_t* out) {
     const size_t Kb = quant_blocks(K);
     const size_t panel_bytes = quant_panel_bytes(t, Kb);
-    const size_t quant_bytes = quant_panel_quant_bytes(t, Kb);
     std::memset(out, 0, packed_weight_bytes(t, N, K));
-    if (t == WeightType::Q4_0)  // zero weights (padding) are the nibble 8
-        for (size_t p = 0; p < panel_count(N); ++p) std::memset(out + p * panel_bytes, 0x88, quant_bytes);
+    if (t == WeightType::Q4_0)  // zero weights (padding, and a missing last block of a unit) are the nibble 8
+        for (size_t p = 0; p < panel_count(N); ++p)
+            for (size_t b = 0; b < (Kb + 1) / 2 * 2; ++b)
+                std::memset(out + p * panel_bytes + quant_block_offset(t, b), 0x88, quant_block_bytes(t));
     for (size_t n = 0; n < N; ++n) {
         uint8_t* panel = out + (n / kPanelWidth) * panel_bytes;
         const size_t j = n % kPanelWidth;
@@ -63,7 +68,7 @@ void quantize_panels(const float* w, size_t N, size_t K, WeightType t, uint8_t* 
                 if (std::fabs(row[k]) > std::fabs(big)) big = row[k];
             uint16_t bits = 0;
             const float d = stored_scale(t == WeightType::Q8_0 ? std::fabs(big) / 127.0f : big / -8.0f, &bits);
-            std::memcpy(panel + quant_bytes + (b * kPanelWidth + j) * 2, &bits, 2);
+            std::memcpy(panel + scale_byte(t, j, b), &bits, 2);
             // Quantize against the scale as stored, so rounding the scale to f16
             // costs no extra error. A zero or non-finite scale stores zeros.
             const bool usable = d != 0.0f && std::isfinite(d);
@@ -86,11 +91,10 @@ void quantize_panels(const float* w, size_t N, size_t K, WeightType t, uint8_t* 
 void dequantize_panel_row(const uint8_t* packed, WeightType t, size_t K, size_t n, float* row) {
     const size_t Kb = quant_blocks(K);
     const uint8_t* panel = packed + (n / kPanelWidth) * quant_panel_bytes(t, Kb);
-    const size_t quant_bytes = quant_panel_quant_bytes(t, Kb);
     const size_t j = n % kPanelWidth;
     for (size_t k = 0; k < K; ++k) {
         uint16_t bits = 0;
-        std::memcpy(&bits, panel + quant_bytes + (k / kQuantBlock * kPanelWidth + j) * 2, 2);
+        std::memcpy(&bits, panel + scale_byte(t, j, k / kQuantBlock), 2);
         int q = 0;
         if (t == WeightType::Q8_0) {
             q = static_cast<int8_t>(panel[q8_byte(j, k)]);

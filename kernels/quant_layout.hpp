@@ -12,17 +12,23 @@
 //         is the block's value of largest magnitude (so it maps to exactly -8).
 //
 // Panels: as for f32, rows are grouped 16 to a panel (rows past N are zero
-// with scale 0). Panel p is the quants of its Kb blocks, then their scales:
-//   q8_0 quants: block b, group g (0..7), row j (0..15), i (0..3) at byte
-//                b*512 + g*64 + j*4 + i  holds q[16p+j][32b + 4g + i];
-//   q4_0 quants: block b, chunk c (0..3), row j, i (0..3): byte
-//                b*256 + c*64 + j*4 + i  holds q[16p+j][32b + 8c + i] + 8 in its
+// with scale 0). A panel is ceil(Kb / 2) units; unit u holds blocks 2u and
+// 2u+1: the quants of block 2u, those of block 2u+1, then the two blocks'
+// scales in one 64-byte line (a missing block 2u+1, when Kb is odd, is zero).
+// With B = 512 (q8_0) or 256 (q4_0) bytes of quants per block and U = 2B + 64
+// bytes per unit, block b's quants start at (b/2)*U + (b%2)*B and:
+//   q8_0 quants: group g (0..7), row j (0..15), i (0..3) at byte
+//                g*64 + j*4 + i of the block  holds q[16p+j][32b + 4g + i];
+//   q4_0 quants: chunk c (0..3), row j, i (0..3) at byte
+//                c*64 + j*4 + i of the block  holds q[16p+j][32b + 8c + i] + 8 in its
 //                low nibble and q[16p+j][32b + 8c + 4 + i] + 8 in its high one;
-//   scales:      at byte quant_bytes(Kb) + (b*16 + j)*2, f16 little-endian,
-//                the region padded with zeros to a multiple of 64 bytes.
+//   scales:      row j's at byte (b/2)*U + 2B + (b%2)*32 + j*2, f16 little-endian.
 // So 64 bytes of quants hold 4 (q8_0) or 8 (q4_0) consecutive k of 16 rows,
 // row j in 32-bit lane j: exactly the operand of one 512-bit VPDPBUSD (or two
 // 256-bit / four 128-bit SDOT) whose other operand broadcasts 4 bytes of x.
+// And a panel is read front to back, scales included, as one stream: decode
+// streams the whole matrix in memory order (docs/decode-streaming.md; the
+// scales used to follow all of a panel's quants, a second stream per panel).
 //
 // Activations: each row of x[M, K] is quantized per block of 32 to q8 with
 // an f32 scale (the QuantizedRows below); a product sums the exact integer
@@ -39,11 +45,17 @@ inline constexpr size_t kQuantBlock = 32;
 
 inline size_t quant_blocks(size_t K) { return (K + kQuantBlock - 1) / kQuantBlock; }
 inline bool is_quantized(WeightType t) { return t == WeightType::Q8_0 || t == WeightType::Q4_0; }
-// Bytes of one panel's quants for Kb blocks, and of the panel in all.
-inline size_t quant_panel_quant_bytes(WeightType t, size_t Kb) { return Kb * (t == WeightType::Q8_0 ? 512 : 256); }
-inline size_t quant_panel_scale_bytes(size_t Kb) { return (Kb * 32 + 63) / 64 * 64; }
-inline size_t quant_panel_bytes(WeightType t, size_t Kb) {
-    return quant_panel_quant_bytes(t, Kb) + quant_panel_scale_bytes(Kb);
+// Bytes of one block's quants in a panel (B above), of a unit of two blocks
+// with their scales (U), and of a panel of Kb blocks.
+inline size_t quant_block_bytes(WeightType t) { return t == WeightType::Q8_0 ? 512 : 256; }
+inline size_t quant_unit_bytes(WeightType t) { return 2 * quant_block_bytes(t) + 64; }
+inline size_t quant_panel_bytes(WeightType t, size_t Kb) { return (Kb + 1) / 2 * quant_unit_bytes(t); }
+// Offsets inside a panel of block b's quants and of its 16 scales.
+inline size_t quant_block_offset(WeightType t, size_t b) {
+    return b / 2 * quant_unit_bytes(t) + b % 2 * quant_block_bytes(t);
+}
+inline size_t quant_scale_offset(WeightType t, size_t b) {
+    return b / 2 * quant_unit_bytes(t) + 2 * quant_block_bytes(t) + b % 2 * 32;
 }
 
 // Bytes of a packed W[N, K] of any weight type (f32 / bf16 / f16: the panels

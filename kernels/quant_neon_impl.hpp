@@ -179,8 +179,7 @@ inline __attribute__((always_inline)) void block_dot(const int8x16_t (&xv)[R][2]
 
 struct Geometry {
     size_t Kb;           // blocks per row
-    size_t panel_bytes;  // one panel, quants and scales
-    size_t quant_bytes;  // the quants of one panel (the scales follow)
+    size_t panel_bytes;  // one panel, quants and scales (quant_layout.hpp)
 };
 
 // y[m0 .. m0+R) x the columns of NP consecutive panels from panel0, V column
@@ -191,7 +190,6 @@ template <bool Dot, WeightType T, size_t R, size_t NP, size_t V>
 void tile(const QuantizedRows& x, const uint8_t* panel0, const Geometry& g, size_t v0, size_t m0, const float* bias,
           float* y, size_t N, size_t n0, size_t ncols, Epilogue e) {
     constexpr size_t C = NP * V;
-    constexpr size_t kBlockBytes = T == WeightType::Q8_0 ? 512 : 256;
     const size_t Kb = g.Kb, Kp = Kb * kQuantBlock;
     float32x4_t acc[R][C];
     for (size_t r = 0; r < R; ++r)
@@ -205,13 +203,13 @@ void tile(const QuantizedRows& x, const uint8_t* panel0, const Geometry& g, size
         dx[r] = x.scale + (m0 + r) * Kb;
         sx[r] = x.sum + (m0 + r) * Kb;
     }
-    const uint8_t* wq[C];  // quants of column vector c at block 0
-    const uint8_t* ws[C];  // its 4 f16 scales at block 0
+    const uint8_t* wq[C];  // quants of column vector c, less the block's offset
+    const uint8_t* ws[C];  // its 4 f16 scales, less the block's scale offset
     for (size_t p = 0; p < NP; ++p)
         for (size_t v = 0; v < V; ++v) {
             const uint8_t* panel = panel0 + p * g.panel_bytes;
             wq[p * V + v] = panel + (v0 + v) * 16;
-            ws[p * V + v] = panel + g.quant_bytes + (v0 + v) * 8;
+            ws[p * V + v] = panel + (v0 + v) * 8;
         }
 
     for (size_t b = 0; b < Kb; ++b) {
@@ -222,7 +220,8 @@ void tile(const QuantizedRows& x, const uint8_t* panel0, const Geometry& g, size
             xv[r][1] = vld1q_s8(xq[r] + b * kQuantBlock + 16);
         }
         const uint8_t* wp[C];
-        for (size_t c = 0; c < C; ++c) wp[c] = wq[c] + b * kBlockBytes;
+        const size_t qoff = quant_block_offset(T, b), soff = quant_scale_offset(T, b);
+        for (size_t c = 0; c < C; ++c) wp[c] = wq[c] + qoff;
         int32x4_t is[R][C];
         block_dot<Dot, T, R, C>(xv, wp, is);
         if constexpr (T == WeightType::Q4_0) {
@@ -237,7 +236,7 @@ void tile(const QuantizedRows& x, const uint8_t* panel0, const Geometry& g, size
 #pragma GCC unroll 16
         for (size_t c = 0; c < C; ++c) {
             uint16_t bits[4];
-            std::memcpy(bits, ws[c] + b * kPanelWidth * 2, sizeof bits);
+            std::memcpy(bits, ws[c] + soff, sizeof bits);
             dw[c] = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(bits)));
         }
 #pragma GCC unroll 8
@@ -275,7 +274,7 @@ template <bool Dot, WeightType T>
 void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                  size_t p0, size_t p1, Epilogue e) {
     const size_t Kb = quant_blocks(K);
-    const Geometry g{Kb, quant_panel_bytes(T, Kb), quant_panel_quant_bytes(T, Kb)};
+    const Geometry g{Kb, quant_panel_bytes(T, Kb)};
     auto columns = [&](size_t n0, size_t width) { return N - n0 < width ? N - n0 : width; };
     if (M == 1) {
         constexpr size_t NP = Shape<Dot>::kDecodePanels;

@@ -19,7 +19,7 @@ namespace {
 void gemm_panels_quant(const QuantizedRows& x, const uint8_t* wp, WeightType t, const float* bias, float* y,
                        size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e) {
     const size_t Kb = quant_blocks(K);
-    const size_t panel_bytes = quant_panel_bytes(t, Kb), quant_bytes = quant_panel_quant_bytes(t, Kb);
+    const size_t panel_bytes = quant_panel_bytes(t, Kb);
     const size_t n1 = p1 * kPanelWidth < N ? p1 * kPanelWidth : N;
     for (size_t m = 0; m < M; ++m) {
         const int8_t* xq = x.q + m * Kb * kQuantBlock;
@@ -28,19 +28,20 @@ void gemm_panels_quant(const QuantizedRows& x, const uint8_t* wp, WeightType t, 
             const size_t j = n % kPanelWidth;
             float acc = 0.0f;
             for (size_t b = 0; b < Kb; ++b) {
+                const uint8_t* block = panel + quant_block_offset(t, b);
                 int32_t isum = 0;
                 for (size_t r = 0; r < kQuantBlock; ++r) {
                     int qw;
                     if (t == WeightType::Q8_0) {
-                        qw = static_cast<int8_t>(panel[b * 512 + (r / 4) * 64 + j * 4 + r % 4]);
+                        qw = static_cast<int8_t>(block[(r / 4) * 64 + j * 4 + r % 4]);
                     } else {
-                        const uint8_t byte = panel[b * 256 + (r / 8) * 64 + j * 4 + r % 4];
+                        const uint8_t byte = block[(r / 8) * 64 + j * 4 + r % 4];
                         qw = ((r % 8) >= 4 ? byte >> 4 : byte & 0x0f) - 8;
                     }
                     isum += qw * xq[b * kQuantBlock + r];
                 }
                 uint16_t bits = 0;
-                std::memcpy(&bits, panel + quant_bytes + (b * kPanelWidth + j) * 2, 2);
+                std::memcpy(&bits, panel + quant_scale_offset(t, b) + j * 2, 2);
                 acc = std::fma(static_cast<float>(isum), f16_to_f32(bits) * x.scale[m * Kb + b], acc);
             }
             store_epilogue(acc, bias ? bias + n : nullptr, e, y[m * N + n]);

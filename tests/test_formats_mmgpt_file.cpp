@@ -938,22 +938,39 @@ TEST_CASE("bf16 / f16 matrices: round trip, 2 bytes per element in panel16, nowh
   set_u32(img, entry_of(img, "wte").dtype, 2);
   set_u32(img, entry_of(img, "wte").layout, 1);
   CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16 (expected 256)");
-  // q8_0 / q4_0: panel16 only, and their own byte count (one panel of one
-  // block: 512 or 256 bytes of quants + 32 of scales padded to 64).
+  // q8_0 / q4_0: panel16q (layout 2) only, and their own byte count (one
+  // panel of one unit: two blocks of 512 or 256 bytes of quants, the second
+  // one empty here, and a line of scales).
   img = base;
   set_u32(img, entry_of(img, "wte").dtype, 3);
-  CHECK_REJECTS(img, "tensor 'wte': dtype q8_0 is only allowed in layout panel16");
+  CHECK_REJECTS(img, "tensor 'wte': dtype q8_0 is only allowed in layout panel16q (this tensor is row-major)");
   img = base;
   set_u32(img, entry_of(img, "wte").dtype, 3);
-  set_u32(img, entry_of(img, "wte").layout, 1);
-  CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16 (expected 576)");
+  set_u32(img, entry_of(img, "wte").layout, 2);
+  CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16q (expected 1088)");
   img = base;
   set_u32(img, entry_of(img, "wte").dtype, 4);
-  set_u32(img, entry_of(img, "wte").layout, 1);
-  CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16 (expected 320)");
+  set_u32(img, entry_of(img, "wte").layout, 2);
+  CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16q (expected 576)");
   img = base;
   set_u32(img, entry_of(img, "h.0.ln_1.weight").dtype, 4);
-  CHECK_REJECTS(img, "tensor 'h.0.ln_1.weight': dtype q4_0 is only allowed in layout panel16");
+  CHECK_REJECTS(img, "tensor 'h.0.ln_1.weight': dtype q4_0 is only allowed in layout panel16q");
+  // The quantized panels of files written before 2026-11-24 (layout 1, all
+  // of a panel's scales after all its quants) are refused, not misread.
+  for (uint32_t dt : {3u, 4u}) {
+    img = base;
+    set_u32(img, entry_of(img, "wte").dtype, dt);
+    set_u32(img, entry_of(img, "wte").layout, 1);
+    CHECK_REJECTS(img, std::string("tensor 'wte': dtype ") + (dt == 3 ? "q8_0" : "q4_0") +
+                           " in layout panel16 is the block order of files written by mmgpt before 2026-11-24");
+  }
+  // Layout 2 holds only the quantized dtypes.
+  for (uint32_t dt : {0u, 1u, 2u}) {
+    img = base;
+    set_u32(img, entry_of(img, "wte").dtype, dt);
+    set_u32(img, entry_of(img, "wte").layout, 2);
+    CHECK_REJECTS(img, "tensor 'wte': layout panel16q is only for dtypes q8_0 and q4_0");
+  }
   img = base;
   set_u32(img, entry_of(img, "wte").dtype, 5);
   CHECK_REJECTS(img, "tensor 'wte': unknown dtype id 5 (this reader knows 0 = f32, 1 = bf16, 2 = f16, 3 = q8_0, 4 = q4_0");

@@ -71,30 +71,31 @@ const std::vector<size_t> kMs = {1, 2, 3, 5, 7, 8, 13};
 }  // namespace
 
 TEST_CASE("q8_0 / q4_0 byte layout: where docs/format.md says each quant and scale is") {
-    const size_t N = 19, K = 70;  // two panels, three blocks (the last one partial)
+    const size_t N = 19, K = 70;  // two panels, three blocks (the last one partial): two units, the second half empty
     std::vector<float> w(N * K);
     for (size_t n = 0; n < N; ++n)
         for (size_t kk = 0; kk < K; ++kk) w[n * K + kk] = static_cast<float>(int((n * 7 + kk * 3) % 15) - 7);
     for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0}) {
         CAPTURE(std::string(type_name(t)));
         const size_t Kb = 3;
-        const size_t qbytes = Kb * (t == WeightType::Q8_0 ? 512 : 256);
-        const size_t sbytes = 128;  // 3 * 32 = 96, padded to 64
-        const size_t panel = qbytes + sbytes;
+        const size_t B = t == WeightType::Q8_0 ? 512 : 256;  // quants of one block
+        const size_t U = 2 * B + 64;                          // a unit: two blocks' quants, then their scales
+        const size_t panel = 2 * U;                           // ceil(3 / 2) units
         REQUIRE(k::packed_weight_bytes(t, N, K) == 2 * panel);
         std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
         k::quantize_panels(w.data(), N, K, t, p.data());
         for (size_t n = 0; n < 32; ++n)
             for (size_t kk = 0; kk < Kb * 32; ++kk) {
                 const size_t pn = n / 16, j = n % 16, b = kk / 32, r = kk % 32;
+                const size_t unit = pn * panel + (b / 2) * U;
                 uint16_t bits;
-                std::memcpy(&bits, &p[pn * panel + qbytes + (b * 16 + j) * 2], 2);
+                std::memcpy(&bits, &p[unit + 2 * B + (b % 2) * 32 + j * 2], 2);
                 const float d = mmgpt::f16_to_f32(bits);
                 int q;
                 if (t == WeightType::Q8_0) {
-                    q = static_cast<int8_t>(p[pn * panel + b * 512 + (r / 4) * 64 + j * 4 + r % 4]);
+                    q = static_cast<int8_t>(p[unit + (b % 2) * B + (r / 4) * 64 + j * 4 + r % 4]);
                 } else {
-                    const uint8_t byte = p[pn * panel + b * 256 + (r / 8) * 64 + j * 4 + r % 4];
+                    const uint8_t byte = p[unit + (b % 2) * B + (r / 8) * 64 + j * 4 + r % 4];
                     q = ((r % 8) < 4 ? (byte & 15) : (byte >> 4)) - 8;
                 }
                 const float want = n < N && kk < K ? w[n * K + kk] : 0.0f;
@@ -104,9 +105,11 @@ TEST_CASE("q8_0 / q4_0 byte layout: where docs/format.md says each quant and sca
                 CHECK(std::fabs(d * q - want) <= std::fabs(d) * (t == WeightType::Q8_0 ? 0.5 : 1.0) + 1e-6);
                 if (n >= N || kk >= K) CHECK(d * q == 0.0f);
             }
-        // The scale padding (bytes 96..127 of each scale region) is zero.
-        for (size_t pn = 0; pn < 2; ++pn)
-            for (size_t i = 96; i < sbytes; ++i) CHECK(p[pn * panel + qbytes + i] == 0);
+        // The missing fourth block of the second unit: zero weights (nibble 8 for q4_0) and zero scales.
+        for (size_t pn = 0; pn < 2; ++pn) {
+            for (size_t i = 0; i < B; ++i) CHECK(p[pn * panel + U + B + i] == (t == WeightType::Q8_0 ? 0x00 : 0x88));
+            for (size_t i = 0; i < 32; ++i) CHECK(p[pn * panel + U + 2 * B + 32 + i] == 0);
+        }
     }
 }
 
@@ -346,11 +349,11 @@ TEST_CASE("every quantized kernel set equals the scalar reference bit for bit (a
 }
 
 TEST_CASE("decode (one row) over many panels: every set equals the reference bit for bit, whatever panel range it gets") {
-    // The decode kernels stream groups of several panels (8 for q8_0, 2 for
-    // q4_0 on AVX-512, 2 on AVX2) and the panels left over one at a time, and prefetch
-    // past the end of their range: ranges that start and end anywhere inside
-    // a group, and matrices of a few groups, so both paths and every group
-    // boundary are compared.
+    // The decode kernels stream one panel at a time on AVX-512 and AVX2 (two
+    // with NEON's dot product), prefetching past the end of the panel and of
+    // their range into the panels that follow: ranges that start and end
+    // anywhere, over matrices of 13 and 17 panels, with K giving an odd number
+    // of blocks (a unit's second block missing) and an even one.
     const auto sets = kd::runnable_quant_kernels();
     const Epilogue epilogues[] = {{Activation::None, false}, {Activation::None, true}};
     for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0})
