@@ -11,6 +11,9 @@
 // prefetches (the hint for data used once: the weights are not read again
 // within the step), and a stream that runs past the end of its panel goes on
 // into the same panel of the next group, which is what the kernel reads next.
+// The q8_0 / q4_0 kernels use G = 1: their panels hold the scales beside the
+// quants, so one panel after another is the whole matrix in memory order, a
+// single stream (quant_layout.hpp).
 //
 // The figures behind these choices (Zen 5, 1 and 2 threads, against a plain
 // read of the same memory in the same run) are in docs/decode-streaming.md:

@@ -9,9 +9,9 @@
 //   AVX2 (W = 8):     MR = 6, P = 1: 12 accumulators of 16 registers;
 //   AVX-512 (W = 16): MR = 6, P = 2: 12 of 32;
 //   NEON (W = 4):     MR = 6, P = 1: 24 of 32.
-// Decode (M = 1) uses MR = 1 over groups of PG = 2 panels, each panel stream
-// prefetched ahead as decode_prefetch.hpp describes (2 to 8 accumulators, as
-// the vector width gives; enough, since decode waits on memory, not FMAs).
+// Decode (M = 1) uses MR = 1 over groups of PG panels (1 for f32, 2 for
+// 16-bit weights), each panel stream prefetched ahead as decode_prefetch.hpp
+// describes (1 to 8 accumulators, as the vector width gives).
 //
 // Numerics: every output is acc = fma(x[k], w[k], acc) for k = 0 .. K-1 from
 // acc = 0, then the epilogue (epilogue.hpp), whatever the tile, block or
@@ -45,12 +45,17 @@ struct PanelGemm {
     static constexpr size_t VP = kPanelWidth / W;   // vectors per panel k-step
     static constexpr size_t MR = 6;
     static constexpr size_t P = W == 16 ? 2 : 1;     // panels per GEMM tile
-    // Panels per decode group. Measured on Zen 5 (docs/decode-streaming.md),
-    // against a plain read of the same memory: 2 panels read f32, f16 and bf16
-    // weights at 0.89-1.02 (AVX-512 and AVX2, 1 and 2 threads); the 8 panels
-    // used before on AVX-512, prefetched 1.5 KB ahead within each panel, read
-    // f32 at 0.81-0.92 and f16 at 0.76-0.82 on 1 thread.
-    static constexpr size_t PG = 2;
+    // Panels per decode group. One panel at a time reads the matrix front to
+    // back as a single stream (its prefetch runs on into the next panel),
+    // which is fastest where the FMA chains keep up: an f32 line is one
+    // k-step, one FMA per accumulator. A 16-bit line is two k-steps, two
+    // dependent FMAs per accumulator, and one panel would wait on them, so
+    // 16-bit weights stream two panels (two chains) at once. Measured on Zen 5
+    // (docs/decode-streaming.md), whole decode steps at 1 thread against a
+    // plain read in the same run: f32 124M / 355M 1.00 / 0.96 with one panel
+    // against 0.92 / 0.94 with two (AVX2: 1.04 against 0.92; 2 threads 1.05
+    // against 1.03); f16 0.84 with one panel against 0.98 with two.
+    static constexpr size_t PG = sizeof(WE) == 4 ? 1 : 2;
     static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
 
     struct Out {
