@@ -9,9 +9,9 @@
 //   AVX2 (W = 8):     MR = 6, P = 1: 12 accumulators of 16 registers;
 //   AVX-512 (W = 16): MR = 6, P = 2: 12 of 32;
 //   NEON (W = 4):     MR = 6, P = 1: 24 of 32.
-// Decode (M = 1) uses MR = 1 over groups of PG panels (1 for f32, 2 for
-// 16-bit weights), each panel stream prefetched ahead as decode_prefetch.hpp
-// describes (1 to 8 accumulators, as the vector width gives).
+// Decode (M = 1) uses MR = 1 over groups of one or two panels (decode_panels
+// below), each panel stream prefetched ahead as decode_prefetch.hpp describes
+// (1 to 8 accumulators, as the vector width gives).
 //
 // Numerics: every output is acc = fma(x[k], w[k], acc) for k = 0 .. K-1 from
 // acc = 0, then the epilogue (epilogue.hpp), whatever the tile, block or
@@ -30,6 +30,7 @@
 
 #include "kernels/epilogue.hpp"
 #include "kernels/decode_prefetch.hpp"
+#include "kernels/parallel.hpp"
 #include "kernels/gemm_blocking.hpp"
 #include "kernels/panel_layout.hpp"
 #include "kernels/widen_simd.hpp"
@@ -49,13 +50,16 @@ struct PanelGemm {
     // back as a single stream (its prefetch runs on into the next panel),
     // which is fastest where the FMA chains keep up: an f32 line is one
     // k-step, one FMA per accumulator. A 16-bit line is two k-steps, two
-    // dependent FMAs per accumulator, and one panel would wait on them, so
-    // 16-bit weights stream two panels (two chains) at once. Measured on Zen 5
-    // (docs/decode-streaming.md), whole decode steps at 1 thread against a
-    // plain read in the same run: f32 124M / 355M 1.00 / 0.96 with one panel
+    // dependent FMAs per accumulator: a thread that has the memory to itself
+    // would wait on them, so with one thread 16-bit weights stream two panels
+    // (two chains) at once; when threads share the bandwidth, each needs half
+    // the rate and one panel keeps up again. Measured on Zen 5
+    // (docs/decode-streaming.md), whole decode steps against a plain read in
+    // the same run: f32 124M / 355M at 1 thread 1.00 / 0.96 with one panel
     // against 0.92 / 0.94 with two (AVX2: 1.04 against 0.92; 2 threads 1.05
-    // against 1.03); f16 0.84 with one panel against 0.98 with two.
-    static constexpr size_t PG = sizeof(WE) == 4 ? 1 : 2;
+    // against 1.03); f16 at 1 thread 0.84 with one panel against 0.95-0.98
+    // with two, at 2 threads 1.09 / 1.01 against 0.99 / 0.93.
+    static size_t decode_panels() { return sizeof(WE) == 4 || mmgpt::thread_budget() > 1 ? 1 : 2; }
     static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
 
     struct Out {
@@ -189,8 +193,9 @@ struct PanelGemm {
 
         if (M == 1) {
             size_t p = p0;
-            for (; p + PG <= p1; p += PG)
-                micro<1, PG, true>(x, K, wp + p * ps, K, 0, K, nullptr, nullptr, 0, out(0, p, PG));
+            if (decode_panels() == 2)
+                for (; p + 2 <= p1; p += 2)
+                    micro<1, 2, true>(x, K, wp + p * ps, K, 0, K, nullptr, nullptr, 0, out(0, p, 2));
             for (; p < p1; ++p) micro<1, 1, true>(x, K, wp + p * ps, K, 0, K, nullptr, nullptr, 0, out(0, p, 1));
             return;
         }

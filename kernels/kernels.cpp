@@ -74,9 +74,7 @@ void for_panel_ranges(size_t M, size_t K, size_t N, Gemm gemm) {
     // panels). The split never changes a result (gemm_blocking.hpp), only the speed.
     const size_t per_panel = std::max<size_t>(M * K * kPanelWidth, 1);
     size_t grain = ceil_div(kMinWorkPerTask, per_panel);
-    const size_t threads = std::max<size_t>(
-        1, std::min<size_t>(tbb::this_task_arena::max_concurrency(),
-                            tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)));
+    const size_t threads = mmgpt::thread_budget();
     grain = std::max(grain, ceil_div(panels, (M > 1 ? 2 : 4) * threads));
     // Whole tiles: decode tiles are at most 8 panels, GEMM tiles at most 2.
     grain = M == 1 ? ceil_div(grain, 8) * 8 : ceil_div(grain, 2) * 2;

@@ -10,7 +10,12 @@
 // With those edges stated, a TSan report whose top frame is in mmgpt code is
 // a real race in mmgpt. (The remaining reports on TBB's own task objects are
 // suppressed by tests/sanitizers/tsan.supp.)
+#include <algorithm>
+#include <cstddef>
+
+#include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #if defined(__SANITIZE_THREAD__)
 #define MMGPT_TSAN 1
@@ -24,6 +29,14 @@
 #endif
 
 namespace mmgpt {
+
+// Threads the work started here may run on: the task arena's concurrency,
+// capped by tbb::global_control (`--threads`, `bench -t`). At least 1.
+inline size_t thread_budget() {
+    return std::max<size_t>(
+        1, std::min<size_t>(tbb::this_task_arena::max_concurrency(),
+                            tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)));
+}
 
 // Call it qualified, mmgpt::parallel_for: unqualified, argument-dependent lookup
 // also finds tbb::parallel_for, whose non-template partitioner overloads win.
