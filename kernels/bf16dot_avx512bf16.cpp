@@ -109,7 +109,7 @@ template <size_t R, size_t P, Ahead Prefetch>
             if constexpr (Prefetch == Ahead::InPanel)
                 _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchBytes, _MM_HINT_T0);
             if constexpr (Prefetch == Ahead::Decode)
-                prefetch_decode_ahead<P>(w + j * stride, k * kPanelWidth * 2, stride * 2, stride * 2);
+                prefetch_decode_ahead<P>(w + j * stride, k * kPanelWidth * 2, stride * 2);
             wv[j] = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(src));
         }
         pair_step<R, P>(acc, wv, x, ldx, k);

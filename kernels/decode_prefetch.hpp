@@ -11,9 +11,12 @@
 // prefetches (the hint for data used once: the weights are not read again
 // within the step), and a stream that runs past the end of its panel goes on
 // into the same panel of the next group, which is what the kernel reads next.
-// The q8_0 / q4_0 kernels use G = 1: their panels hold the scales beside the
-// quants, so one panel after another is the whole matrix in memory order, a
-// single stream (quant_layout.hpp).
+// G = 1 wherever a panel's one accumulator chain keeps up with memory: then
+// one panel after another is the whole matrix in memory order, a single
+// stream. That is f32, bf16 on VDPBF16PS, q8_0 and q4_0 (their panels hold
+// the scales beside the quants, quant_layout.hpp), and 16-bit weights widened
+// to f32 when threads share the bandwidth; a lone thread streams those two
+// panels at a time (gemm_simd.hpp).
 //
 // The figures behind these choices (Zen 5, 1 and 2 threads, against a plain
 // read of the same memory in the same run) are in docs/decode-streaming.md:
@@ -33,11 +36,11 @@ namespace {
 constexpr size_t kDecodeAheadBytes = 8192;
 
 // Offset, from the start of a panel of a decode group, of the byte `ahead`
-// bytes further along its stream: within the panel's first `span` bytes (the
-// part the kernel streams), or past them in the same panel of the next group
-// (`group_bytes` = the group's panels times their stride).
-[[gnu::always_inline]] inline size_t decode_ahead_offset(size_t ahead, size_t span, size_t group_bytes) {
-    return ahead < span ? ahead : group_bytes + ahead - span;
+// bytes further along its stream: within the panel (`stride` bytes), or past
+// its end in the same panel of the next group (`group_bytes` = the group's
+// panels times their stride; for G = 1 simply `ahead`).
+[[gnu::always_inline]] inline size_t decode_ahead_offset(size_t ahead, size_t stride, size_t group_bytes) {
+    return ahead < stride ? ahead : group_bytes + ahead - stride;
 }
 
 // A non-temporal prefetch of base + offset. Formed as an integer: the address
@@ -47,11 +50,10 @@ constexpr size_t kDecodeAheadBytes = 8192;
 }
 
 // The decode prefetch for the line at byte `at` of `panel`, one of a group of
-// G panels `stride` bytes apart whose streamed part is their first `span`
-// bytes: kDecodeAheadBytes / G further along its stream.
+// G panels `stride` bytes apart: kDecodeAheadBytes / G further along its stream.
 template <size_t G>
-[[gnu::always_inline]] inline void prefetch_decode_ahead(const void* panel, size_t at, size_t span, size_t stride) {
-    prefetch_nta(panel, decode_ahead_offset(at + kDecodeAheadBytes / G, span, G * stride));
+[[gnu::always_inline]] inline void prefetch_decode_ahead(const void* panel, size_t at, size_t stride) {
+    prefetch_nta(panel, decode_ahead_offset(at + kDecodeAheadBytes / G, stride, G * stride));
 }
 
 // How a tile that streams its weights prefetches them: not at all, a fixed

@@ -58,7 +58,9 @@ struct PanelGemm {
     // the same run: f32 124M / 355M at 1 thread 1.00 / 0.96 with one panel
     // against 0.92 / 0.94 with two (AVX2: 1.04 against 0.92; 2 threads 1.05
     // against 1.03); f16 at 1 thread 0.84 with one panel against 0.95-0.98
-    // with two, at 2 threads 1.09 / 1.01 against 0.99 / 0.93.
+    // with two, at 2 threads 1.09 / 1.01 against 0.99 / 0.93 (2-thread read
+    // about 50 GB/s; when the host gave two threads 75-80 GB/s, one panel per
+    // thread read 0.80-0.84 in `mmgpt bench`, where two had read 0.87-0.89).
     static size_t decode_panels() { return sizeof(WE) == 4 || mmgpt::thread_budget() > 1 ? 1 : 2; }
     static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
 
@@ -140,8 +142,7 @@ struct PanelGemm {
                 const WE* wk = w + p * ps + k * kPanelWidth;
                 // Every k-step (a line, or half of one for 16-bit weights).
                 if constexpr (Decode)
-                    detail::prefetch_decode_ahead<NP>(w + p * ps, k * kPanelWidth * sizeof(WE), ps * sizeof(WE),
-                                                      ps * sizeof(WE));
+                    detail::prefetch_decode_ahead<NP>(w + p * ps, k * kPanelWidth * sizeof(WE), ps * sizeof(WE));
 #pragma GCC unroll 8
                 for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = load_weights<WT, B>(wk + v * W);
             }

@@ -179,7 +179,7 @@ template <bool Q4>
     const __m512i lo_mask = _mm512_set1_epi8(0x0F), hi_mask = _mm512_set1_epi8(static_cast<char>(0xF0));
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     auto line = [&](size_t at) __attribute__((always_inline)) {
-        prefetch_nta(panel, at + kDecodeAheadBytes);
+        prefetch_nta(panel, at + kDecodeAheadBytes);  // prefetch_decode_ahead<1>: one stream, no group to skip
         return _mm512_loadu_si512(panel + at);
     };
 
