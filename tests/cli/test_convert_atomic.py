@@ -6,10 +6,12 @@ output intact and no temporary.
 
 Run by ctest as: /usr/bin/python3 test_convert_atomic.py --mmgpt PATH --shared DIR --workdir DIR
 """
+import ctypes
 import os
 import random
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -75,6 +77,60 @@ def reset_output():
     shutil.copyfile(old_file, out)
 
 
+def stop(p):
+    """SIGSTOP the convert and wait until it is stopped, so that what /proc shows cannot move on before the kill.
+    Returns False when it had exited instead (its exit status is then in p.returncode)."""
+    os.kill(p.pid, signal.SIGSTOP)
+    _, status = os.waitpid(p.pid, os.WUNTRACED)
+    if os.WIFSTOPPED(status):
+        return True
+    p.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+    return False
+
+
+# The fixed kill points trace the convert (ptrace through libc) and stop it at every system call, so the
+# temporary grows by one write() at most (a tensor, under a tenth of the file) between two looks at it:
+# each point lands during the write however busy the machine is. Sleeping and polling missed them on a
+# loaded CI host, where the convert wrote the whole file while the poller waited for a CPU.
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = (ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p)
+libc.ptrace.restype = ctypes.c_long
+PTRACE_TRACEME, PTRACE_SYSCALL, PTRACE_SETOPTIONS = 0, 24, 0x4200  # <linux/ptrace.h>, every architecture
+PTRACE_O_TRACESYSGOOD, PTRACE_O_EXITKILL = 0x1, 0x100000
+SYSCALL_STOP = signal.SIGTRAP | 0x80  # what PTRACE_O_TRACESYSGOOD makes a syscall stop report
+
+
+def ptrace(request, pid, data=0):
+    if libc.ptrace(request, pid, None, ctypes.c_void_p(data)) == -1:
+        e = ctypes.get_errno()
+        raise OSError(e, f'ptrace request {request:#x}: {os.strerror(e)}')
+
+
+def trace_me():
+    ptrace(PTRACE_TRACEME, 0)  # in the child, before exec: it stops with SIGTRAP at the exec
+
+
+def step_until(p, at_bytes):
+    """Runs the traced convert one system call at a time until its temporary holds at least at_bytes.
+    Returns that size with the convert stopped, or None when it exited first (p.returncode then set)."""
+    _, status = os.waitpid(p.pid, 0)  # the stop at exec
+    ptrace(PTRACE_SETOPTIONS, p.pid, PTRACE_O_TRACESYSGOOD | PTRACE_O_EXITKILL)
+    deliver = 0
+    while True:
+        if not os.WIFSTOPPED(status):
+            p.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+            return None
+        ptrace(PTRACE_SYSCALL, p.pid, deliver)
+        _, status = os.waitpid(p.pid, 0)
+        deliver = 0
+        if os.WIFSTOPPED(status) and os.WSTOPSIG(status) == SYSCALL_STOP:
+            size = temp_size(p.pid, out_dir)
+            if size is not None and size >= at_bytes:
+                return size
+        elif os.WIFSTOPPED(status) and os.WSTOPSIG(status) != signal.SIGTRAP:
+            deliver = os.WSTOPSIG(status)  # a signal the convert got: it gets it when it goes on
+
+
 # --- (a) SIGKILL during the write: at fixed points of the temporary's growth, then at seeded random delays.
 t0 = time.monotonic()
 run('convert', big_ckpt, '-o', os.path.join(W, 'timing.mmgpt'))
@@ -84,32 +140,30 @@ rng = random.Random(20240607)
 kill_points = [('as soon as the temporary exists', 0.0), ('at 30% written', 0.3), ('at 70% written', 0.7),
                ('when every byte is written (flush, name, rename pending)', 1.0)]
 kill_points += [(f'at a random {d:.3f} s', -d) for d in sorted(rng.uniform(0, convert_s) for _ in range(3))]
-landed_in_write = 0
+landed_in_write = []  # the kill points that stopped the convert with its temporary incomplete
 for what, at in kill_points:
     reset_output()
-    p = subprocess.Popen([MM, 'convert', big_ckpt, '-o', out], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen([MM, 'convert', big_ckpt, '-o', out], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         preexec_fn=trace_me if at >= 0 else None)
     killed_at = None
     if at < 0:
         time.sleep(-at)
-        killed_at = temp_size(p.pid, out_dir)
-        p.kill()
+        if stop(p):
+            killed_at = temp_size(p.pid, out_dir)
     else:
-        deadline = time.monotonic() + 60
-        while p.poll() is None and time.monotonic() < deadline:
-            size = temp_size(p.pid, out_dir)
-            if size is not None and size >= at * len(ref):
-                p.kill()
-                killed_at = size
-                break
-            time.sleep(0.0005)
-    p.wait(timeout=60)
+        killed_at = step_until(p, at * len(ref))
+    if p.returncode is None:
+        p.kill()  # a stopped or traced process dies of SIGKILL too
+    if p.returncode is None:
+        p.wait(timeout=60)
     got = open(out, 'rb').read()
     if killed_at is not None and killed_at < len(ref):
-        landed_in_write += 1
+        landed_in_write.append(at)
         intact = got == old  # killed before the last byte: the previous output, byte for byte
     else:
         intact = got in (old, ref)  # killed before or after the rename, or it finished first
     left = temporaries(out_dir)
+    print(f'SIGKILL {what}: temporary at {killed_at} of {len(ref)} bytes when killed')
     check(f'SIGKILL {what}: the previous output is intact',
           intact, f'exit {p.returncode}, temporary at {killed_at} of {len(ref)} bytes, output {len(got)} bytes')
     if UNNAMED:
@@ -118,8 +172,9 @@ rc, _, err = run('convert', big_ckpt, '-o', out)
 check('after the kills, a rerun completes and leaves no temporary (it sweeps any a dead writer left)',
       rc == 0 and open(out, 'rb').read() == ref and temporaries(out_dir) == [],
       f'exit {rc}, {err!r}, {temporaries(out_dir)}')
-check('at least the fixed kill points landed during the write', landed_in_write >= 3,
-      f'{landed_in_write} of {len(kill_points)} kills landed while the temporary was incomplete')
+check('the kills at 0%, 30% and 70% written all landed while the temporary was incomplete',
+      all(at in landed_in_write for at in (0.0, 0.3, 0.7)),
+      f'{len(landed_in_write)} of {len(kill_points)} kills landed during the write: {landed_in_write}')
 
 
 # --- (b) a full disk
