@@ -130,12 +130,9 @@ void bench_matmul_typed(benchmark::State& state, std::string isa, k::WeightType 
     std::vector<uint8_t> packed(wbytes * copies);
     if (t == k::WeightType::Q8_0 || t == k::WeightType::Q4_0) {
         k::quantize_panels(w.data(), N, K, t, packed.data());
-    } else {  // bf16 / f16 panels: the f32 panels, rounded
-        std::vector<float> p(k::panel_floats(N, K));
-        k::pack_panels(w.data(), N, K, p.data());
-        std::vector<uint16_t> h(p.size());
-        if (t == k::WeightType::BF16) k::narrow_to_bf16(p.data(), p.size(), h.data());
-        else k::narrow_to_f16(p.data(), p.size(), h.data());
+    } else {  // bf16 / f16 panel pairs
+        std::vector<uint16_t> h(k::panel_floats(N, K));
+        k::pack_half_panels(w.data(), N, K, t, h.data());
         std::memcpy(packed.data(), h.data(), wbytes);
     }
     for (size_t c = 1; c < copies; ++c) std::copy(packed.begin(), packed.begin() + wbytes, packed.begin() + c * wbytes);

@@ -75,7 +75,7 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
           const float* pos = op.b + (base + t) * d;
           float* dst = out + row * d;
           if (op.packed) {  // the token's row is strided through its panel (a tied LM head)
-            kernels::unpack_panel_row(op.w_data, op.w_type, d, static_cast<size_t>(s.ids[t]), dst);  // widened
+            kernels::unpack_panel_row(op.w_data, op.w_type, c.vocab_size, d, static_cast<size_t>(s.ids[t]), dst);  // widened
             for (size_t i = 0; i < d; ++i) dst[i] += pos[i];
           } else {
             const float* tok = op.w + static_cast<size_t>(s.ids[t]) * d;

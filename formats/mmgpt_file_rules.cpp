@@ -89,6 +89,7 @@ const char* layout_name(uint32_t layout_id) {
     case static_cast<uint32_t>(Layout::RowMajor): return "row-major";
     case static_cast<uint32_t>(Layout::Panel16): return "panel16";
     case kLayoutPanel16Q: return "panel16q";
+    case kLayoutPanel16Pairs: return "panel16x2";
     default: return nullptr;
   }
 }
@@ -97,15 +98,21 @@ namespace {
 bool quantized(uint32_t dtype_id) {
   return dtype_id == static_cast<uint32_t>(DType::Q8_0) || dtype_id == static_cast<uint32_t>(DType::Q4_0);
 }
+bool half(uint32_t dtype_id) {
+  return dtype_id == static_cast<uint32_t>(DType::BF16) || dtype_id == static_cast<uint32_t>(DType::F16);
+}
 }  // namespace
 
 uint32_t file_layout_id(DType dtype, Layout layout) {
-  return layout == Layout::Panel16 && quantized(static_cast<uint32_t>(dtype)) ? kLayoutPanel16Q
-                                                                               : static_cast<uint32_t>(layout);
+  if (layout != Layout::Panel16) return static_cast<uint32_t>(layout);
+  return quantized(static_cast<uint32_t>(dtype)) ? kLayoutPanel16Q
+         : half(static_cast<uint32_t>(dtype))    ? kLayoutPanel16Pairs
+                                                 : static_cast<uint32_t>(layout);
 }
 
 Layout memory_layout(uint32_t layout_id) {
-  return layout_id == kLayoutPanel16Q ? Layout::Panel16 : static_cast<Layout>(layout_id);
+  return layout_id == kLayoutPanel16Q || layout_id == kLayoutPanel16Pairs ? Layout::Panel16
+                                                                          : static_cast<Layout>(layout_id);
 }
 
 bool tensor_bytes(uint32_t dtype_id, uint32_t layout_id, const std::vector<uint64_t>& shape, uint64_t& bytes) {
@@ -120,7 +127,7 @@ bool tensor_bytes(uint32_t dtype_id, uint32_t layout_id, const std::vector<uint6
     return !__builtin_mul_overflow(panels, (blocks + 1) / 2 * unit, &bytes);
   }
   bytes = dtype_size(dtype_id);
-  if (layout_id == static_cast<uint32_t>(Layout::Panel16)) {
+  if (layout_id == static_cast<uint32_t>(Layout::Panel16) || layout_id == kLayoutPanel16Pairs) {
     if (shape.size() != 2) return false;
     const uint64_t panels = shape[0] / 16 + (shape[0] % 16 != 0);
     return !__builtin_mul_overflow(bytes, panels, &bytes) && !__builtin_mul_overflow(bytes, uint64_t{16}, &bytes) &&
@@ -186,7 +193,7 @@ void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t lay
                 " (this reader knows 0 = f32, 1 = bf16, 2 = f16, 3 = q8_0, 4 = q4_0; the file needs a newer mmgpt)");
   if (!layout_known(layout_id))
     throw Error(where + ": unknown layout id " + std::to_string(layout_id) +
-                " (this reader knows 0 = row-major, 1 = panel16, 2 = panel16q; the file needs a newer mmgpt)");
+                " (this reader knows 0 = row-major, 1 = panel16, 2 = panel16q, 3 = panel16x2; the file needs a newer mmgpt)");
   if (shape.size() > kMaxDims)
     throw Error(where + ": ndim " + std::to_string(shape.size()) + " exceeds limit " + std::to_string(kMaxDims));
   if (layout_id != static_cast<uint32_t>(Layout::RowMajor) && shape.size() != 2)
@@ -196,12 +203,17 @@ void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t lay
     throw Error(where + ": dtype " + dtype_name(dtype_id) +
                 " in layout panel16 is the block order of files written by mmgpt before 2026-11-24, which this "
                 "reader no longer runs; convert the checkpoint again (quantized matrices are now layout 2, panel16q)");
+  if (half(dtype_id) && layout_id == static_cast<uint32_t>(Layout::Panel16))
+    throw Error(where + ": dtype " + dtype_name(dtype_id) +
+                " in layout panel16 is the panel order of files written by mmgpt before 2026-11-25, which this "
+                "reader no longer runs; convert the checkpoint again (16-bit matrices are now layout 3, panel16x2)");
   if (layout_id == kLayoutPanel16Q && !quantized(dtype_id))
     throw Error(where + ": layout panel16q is only for dtypes q8_0 and q4_0 (this tensor is " + dtype_name(dtype_id) +
                 ")");
-  const uint32_t want = quantized(dtype_id) ? kLayoutPanel16Q
-                        : dtype_id != static_cast<uint32_t>(DType::F32) ? static_cast<uint32_t>(Layout::Panel16)
-                                                                         : layout_id;
+  if (layout_id == kLayoutPanel16Pairs && !half(dtype_id))
+    throw Error(where + ": layout panel16x2 is only for dtypes bf16 and f16 (this tensor is " + dtype_name(dtype_id) +
+                ")");
+  const uint32_t want = quantized(dtype_id) ? kLayoutPanel16Q : half(dtype_id) ? kLayoutPanel16Pairs : layout_id;
   if (layout_id != want)
     throw Error(where + ": dtype " + dtype_name(dtype_id) + " is only allowed in layout " + layout_name(want) +
                 " (this tensor is " + layout_name(layout_id) + ")");

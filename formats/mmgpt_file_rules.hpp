@@ -25,8 +25,13 @@ bool layout_known(uint32_t layout_id);
 // with a quantized dtype: the dtype says how its panels are laid out. (The
 // q8_0 / q4_0 panels of files written before 2026-11-24, layout 1, kept all
 // of a panel's scales after all its quants; they are refused, see
-// check_tensor_entry.)
+// check_tensor_entry.) 3 (panel16x2) is the panel16 arrangement of bf16 / f16
+// matrices with the lines of each pair of panels alternating
+// (kernels/panel_layout.hpp); in memory also Layout::Panel16 with a 16-bit
+// dtype. (Files written before 2026-11-25 hold 16-bit matrices in layout 1,
+// one panel after another; refused the same way.)
 inline constexpr uint32_t kLayoutPanel16Q = 2;
+inline constexpr uint32_t kLayoutPanel16Pairs = 3;
 uint32_t file_layout_id(DType dtype, Layout layout);  // what the writer stores
 Layout memory_layout(uint32_t layout_id);             // a known id, as the engine sees it
 
@@ -37,8 +42,8 @@ Layout memory_layout(uint32_t layout_id);             // a known id, as the engi
 void check_tokenizer(const TokenizerData& tok, const ModelConfig& config, const std::string& source);
 
 // One directory entry on its own (file ids): name well-formed, dtype and
-// layout known, a 16-bit dtype only in layout panel16 and q8_0 / q4_0 only in
-// panel16q (and nothing else there), at most kMaxDims dims, stored bytes
+// layout known, a 16-bit dtype only in layout panel16x2 and q8_0 / q4_0 only
+// in panel16q (and nothing else in either), at most kMaxDims dims, stored bytes
 // (tensor_bytes) computed without overflow and equal to nbytes. Does not look
 // at offsets.
 void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t layout_id,
@@ -61,7 +66,7 @@ void check_tensor_set(const std::vector<NamedShape>& tensors, const ModelConfig&
 // q8_0 / q4_0 (panel16q only): ceil(N/16) panels of ceil(Kb/2) units,
 // Kb = ceil(K/32), each unit 2 * 512 + 64 (q8_0) or 2 * 256 + 64 (q4_0) bytes.
 bool tensor_bytes(uint32_t dtype_id, uint32_t layout_id, const std::vector<uint64_t>& shape, uint64_t& bytes);
-const char* layout_name(uint32_t layout_id);  // "row-major", "panel16", "panel16q", or nullptr
+const char* layout_name(uint32_t layout_id);  // "row-major", "panel16", "panel16q", "panel16x2", or nullptr
 
 // "[1, 2, 3]" for messages.
 std::string shape_string(const std::vector<uint64_t>& shape);

@@ -12,10 +12,11 @@
 // thread split; a row's result does not depend on M.
 //
 // Layout: a panel (panel_layout.hpp, the file format) holds per k the 16
-// values W[16p + j][k], so 64 bytes are k and k+1 of the 16 rows, k-major.
-// VDPBF16PS wants lane j = (w[j][2i], w[j][2i+1]): one VPERMW per 64 bytes
-// interleaves the two halves (amortized over the rows of a tile). An odd K's
-// last k is alone in its 32 bytes: loaded as half a vector, its pair is zero.
+// values W[16p + j][k], so a 64-byte line is k and k+1 of the 16 rows,
+// k-major, and the lines of the two panels of a pair alternate. VDPBF16PS
+// wants lane j = (w[j][2i], w[j][2i+1]): one VPERMW per line interleaves the
+// two halves (amortized over the rows of a tile). An odd K's last k is alone
+// in its 32 bytes: loaded as half a vector, its pair is zero.
 // Activations: rows of bf16 pairs (bf16dot_round_rows, zero-padded to even
 // K); one 32-bit pair broadcast to every lane per row and pair.
 //
@@ -48,14 +49,17 @@ namespace {
 // 6 x 2 345, 8 x 3 and 6 x 4 about 372, 12 x 2 as 8 x 2.)
 constexpr size_t MR = 8;
 constexpr size_t NP = 2;
-// Decode (one row): one panel at a time, so the matrix is read front to back
-// as a single stream, each line prefetched ahead as decode_prefetch.hpp
-// describes (past a panel's end, into the next one). A line is 16 pairs of k,
-// one VDPBF16PS per line on the panel's one accumulator chain, which keeps up.
-// Measured on Zen 5, whole decode steps against a plain read in the same run:
-// 124M / 355M at 1 thread 1.01 / 0.97 with one panel, 0.93 / 0.92 with two
-// and 0.93 / 0.86 with four; 2 threads 1.04 against 0.93; at 512 positions
-// (with the KV cache) 0.96 against 0.87.
+// Decode (one row): one pair of panels at a time, which lie in one run of
+// memory, so the matrix is read front to back as a single stream, each line
+// prefetched ahead as decode_prefetch.hpp describes. A line is 16 pairs of k
+// of one panel, one VDPBF16PS on that panel's accumulator chain; two chains
+// keep up where one alone waits on the instruction's latency when threads
+// get more bandwidth each (docs/decode-streaming.md). Measured on Zen 5,
+// whole decode steps against a plain read in the same run, with panels
+// stored one after another: 124M / 355M at 1 thread 1.01 / 0.97 with one
+// panel, 0.93 / 0.92 with two (two streams) and 0.93 / 0.86 with four; 2
+// threads 1.04 against 0.93; at 512 positions (with the KV cache) 0.96
+// against 0.87.
 // Prefill with a single row tile: the weights are read once, prefetched this
 // far ahead within each panel (bytes).
 constexpr size_t kPrefetchBytes = 1536;
@@ -88,10 +92,10 @@ template <size_t R, size_t P>
     }
 }
 
-// R rows of x (from row m, row stride ldx) against P consecutive panels from
-// w (stride elements apart), all K.
+// R rows of x (from row m, row stride ldx) against panels p .. p + P - 1 of
+// the packed W[N, K] at wp, all K.
 template <size_t R, size_t P, Ahead Prefetch>
-[[gnu::always_inline]] inline void tile(const uint16_t* x, size_t ldx, const uint16_t* w, size_t stride, size_t K,
+[[gnu::always_inline]] inline void tile(const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K, size_t p,
                                         const Out& o) {
     const __m512i idx = _mm512_load_si512(kInterleave);
     __m512 acc[R][P];
@@ -100,17 +104,21 @@ template <size_t R, size_t P, Ahead Prefetch>
 #pragma GCC unroll 16
         for (size_t j = 0; j < P; ++j) acc[i][j] = _mm512_setzero_ps();
 
+    PanelSteps st[P];
+    const uint16_t* line[P];
+#pragma GCC unroll 16
+    for (size_t j = 0; j < P; ++j) st[j] = half_panel_steps(N, K, p + j), line[j] = wp + st[j].first;
     const size_t pairs = K / 2;
     for (size_t k = 0; k < 2 * pairs; k += 2) {
         __m512i wv[P];
 #pragma GCC unroll 16
         for (size_t j = 0; j < P; ++j) {
-            const uint16_t* src = w + j * stride + k * kPanelWidth;
+            const uint16_t* src = line[j];
             if constexpr (Prefetch == Ahead::InPanel)
                 _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchBytes, _MM_HINT_T0);
-            if constexpr (Prefetch == Ahead::Decode)
-                prefetch_decode_ahead<P>(w + j * stride, k * kPanelWidth * 2, stride * 2);
+            if constexpr (Prefetch == Ahead::Decode) prefetch_nta(src, kDecodeAheadBytes);
             wv[j] = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(src));
+            line[j] += st[j].pitch;
         }
         pair_step<R, P>(acc, wv, x, ldx, k);
     }
@@ -119,7 +127,7 @@ template <size_t R, size_t P, Ahead Prefetch>
         __m512i wv[P];
 #pragma GCC unroll 16
         for (size_t j = 0; j < P; ++j) {
-            const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * stride + k * kPanelWidth));
+            const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + st[j].tail));
             wv[j] = _mm512_permutexvar_epi16(idx, _mm512_zextsi256_si512(half));
         }
         pair_step<R, P>(acc, wv, x, ldx, k);
@@ -129,25 +137,30 @@ template <size_t R, size_t P, Ahead Prefetch>
 
 // tile<rows, ...> for rows in 1 .. R.
 template <size_t P, Ahead Prefetch, size_t R = MR>
-void tile_rows(size_t rows, const uint16_t* x, size_t ldx, const uint16_t* w, size_t stride, size_t K, const Out& o) {
+void tile_rows(size_t rows, const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K, size_t p,
+               const Out& o) {
     if constexpr (R > 0) {
-        if (rows == R) return tile<R, P, Prefetch>(x, ldx, w, stride, K, o);
-        tile_rows<P, Prefetch, R - 1>(rows, x, ldx, w, stride, K, o);
+        if (rows == R) return tile<R, P, Prefetch>(x, ldx, wp, N, K, p, o);
+        tile_rows<P, Prefetch, R - 1>(rows, x, ldx, wp, N, K, p, o);
     }
 }
 
 void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                  size_t p0, size_t p1, Epilogue e) {
     if (M == 0 || p0 >= p1) return;
-    const size_t Kp = bf16dot_row_elems(K), stride = kPanelWidth * K;
+    const size_t Kp = bf16dot_row_elems(K);
     auto out = [&](size_t m, size_t p, size_t np) {
         const size_t col = p * kPanelWidth, left = N - col;
         return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr, e};
     };
 
     if (M == 1) {
-        // Decode: memory-bound, one prefetched stream.
-        for (size_t p = p0; p < p1; ++p) tile<1, 1, Ahead::Decode>(x, Kp, wp + p * stride, stride, K, out(0, p, 1));
+        // Decode: memory-bound, one prefetched stream, a pair of panels at a
+        // time (a range that starts at an odd panel takes that one alone).
+        size_t p = p0;
+        if (p % 2 == 1) tile<1, 1, Ahead::Decode>(x, Kp, wp, N, K, p, out(0, p, 1)), ++p;
+        for (; p + 2 <= p1; p += 2) tile<1, 2, Ahead::Decode>(x, Kp, wp, N, K, p, out(0, p, 2));
+        if (p < p1) tile<1, 1, Ahead::Decode>(x, Kp, wp, N, K, p, out(0, p, 1));
         return;
     }
 
@@ -165,11 +178,11 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
                 const size_t rows = mc1 - m < MR ? mc1 - m : MR;
                 const uint16_t* xm = x + m * Kp;
                 if (np == NP) {
-                    if (stream) tile_rows<NP, Ahead::InPanel>(rows, xm, Kp, wp + p * stride, stride, K, out(m, p, NP));
-                    else tile_rows<NP, Ahead::None>(rows, xm, Kp, wp + p * stride, stride, K, out(m, p, NP));
+                    if (stream) tile_rows<NP, Ahead::InPanel>(rows, xm, Kp, wp, N, K, p, out(m, p, NP));
+                    else tile_rows<NP, Ahead::None>(rows, xm, Kp, wp, N, K, p, out(m, p, NP));
                 } else {
-                    if (stream) tile_rows<1, Ahead::InPanel>(rows, xm, Kp, wp + p * stride, stride, K, out(m, p, 1));
-                    else tile_rows<1, Ahead::None>(rows, xm, Kp, wp + p * stride, stride, K, out(m, p, 1));
+                    if (stream) tile_rows<1, Ahead::InPanel>(rows, xm, Kp, wp, N, K, p, out(m, p, 1));
+                    else tile_rows<1, Ahead::None>(rows, xm, Kp, wp, N, K, p, out(m, p, 1));
                 }
                 m += rows;
             }

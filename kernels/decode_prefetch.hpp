@@ -11,12 +11,16 @@
 // prefetches (the hint for data used once: the weights are not read again
 // within the step), and a stream that runs past the end of its panel goes on
 // into the same panel of the next group, which is what the kernel reads next.
-// G = 1 wherever a panel's one accumulator chain keeps up with memory: then
-// one panel after another is the whole matrix in memory order, a single
-// stream. That is f32, bf16 on VDPBF16PS, q8_0 and q4_0 (their panels hold
-// the scales beside the quants, quant_layout.hpp), and 16-bit weights widened
-// to f32 when threads share the bandwidth; a lone thread streams those two
-// panels at a time (gemm_simd.hpp).
+// Every decode kernel now reads one stream: one panel after another is the
+// whole matrix in memory order. That is f32, q8_0 and q4_0 (their panels hold
+// the scales beside the quants, quant_layout.hpp), one panel at a time, and
+// bf16 / f16, a pair of panels at a time: their lines alternate between the
+// two panels (panel_layout.hpp), so the pair is one run of memory read with
+// two accumulator chains, which a 16-bit line (two k-steps) needs to keep up
+// (gemm_simd.hpp, bf16dot_avx512bf16.cpp). Such a kernel prefetches each line
+// it loads kDecodeAheadBytes ahead (prefetch_nta), which runs on into the
+// next panel or pair (prefetch_decode_ahead<1> is the same for a kernel
+// written for groups of G panels, quant_avx2.cpp, run with G = 1).
 //
 // The figures behind these choices (Zen 5, 1 and 2 threads, against a plain
 // read of the same memory in the same run) are in docs/decode-streaming.md:

@@ -9,9 +9,10 @@
 //   AVX2 (W = 8):     MR = 6, P = 1: 12 accumulators of 16 registers;
 //   AVX-512 (W = 16): MR = 6, P = 2: 12 of 32;
 //   NEON (W = 4):     MR = 6, P = 1: 24 of 32.
-// Decode (M = 1) uses MR = 1 over groups of one or two panels (decode_panels
-// below), each panel stream prefetched ahead as decode_prefetch.hpp describes
-// (1 to 8 accumulators, as the vector width gives).
+// Decode (M = 1) uses MR = 1 over one f32 panel or one pair of 16-bit panels
+// at a time, which lie in one run of memory, prefetched ahead as
+// decode_prefetch.hpp describes (1 to 8 accumulators, as the vector width
+// gives).
 //
 // Numerics: every output is acc = fma(x[k], w[k], acc) for k = 0 .. K-1 from
 // acc = 0, then the epilogue (epilogue.hpp), whatever the tile, block or
@@ -19,7 +20,8 @@
 // prefill equals a batch) nor on the number of threads.
 //
 // Weight types (template parameter WT): f32 panels are loaded as they are;
-// bf16 and f16 panels hold the same element order in 2 bytes, and each
+// bf16 and f16 panels hold the same k-steps in 2 bytes, their lines
+// alternating between the two panels of a pair (panel_layout.hpp), and each
 // vector of weights is widened to f32 in registers right after its load
 // (widen_simd.hpp). Widening is exact, so a 16-bit matrix gives bit for bit
 // the result of the f32 kernel on its widened values.
@@ -30,7 +32,6 @@
 
 #include "kernels/epilogue.hpp"
 #include "kernels/decode_prefetch.hpp"
-#include "kernels/parallel.hpp"
 #include "kernels/gemm_blocking.hpp"
 #include "kernels/panel_layout.hpp"
 #include "kernels/widen_simd.hpp"
@@ -46,22 +47,11 @@ struct PanelGemm {
     static constexpr size_t VP = kPanelWidth / W;   // vectors per panel k-step
     static constexpr size_t MR = 6;
     static constexpr size_t P = W == 16 ? 2 : 1;     // panels per GEMM tile
-    // Panels per decode group. One panel at a time reads the matrix front to
-    // back as a single stream (its prefetch runs on into the next panel),
-    // which is fastest where the FMA chains keep up: an f32 line is one
-    // k-step, one FMA per accumulator. A 16-bit line is two k-steps, two
-    // dependent FMAs per accumulator: a thread that has the memory to itself
-    // would wait on them, so with one thread 16-bit weights stream two panels
-    // (two chains) at once; when threads share the bandwidth, each needs half
-    // the rate and one panel keeps up again. Measured on Zen 5
-    // (docs/decode-streaming.md), whole decode steps against a plain read in
-    // the same run: f32 124M / 355M at 1 thread 1.00 / 0.96 with one panel
-    // against 0.92 / 0.94 with two (AVX2: 1.04 against 0.92; 2 threads 1.05
-    // against 1.03); f16 at 1 thread 0.84 with one panel against 0.95-0.98
-    // with two, at 2 threads 1.09 / 1.01 against 0.99 / 0.93 (2-thread read
-    // about 50 GB/s; when the host gave two threads 75-80 GB/s, one panel per
-    // thread read 0.80-0.84 in `mmgpt bench`, where two had read 0.87-0.89).
-    static size_t decode_panels() { return sizeof(WE) == 4 || mmgpt::thread_budget() > 1 ? 1 : 2; }
+    // Where panel p's k-steps lie (panel_layout.hpp): f32 panels are
+    // contiguous, 16-bit panels go in pairs whose lines alternate.
+    static PanelSteps steps(size_t N, size_t K, size_t p) {
+        return sizeof(WE) == 4 ? panel_steps(K, p) : half_panel_steps(N, K, p);
+    }
     static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
 
     struct Out {
@@ -119,39 +109,73 @@ struct PanelGemm {
         }
     }
 
-    // R rows of x (row stride ldx) against NP panels starting at w, over
-    // k in [k0, k1). Accumulators start from part_in (or zero) and end in
-    // part_out (row stride ldp) or, on the last K block, go through the
-    // epilogue to o. Decode: the NP panels are a decode group (or one panel
-    // left over), prefetched ahead (decode_prefetch.hpp).
+    // acc[i][.] += x[i][k] * the k-step of each panel at w[p].
+    template <size_t R, size_t NP>
+    [[gnu::always_inline]] static void kstep(B (&acc)[R][NP * VP], const float* x, size_t ldx, size_t k,
+                                             const WE* const (&w)[NP]) {
+        B wv[NP * VP];
+#pragma GCC unroll 8
+        for (size_t p = 0; p < NP; ++p)
+#pragma GCC unroll 8
+            for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = load_weights<WT, B>(w[p] + v * W);
+#pragma GCC unroll 8
+        for (size_t i = 0; i < R; ++i) {
+            const B xb(x[i * ldx + k]);
+#pragma GCC unroll 8
+            for (size_t j = 0; j < NP * VP; ++j) acc[i][j] = xsimd::fma(xb, wv[j], acc[i][j]);
+        }
+    }
+
+    // R rows of x (row stride ldx) against panels p .. p + NP - 1 of the
+    // packed W[N, K] at wp, over k in [k0, k1). Accumulators start from
+    // part_in (or zero) and end in part_out (row stride ldp) or, on the last
+    // K block, go through the epilogue to o. The k-steps go two at a time, a
+    // line of 16-bit weights (two of f32). Decode: the NP panels are a decode
+    // group, one memory stream (one panel, or a 16-bit pair), each line
+    // prefetched kDecodeAheadBytes ahead (decode_prefetch.hpp).
     template <size_t R, size_t NP, bool Decode>
-    static void micro(const float* x, size_t ldx, const WE* w, size_t K, size_t k0, size_t k1,
+    static void micro(const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p, size_t k0, size_t k1,
                       const float* part_in, float* part_out, size_t ldp, const Out& o) {
         constexpr size_t V = NP * VP;
-        const size_t ps = kPanelWidth * K;  // elements between panels
         B acc[R][V];
 #pragma GCC unroll 8
         for (size_t i = 0; i < R; ++i)
 #pragma GCC unroll 8
             for (size_t j = 0; j < V; ++j) acc[i][j] = part_in ? B::load_unaligned(part_in + i * ldp + j * W) : B(0.0f);
 
-        for (size_t k = k0; k < k1; ++k) {
-            B wv[V];
+        PanelSteps st[NP];
+        const WE* at[NP];
 #pragma GCC unroll 8
-            for (size_t p = 0; p < NP; ++p) {
-                const WE* wk = w + p * ps + k * kPanelWidth;
-                // Every k-step (a line, or half of one for 16-bit weights).
+        for (size_t j = 0; j < NP; ++j) st[j] = steps(N, K, p + j);
+        size_t k = k0;
+        if (k % 2 == 1 && k < k1) {  // a K block that starts mid-line
+#pragma GCC unroll 8
+            for (size_t j = 0; j < NP; ++j) at[j] = wp + st[j].at(K, k);
+            kstep<R, NP>(acc, x, ldx, k, at);
+            ++k;
+        }
+        const WE* line[NP];
+#pragma GCC unroll 8
+        for (size_t j = 0; j < NP; ++j) line[j] = wp + st[j].first + (k / 2) * st[j].pitch;
+        for (; k + 2 <= k1; k += 2) {  // k even and k + 1 < K: both in the paired lines (panel_layout.hpp)
+            const WE* odd[NP];
+#pragma GCC unroll 8
+            for (size_t j = 0; j < NP; ++j) {
                 if constexpr (Decode)
-                    detail::prefetch_decode_ahead<NP>(w + p * ps, k * kPanelWidth * sizeof(WE), ps * sizeof(WE));
-#pragma GCC unroll 8
-                for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = load_weights<WT, B>(wk + v * W);
+#pragma GCC unroll 2
+                    for (size_t b = 0; b < 2 * kPanelWidth * sizeof(WE); b += 64)
+                        detail::prefetch_nta(line[j], b + detail::kDecodeAheadBytes);
+                odd[j] = line[j] + kPanelWidth;
             }
+            kstep<R, NP>(acc, x, ldx, k, line);
+            kstep<R, NP>(acc, x, ldx, k + 1, odd);
 #pragma GCC unroll 8
-            for (size_t i = 0; i < R; ++i) {
-                const B xb(x[i * ldx + k]);
+            for (size_t j = 0; j < NP; ++j) line[j] += st[j].pitch;
+        }
+        if (k < k1) {  // the last k-step of an odd K, or a K block that ends mid-line
 #pragma GCC unroll 8
-                for (size_t j = 0; j < V; ++j) acc[i][j] = xsimd::fma(xb, wv[j], acc[i][j]);
-            }
+            for (size_t j = 0; j < NP; ++j) at[j] = wp + st[j].at(K, k);
+            kstep<R, NP>(acc, x, ldx, k, at);
         }
 
         if (part_out) {
@@ -165,16 +189,16 @@ struct PanelGemm {
     }
 
     template <size_t NP>
-    static void micro_rows(size_t rows, const float* x, size_t ldx, const WE* w, size_t K, size_t k0, size_t k1,
-                           const float* part_in, float* part_out, size_t ldp, const Out& o) {
+    static void micro_rows(size_t rows, const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p,
+                           size_t k0, size_t k1, const float* part_in, float* part_out, size_t ldp, const Out& o) {
         static_assert(MR == 6, "the cases below cover rows 1 .. 6");
         switch (rows) {
-            case 6: micro<6, NP, false>(x, ldx, w, K, k0, k1, part_in, part_out, ldp, o); break;
-            case 5: micro<5, NP, false>(x, ldx, w, K, k0, k1, part_in, part_out, ldp, o); break;
-            case 4: micro<4, NP, false>(x, ldx, w, K, k0, k1, part_in, part_out, ldp, o); break;
-            case 3: micro<3, NP, false>(x, ldx, w, K, k0, k1, part_in, part_out, ldp, o); break;
-            case 2: micro<2, NP, false>(x, ldx, w, K, k0, k1, part_in, part_out, ldp, o); break;
-            case 1: micro<1, NP, false>(x, ldx, w, K, k0, k1, part_in, part_out, ldp, o); break;
+            case 6: micro<6, NP, false>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+            case 5: micro<5, NP, false>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+            case 4: micro<4, NP, false>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+            case 3: micro<3, NP, false>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+            case 2: micro<2, NP, false>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+            case 1: micro<1, NP, false>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
             default: break;
         }
     }
@@ -190,14 +214,17 @@ struct PanelGemm {
             return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth,
                        bias ? bias + col : nullptr, e};
         };
-        const size_t ps = kPanelWidth * K;
-
         if (M == 1) {
+            // Decode: one memory stream per group, one panel, or a pair of
+            // 16-bit panels (two accumulator chains: one would not keep up
+            // with two dependent FMAs a line). A range that starts at an odd
+            // panel (a thread's share) takes that one alone.
             size_t p = p0;
-            if (decode_panels() == 2)
-                for (; p + 2 <= p1; p += 2)
-                    micro<1, 2, true>(x, K, wp + p * ps, K, 0, K, nullptr, nullptr, 0, out(0, p, 2));
-            for (; p < p1; ++p) micro<1, 1, true>(x, K, wp + p * ps, K, 0, K, nullptr, nullptr, 0, out(0, p, 1));
+            if constexpr (sizeof(WE) == 2) {
+                if (p % 2 == 1 && p < p1) micro<1, 1, true>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, 1)), ++p;
+                for (; p + 2 <= p1; p += 2) micro<1, 2, true>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, 2));
+            }
+            for (; p < p1; ++p) micro<1, 1, true>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, 1));
             return;
         }
 
@@ -210,16 +237,15 @@ struct PanelGemm {
                 const bool first = kc0 == 0, last = kc1 == K;
                 for (size_t p = p0; p < p1;) {
                     const size_t np = p + P <= p1 ? P : 1;
-                    const WE* wpan = wp + p * ps;
                     for (size_t m = mc0; m < mc1;) {
                         const size_t rows = mc1 - m < MR ? mc1 - m : MR;
                         float* part = b.blocked ? scratch + (m - mc0) * ldp + (p - p0) * kPanelWidth : nullptr;
                         const float* in = first ? nullptr : part;
                         float* keep = last ? nullptr : part;
                         if (np == P)
-                            micro_rows<P>(rows, x + m * K, K, wpan, K, kc0, kc1, in, keep, ldp, out(m, p, P));
+                            micro_rows<P>(rows, x + m * K, K, wp, N, K, p, kc0, kc1, in, keep, ldp, out(m, p, P));
                         else
-                            micro_rows<1>(rows, x + m * K, K, wpan, K, kc0, kc1, in, keep, ldp, out(m, p, 1));
+                            micro_rows<1>(rows, x + m * K, K, wp, N, K, p, kc0, kc1, in, keep, ldp, out(m, p, 1));
                         m += rows;
                     }
                     p += np;

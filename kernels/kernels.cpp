@@ -76,7 +76,8 @@ void for_panel_ranges(size_t M, size_t K, size_t N, Gemm gemm) {
     size_t grain = ceil_div(kMinWorkPerTask, per_panel);
     const size_t threads = mmgpt::thread_budget();
     grain = std::max(grain, ceil_div(panels, (M > 1 ? 2 : 4) * threads));
-    // Whole tiles: decode and GEMM tiles are at most 2 panels.
+    // Whole tiles: decode and GEMM tiles are at most 2 panels, and 16-bit
+    // panels are stored in pairs (panel_layout.hpp).
     grain = ceil_div(grain, 2) * 2;
     for_chunks(panels, grain, [&](size_t p0, size_t p1) {
         // Partial sums between K blocks; one buffer per thread, kept between calls.

@@ -8,8 +8,18 @@
 // matmul streams each panel front to back, and the vector registers of every
 // ISA (4, 8 or 16 floats) hold whole columns of a panel row.
 //
-// The same layout holds 16-bit weights (file dtypes bf16 and f16): identical
-// element order, 2 bytes per element, so a panel k-step is half a cache line.
+// 16-bit weights (file dtypes bf16 and f16; file layout id 3, "panel16x2")
+// hold the same panels, 2 bytes per element, so a panel k-step is half a
+// cache line and a line is two k-steps (k even, k + 1) of one panel. The
+// panels go in pairs (2q, 2q + 1) whose lines alternate: line i of panel 2q,
+// line i of panel 2q + 1, line i + 1 of panel 2q, ... When K is odd, the last
+// k-step of each panel is half a line: panel 2q's, then 2q + 1's, end the
+// pair. A last panel without a partner (an odd panel count) is stored as f32
+// panels are. Why: a decode kernel reads a pair front to back as one memory
+// stream while keeping two accumulator chains, one per panel, each with two
+// dependent multiply-adds per line; one panel alone would wait on its chain
+// (docs/decode-streaming.md). Sizes are those of the f32 layout, 2 bytes per
+// element.
 #include <cstddef>
 #include <cstdint>
 
@@ -32,15 +42,42 @@ inline size_t panel_index(size_t K, size_t n, size_t k) {
     return (n / kPanelWidth) * kPanelWidth * K + k * kPanelWidth + n % kPanelWidth;
 }
 
+// Where panel p's k-steps lie in a packed W[N, K], in elements from its
+// start: k-step k (16 consecutive elements, one per row) is at
+// first + (k / 2) * pitch + (k % 2) * 16 for k < K & ~1, and the last k-step
+// of an odd K at tail. f32 panels are contiguous (pitch 32); paired 16-bit
+// panels interleave lines (pitch 64).
+struct PanelSteps {
+    size_t first, pitch, tail;
+    size_t at(size_t K, size_t k) const { return k < (K & ~size_t(1)) ? first + (k / 2) * pitch + (k % 2) * kPanelWidth : tail; }
+};
+inline PanelSteps panel_steps(size_t K, size_t p) {  // f32
+    const size_t first = p * kPanelWidth * K;
+    return {first, 2 * kPanelWidth, first + (K & ~size_t(1)) * kPanelWidth};
+}
+inline PanelSteps half_panel_steps(size_t N, size_t K, size_t p) {  // bf16, f16
+    if (p % 2 == 1 || p + 1 < panel_count(N)) {
+        const size_t pair = (p & ~size_t(1)) * kPanelWidth * K, side = p % 2;
+        return {pair + side * 2 * kPanelWidth, 4 * kPanelWidth, pair + 2 * (K & ~size_t(1)) * kPanelWidth + side * kPanelWidth};
+    }
+    return panel_steps(K, p);  // the unpaired last panel
+}
+// Index of W[n][k] in a packed 16-bit W[N, K].
+inline size_t half_panel_index(size_t N, size_t K, size_t n, size_t k) {
+    return half_panel_steps(N, K, n / kPanelWidth).at(K, k) + n % kPanelWidth;
+}
+
 // Packs a row-major W[N, K] into `out` (panel_floats(N, K) floats), zero padding included.
 void pack_panels(const float* w, size_t N, size_t K, float* out);
+// Packs a row-major W[N, K] as bf16 or f16 (`type`; rounded to nearest even)
+// panel pairs into `out` (panel_floats(N, K) elements), zero padding included.
+void pack_half_panels(const float* w, size_t N, size_t K, WeightType type, uint16_t* out);
 // Copies row n of a packed W[N, K] (K strided floats) into `row`.
 void unpack_panel_row(const float* packed, size_t K, size_t n, float* row);
 // The same for a packed W of any weight type (`packed` points at its first
 // element), widened to f32 exactly (q8_0 / q4_0: dequantized, d * q).
-void unpack_panel_row(const void* packed, WeightType type, size_t K, size_t n, float* row);
-// Rounds `n` floats to bf16 / f16 (nearest, ties to even), e.g. a whole packed
-// matrix after pack_panels: the zero padding stays zero.
+void unpack_panel_row(const void* packed, WeightType type, size_t N, size_t K, size_t n, float* row);
+// Rounds `n` floats to bf16 / f16 (nearest, ties to even).
 void narrow_to_bf16(const float* in, size_t n, uint16_t* out);
 void narrow_to_f16(const float* in, size_t n, uint16_t* out);
 

@@ -41,8 +41,9 @@ void gemm_panels_bf16dot(const uint16_t* x, const uint16_t* wp, const float* bia
     for (size_t m = 0; m < M; ++m) {
         const uint16_t* xm = x + m * Kp;
         for (size_t n = p0 * kPanelWidth; n < n1; ++n) {
-            const uint16_t* wn = wp + panel_index(K, n, 0);
-            auto w = [&](size_t k) { return k < K ? widen_daz(wn[k * kPanelWidth]) : 0.0f; };
+            const uint16_t* wn = wp + n % kPanelWidth;
+            const PanelSteps steps = half_panel_steps(N, K, n / kPanelWidth);  // panel pairs (panel_layout.hpp)
+            auto w = [&](size_t k) { return k < K ? widen_daz(wn[steps.at(K, k)]) : 0.0f; };
             float acc = 0.0f;
             for (size_t k = 0; k < Kp; k += 2) {
                 acc = flush(std::fma(widen_daz(xm[k + 1]), w(k + 1), acc));

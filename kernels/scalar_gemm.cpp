@@ -1,7 +1,8 @@
 // Scalar reference of the panel-packed matmul: the specification of
 // gemm_simd.hpp. One output at a time, summed in float in index order, then
 // the epilogue in the documented order (epilogue.hpp). 16-bit weights are
-// widened to f32 exactly (formats/half.hpp) before the same arithmetic.
+// widened to f32 exactly (formats/half.hpp) before the same arithmetic; their
+// panels go in pairs (panel_layout.hpp).
 #include <vector>
 
 #include "formats/half.hpp"
@@ -19,9 +20,11 @@ void gemm_panels_of(const float* x, const E* wp, const float* bias, float* y, si
     for (size_t m = 0; m < M; ++m) {
         const float* xm = x + m * K;
         for (size_t n = p0 * kPanelWidth; n < n1; ++n) {
-            const E* wn = wp + panel_index(K, n, 0);
+            const size_t p = n / kPanelWidth;
+            const PanelSteps steps = sizeof(E) == 4 ? panel_steps(K, p) : half_panel_steps(N, K, p);
+            const E* wn = wp + n % kPanelWidth;
             float acc = 0.0f;
-            for (size_t k = 0; k < K; ++k) acc += xm[k] * widen(wn[k * kPanelWidth]);
+            for (size_t k = 0; k < K; ++k) acc += xm[k] * widen(wn[steps.at(K, k)]);
             store_epilogue(acc, bias ? bias + n : nullptr, e, y[m * N + n]);
         }
     }

@@ -55,24 +55,22 @@ inline void write_random_model(const std::string& path, const ModelConfig& confi
                          storage8.back().size()});
       continue;
     }
-    if (pack) {
-      std::vector<float> packed(kernels::panel_floats(spec.shape[0], spec.shape[1]));
-      kernels::pack_panels(data.data(), spec.shape[0], spec.shape[1], packed.data());
-      data.swap(packed);
-    }
     if (pack && matrix_dtype != DType::F32) {
-      std::vector<uint16_t> narrow(data.size());
-      for (size_t i = 0; i < data.size(); ++i)
-        narrow[i] = matrix_dtype == DType::BF16 ? f32_to_bf16(data[i]) : f32_to_f16(data[i]);
-      if (widened_f32) {
-        for (size_t i = 0; i < data.size(); ++i)
-          data[i] = matrix_dtype == DType::BF16 ? bf16_to_f32(narrow[i]) : f16_to_f32(narrow[i]);
-      } else {
-        storage16.push_back(std::move(narrow));
+      if (widened_f32) {  // the 16-bit values, widened, packed as f32 below
+        for (float& v : data) v = matrix_dtype == DType::BF16 ? bf16_to_f32(f32_to_bf16(v)) : f16_to_f32(f32_to_f16(v));
+      } else {  // 16-bit panel pairs (as the converter writes them)
+        storage16.emplace_back(kernels::panel_floats(spec.shape[0], spec.shape[1]));
+        kernels::pack_half_panels(data.data(), spec.shape[0], spec.shape[1], static_cast<kernels::WeightType>(matrix_dtype),
+                                  storage16.back().data());
         tensors.push_back({spec.name, matrix_dtype, Layout::Panel16, spec.shape, storage16.back().data(),
                            storage16.back().size() * sizeof(uint16_t)});
         continue;
       }
+    }
+    if (pack) {
+      std::vector<float> packed(kernels::panel_floats(spec.shape[0], spec.shape[1]));
+      kernels::pack_panels(data.data(), spec.shape[0], spec.shape[1], packed.data());
+      data.swap(packed);
     }
     storage.push_back(std::move(data));
     tensors.push_back({spec.name, DType::F32, pack ? Layout::Panel16 : Layout::RowMajor, spec.shape,

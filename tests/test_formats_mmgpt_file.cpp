@@ -626,8 +626,8 @@ TEST_CASE("tensor directory entries are validated") {
   set_u32(img, entry_of(img, "wte").dtype, 5);
   CHECK_REJECTS(img, "tensor 'wte': unknown dtype id 5");
   img = base;
-  set_u32(img, entry_of(img, "wte").layout, 3);
-  CHECK_REJECTS(img, "tensor 'wte': unknown layout id 3");
+  set_u32(img, entry_of(img, "wte").layout, 4);
+  CHECK_REJECTS(img, "tensor 'wte': unknown layout id 4 (this reader knows 0 = row-major, 1 = panel16, 2 = panel16q, 3 = panel16x2");
   img = base;
   set_u32(img, entry_of(img, "wte").ndim, 9);
   CHECK_REJECTS(img, "tensor 'wte': ndim 9 exceeds limit 8");
@@ -910,12 +910,13 @@ TEST_CASE("bf16 / f16 matrices: round trip, 2 bytes per element in panel16, nowh
   CHECK(wte.u16()[3 * 16 + 12] == 0);                    // padding row 12
   CHECK(f.tensor("lm_head.weight").nbytes == 16 * 8 * 2);
 
-  // The writer refuses a 16-bit dtype outside panel16, and on a tensor that is not a matrix.
+  // The writer refuses a 16-bit dtype outside panel16 (stored as panel16x2), and on a tensor that is not a matrix.
   Model bad = make_model(cfg, char_tokenizer());
   bad.tensors[0].dtype = DType::BF16;  // wte, row-major
   bad.tensors[0].nbytes /= 2;
   CHECK_THROWS_WITH_AS(write(dir + "/bad.mmgpt", bad),
-                       doctest::Contains("tensor 'wte': dtype bf16 is only allowed in layout panel16"), mmgpt::Error);
+                       doctest::Contains("tensor 'wte': dtype bf16 is only allowed in layout panel16x2 (this tensor is row-major)"),
+                       mmgpt::Error);
   // wpe [16, 8] in panel16 f16: right size, but not a matmul weight.
   bad = make_model(cfg, char_tokenizer());
   std::vector<uint16_t> wpe16(16 * 8, 0);
@@ -930,14 +931,29 @@ TEST_CASE("bf16 / f16 matrices: round trip, 2 bytes per element in panel16, nowh
   const Bytes& base = tiny_image();
   Bytes img = base;
   set_u32(img, entry_of(img, "h.0.ln_1.weight").dtype, 1);
-  CHECK_REJECTS(img, "tensor 'h.0.ln_1.weight': dtype bf16 is only allowed in layout panel16 (this tensor is row-major)");
+  CHECK_REJECTS(img, "tensor 'h.0.ln_1.weight': dtype bf16 is only allowed in layout panel16x2 (this tensor is row-major)");
   img = base;
   set_u32(img, entry_of(img, "wte").dtype, 2);
-  CHECK_REJECTS(img, "tensor 'wte': dtype f16 is only allowed in layout panel16");
+  CHECK_REJECTS(img, "tensor 'wte': dtype f16 is only allowed in layout panel16x2 (this tensor is row-major)");
   img = base;
   set_u32(img, entry_of(img, "wte").dtype, 2);
-  set_u32(img, entry_of(img, "wte").layout, 1);
-  CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16 (expected 256)");
+  set_u32(img, entry_of(img, "wte").layout, 3);
+  CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16x2 (expected 256)");
+  // The 16-bit panels of files written before 2026-11-25 (layout 1, one panel
+  // after another) are refused, not misread; layout 3 holds only them.
+  for (uint32_t dt : {1u, 2u}) {
+    img = base;
+    set_u32(img, entry_of(img, "wte").dtype, dt);
+    set_u32(img, entry_of(img, "wte").layout, 1);
+    CHECK_REJECTS(img, std::string("tensor 'wte': dtype ") + (dt == 1 ? "bf16" : "f16") +
+                           " in layout panel16 is the panel order of files written by mmgpt before 2026-11-25");
+  }
+  for (uint32_t dt : {0u, 3u, 4u}) {
+    img = base;
+    set_u32(img, entry_of(img, "wte").dtype, dt);
+    set_u32(img, entry_of(img, "wte").layout, 3);
+    CHECK_REJECTS(img, "tensor 'wte': layout panel16x2 is only for dtypes bf16 and f16");
+  }
   // q8_0 / q4_0: panel16q (layout 2) only, and their own byte count (one
   // panel of one unit: two blocks of 512 or 256 bytes of quants, the second
   // one empty here, and a line of scales).

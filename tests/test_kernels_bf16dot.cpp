@@ -38,12 +38,10 @@ std::vector<uint16_t> round_rows(const std::vector<float>& x, size_t M, size_t K
     return r;
 }
 
-// Row-major W[N, K] to bf16 panels.
+// Row-major W[N, K] to bf16 panel pairs.
 std::vector<uint16_t> pack_bf16(const std::vector<float>& w, size_t N, size_t K) {
-    std::vector<float> p(k::panel_floats(N, K));
-    k::pack_panels(w.data(), N, K, p.data());
-    std::vector<uint16_t> h(p.size());
-    k::narrow_to_bf16(p.data(), p.size(), h.data());
+    std::vector<uint16_t> h(k::panel_floats(N, K));
+    k::pack_half_panels(w.data(), N, K, k::WeightType::BF16, h.data());
     return h;
 }
 
@@ -239,7 +237,7 @@ TEST_CASE("the reference against the exact product of the rounded values, and of
             for (size_t n = 0; n < N; ++n) {
                 double exact = 0, mag = 0, unrounded = 0, umag = 0;
                 for (size_t kk = 0; kk < K; ++kk) {
-                    const double wv = mmgpt::bf16_to_f32(wp[k::panel_index(K, n, kk)]);
+                    const double wv = mmgpt::bf16_to_f32(wp[k::half_panel_index(N, K, n, kk)]);
                     const double p = double(mmgpt::bf16_to_f32(xr[m * Kp + kk])) * wv;
                     exact += p, mag += std::fabs(p);
                     unrounded += double(x[m * K + kk]) * wv, umag += std::fabs(double(x[m * K + kk]) * wv);

@@ -16,6 +16,7 @@
 // bf16 first. There matmul_packed is checked against that reference (and the
 // exact evaluation on the rounded x), and the table's widening kernel, the
 // path MMGPT_BF16DOT=0 takes, is called directly against the f32 kernel.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -51,18 +52,13 @@ struct HalfMatrix {
 
 HalfMatrix make_half(const std::vector<float>& w, size_t N, size_t K, WeightType t) {
     HalfMatrix h;
-    std::vector<float> p(k::panel_floats(N, K));
-    k::pack_panels(w.data(), N, K, p.data());
-    h.packed.resize(p.size());
-    if (t == WeightType::BF16)
-        k::narrow_to_bf16(p.data(), p.size(), h.packed.data());
-    else
-        k::narrow_to_f16(p.data(), p.size(), h.packed.data());
-    h.packed_wide.resize(p.size());
-    for (size_t i = 0; i < p.size(); ++i) h.packed_wide[i] = widen(h.packed[i], t);
+    h.packed.resize(k::panel_floats(N, K));
+    k::pack_half_panels(w.data(), N, K, t, h.packed.data());
     h.wide.resize(N * K);
     for (size_t n = 0; n < N; ++n)
-        for (size_t kk = 0; kk < K; ++kk) h.wide[n * K + kk] = h.packed_wide[k::panel_index(K, n, kk)];
+        for (size_t kk = 0; kk < K; ++kk) h.wide[n * K + kk] = widen(h.packed[k::half_panel_index(N, K, n, kk)], t);
+    h.packed_wide.resize(h.packed.size());
+    k::pack_panels(h.wide.data(), N, K, h.packed_wide.data());
     return h;
 }
 
@@ -254,15 +250,14 @@ TEST_CASE("16-bit panels: unpack_panel_row widens a packed row exactly") {
         std::vector<float> p(k::panel_floats(N, K));
         k::pack_panels(w.data(), N, K, p.data());
         std::vector<uint16_t> p16(p.size());
-        if (t == WeightType::BF16) k::narrow_to_bf16(p.data(), p.size(), p16.data());
-        if (t == WeightType::F16) k::narrow_to_f16(p.data(), p.size(), p16.data());
+        if (t != WeightType::F32) k::pack_half_panels(w.data(), N, K, t, p16.data());
         const void* data = t == WeightType::F32 ? static_cast<const void*>(p.data()) : p16.data();
         std::vector<float> row(K);
         size_t bad = 0;
         for (size_t n = 0; n < N; ++n) {
-            k::unpack_panel_row(data, t, K, n, row.data());
+            k::unpack_panel_row(data, t, N, K, n, row.data());
             for (size_t kk = 0; kk < K; ++kk) {
-                const float want = t == WeightType::F32 ? w[n * K + kk] : widen(p16[k::panel_index(K, n, kk)], t);
+                const float want = t == WeightType::F32 ? w[n * K + kk] : widen(p16[k::half_panel_index(N, K, n, kk)], t);
                 bad += row[kk] != want;
                 // and the widened value is the nearest 16-bit value: within half an ulp of the type
                 const double rel = t == WeightType::BF16 ? 0x1p-8 : 0x1p-11;  // unit roundoff: 2^-precision
@@ -272,6 +267,75 @@ TEST_CASE("16-bit panels: unpack_panel_row widens a packed row exactly") {
         CAPTURE(std::string(type_name(t)));
         CHECK(bad == 0);
     }
+}
+
+TEST_CASE("16-bit panel pairs: the lines of two panels alternate, an odd K's last k-steps end the pair") {
+    // N = 40: panels 0 and 1 are a pair, panel 2 is alone; K = 5: lines
+    // (k 0-1), (k 2-3), then the last k-step of each panel of the pair.
+    const size_t N = 40, K = 5;
+    CHECK(k::half_panel_index(N, K, 0, 0) == 0);
+    CHECK(k::half_panel_index(N, K, 3, 1) == 16 + 3);        // panel 0, k 1: second half of its first line
+    CHECK(k::half_panel_index(N, K, 16, 0) == 32);           // panel 1, k 0: the pair's second line
+    CHECK(k::half_panel_index(N, K, 16 + 15, 1) == 48 + 15);  // panel 1, k 1
+    CHECK(k::half_panel_index(N, K, 5, 2) == 64 + 5);        // panel 0, k 2: the pair's third line
+    CHECK(k::half_panel_index(N, K, 20, 3) == 96 + 16 + 4);  // panel 1, k 3
+    CHECK(k::half_panel_index(N, K, 0, 4) == 128);           // the last k-step: panel 0's, then panel 1's
+    CHECK(k::half_panel_index(N, K, 16, 4) == 144);
+    CHECK(k::half_panel_index(N, K, 32 + 7, 3) == 160 + 48 + 7);  // panel 2, alone: k-steps in order
+    // Every (n, k) of every shape has its own slot, within the f32 layout's size.
+    for (size_t n_ : {1, 16, 17, 33, 48, 50})
+        for (size_t k_ : {1, 2, 3, 8, 17}) {
+            CAPTURE(n_);
+            CAPTURE(k_);
+            const size_t rows = k::panel_count(n_) * k::kPanelWidth;
+            std::vector<int> used(k::panel_floats(n_, k_), 0);
+            for (size_t n = 0; n < rows; ++n)
+                for (size_t kk = 0; kk < k_; ++kk) {
+                    const size_t i = k::half_panel_index(n_, k_, n, kk);
+                    REQUIRE(i < used.size());
+                    ++used[i];
+                }
+            CHECK(std::count(used.begin(), used.end(), 1) == long(used.size()));
+        }
+}
+
+TEST_CASE("bf16 / f16 packed matmul: a panel range may start or end inside a pair") {
+    // Threads get even ranges (kernels.cpp), but each kernel must be right for
+    // any: split calls equal one call over all panels, bit for bit.
+    kt::for_each_simd_isa([](std::string_view) {
+        const auto& tab = kd::active_table();
+        for (WeightType t : {WeightType::BF16, WeightType::F16})
+            for (size_t M : {1, 7})
+                for (size_t K : {17, 256}) {
+                    CAPTURE(std::string(type_name(t)));
+                    CAPTURE(M);
+                    CAPTURE(K);
+                    const size_t N = 80, panels = k::panel_count(N);  // 5: two pairs and one alone
+                    const auto x = kt::random_floats(M * K, -1, 1, 41), b = kt::random_floats(N, -1, 1, 42);
+                    const HalfMatrix h = make_half(random_weights(N * K, 43), N, K, t);
+                    std::vector<uint16_t> xr(M * kd::bf16dot_row_elems(K));
+                    kd::bf16dot_round_rows(x.data(), M, K, xr.data());
+                    std::vector<float> scratch(kd::gemm_scratch_floats(M, K, panels));
+                    auto gemm = [&](bool dot, std::vector<float>& y, size_t p0, size_t p1) {
+                        if (dot)
+                            tab.bf16dot->gemm_panels(xr.data(), h.packed.data(), b.data(), y.data(), M, K, N, p0, p1, {});
+                        else
+                            (t == WeightType::BF16 ? tab.gemm_panels_bf16 : tab.gemm_panels_f16)(
+                                x.data(), h.packed.data(), b.data(), y.data(), M, K, N, p0, p1, {}, scratch.data());
+                    };
+                    for (bool dot : {false, true}) {
+                        if (dot && (t != WeightType::BF16 || tab.bf16dot == nullptr)) continue;
+                        CAPTURE(dot);
+                        std::vector<float> all(M * N), split(M * N);
+                        gemm(dot, all, 0, panels);
+                        for (auto [p0, p1] : {std::pair<size_t, size_t>{0, 1}, {1, 4}, {4, 5}}) gemm(dot, split, p0, p1);
+                        CHECK(split == all);
+                        std::fill(split.begin(), split.end(), 0.0f);
+                        for (auto [p0, p1] : {std::pair<size_t, size_t>{0, 3}, {3, 5}}) gemm(dot, split, p0, p1);
+                        CHECK(split == all);
+                    }
+                }
+    });
 }
 
 TEST_CASE("bf16 / f16 packed matmul: scalar reference against the exact evaluation on awkward shapes") {

@@ -152,25 +152,20 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
       w.nbytes = quantized.back().size();
     } else if (pack && spec.matrix) {
       const size_t n = spec.shape[0], k = spec.shape[1];
-      packed.emplace_back(kernels::panel_floats(n, k));
-      kernels::pack_panels(t.data.data(), n, k, packed.back().data());
-      it->second->reset();  // frees the unpacked copy unless the checkpoint still holds it
       w.layout = Layout::Panel16;
       w.dtype = spec.name == head_name ? dtype_head : dtype;
       if (w.dtype == DType::F32) {
+        packed.emplace_back(kernels::panel_floats(n, k));
+        kernels::pack_panels(t.data.data(), n, k, packed.back().data());
         w.data = packed.back().data();
         w.nbytes = uint64_t(packed.back().size()) * sizeof(float);
-      } else {
-        const std::vector<float>& f = packed.back();
-        narrowed.emplace_back(f.size());
-        if (w.dtype == DType::BF16)
-          kernels::narrow_to_bf16(f.data(), f.size(), narrowed.back().data());
-        else
-          kernels::narrow_to_f16(f.data(), f.size(), narrowed.back().data());
-        std::vector<float>().swap(packed.back());  // the f32 copy is no longer needed
+      } else {  // rounded straight from the row-major matrix into panel pairs
+        narrowed.emplace_back(kernels::panel_floats(n, k));
+        kernels::pack_half_panels(t.data.data(), n, k, static_cast<kernels::WeightType>(w.dtype), narrowed.back().data());
         w.data = narrowed.back().data();
         w.nbytes = uint64_t(narrowed.back().size()) * sizeof(uint16_t);
       }
+      it->second->reset();  // frees the unpacked copy unless the checkpoint still holds it
     } else {
       w.data = t.data.data();
       w.nbytes = uint64_t(t.data.size()) * sizeof(float);
