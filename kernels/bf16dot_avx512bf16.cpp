@@ -52,14 +52,14 @@ constexpr size_t NP = 2;
 // Decode (one row): one pair of panels at a time, which lie in one run of
 // memory, so the matrix is read front to back as a single stream, each line
 // prefetched ahead as decode_prefetch.hpp describes. A line is 16 pairs of k
-// of one panel, one VDPBF16PS on that panel's accumulator chain; two chains
-// keep up where one alone waits on the instruction's latency when threads
-// get more bandwidth each (docs/decode-streaming.md). Measured on Zen 5,
-// whole decode steps against a plain read in the same run, with panels
-// stored one after another: 124M / 355M at 1 thread 1.01 / 0.97 with one
-// panel, 0.93 / 0.92 with two (two streams) and 0.93 / 0.86 with four; 2
-// threads 1.04 against 0.93; at 512 positions (with the KV cache) 0.96
-// against 0.87.
+// of one panel, one VDPBF16PS on that panel's accumulator chain; one chain
+// alone waits on the instruction's latency when a thread gets 40 GB/s
+// (docs/decode-streaming.md). Measured on Zen 5 with `mmgpt bench`, 355M at
+// 2 threads: 104.7-105.9 tok/s with pairs against 65.7-96.7 one panel at a
+// time; the demo model (in cache) 40.0k-40.6k against 28.2k-28.6k. Before
+// pairs, with panels stored one after another (whole decode steps against a
+// plain read in the same run): 124M / 355M at 1 thread 1.01 / 0.97 with one
+// panel, 0.93 / 0.92 with two (two streams) and 0.93 / 0.86 with four.
 // Prefill with a single row tile: the weights are read once, prefetched this
 // far ahead within each panel (bytes).
 constexpr size_t kPrefetchBytes = 1536;
