@@ -205,7 +205,7 @@ void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t lay
                 "reader no longer runs; convert the checkpoint again (quantized matrices are now layout 2, panel16q)");
   if (half(dtype_id) && layout_id == static_cast<uint32_t>(Layout::Panel16))
     throw Error(where + ": dtype " + dtype_name(dtype_id) +
-                " in layout panel16 is the panel order of files written by mmgpt before 2026-11-25, which this "
+                " in layout panel16 is the panel order of files written by mmgpt before layout 3 (2026-11-24), which this "
                 "reader no longer runs; convert the checkpoint again (16-bit matrices are now layout 3, panel16x2)");
   if (layout_id == kLayoutPanel16Q && !quantized(dtype_id))
     throw Error(where + ": layout panel16q is only for dtypes q8_0 and q4_0 (this tensor is " + dtype_name(dtype_id) +

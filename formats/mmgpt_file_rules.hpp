@@ -28,7 +28,7 @@ bool layout_known(uint32_t layout_id);
 // check_tensor_entry.) 3 (panel16x2) is the panel16 arrangement of bf16 / f16
 // matrices with the lines of each pair of panels alternating
 // (kernels/panel_layout.hpp); in memory also Layout::Panel16 with a 16-bit
-// dtype. (Files written before 2026-11-25 hold 16-bit matrices in layout 1,
+// dtype. (Files written before layout 3 (2026-11-24) hold 16-bit matrices in layout 1,
 // one panel after another; refused the same way.)
 inline constexpr uint32_t kLayoutPanel16Q = 2;
 inline constexpr uint32_t kLayoutPanel16Pairs = 3;

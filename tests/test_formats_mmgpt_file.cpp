@@ -939,14 +939,14 @@ TEST_CASE("bf16 / f16 matrices: round trip, 2 bytes per element in panel16, nowh
   set_u32(img, entry_of(img, "wte").dtype, 2);
   set_u32(img, entry_of(img, "wte").layout, 3);
   CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16x2 (expected 256)");
-  // The 16-bit panels of files written before 2026-11-25 (layout 1, one panel
+  // The 16-bit panels of files written before layout 3 (2026-11-24) (layout 1, one panel
   // after another) are refused, not misread; layout 3 holds only them.
   for (uint32_t dt : {1u, 2u}) {
     img = base;
     set_u32(img, entry_of(img, "wte").dtype, dt);
     set_u32(img, entry_of(img, "wte").layout, 1);
     CHECK_REJECTS(img, std::string("tensor 'wte': dtype ") + (dt == 1 ? "bf16" : "f16") +
-                           " in layout panel16 is the panel order of files written by mmgpt before 2026-11-25");
+                           " in layout panel16 is the panel order of files written by mmgpt before layout 3 (2026-11-24)");
   }
   for (uint32_t dt : {0u, 3u, 4u}) {
     img = base;
