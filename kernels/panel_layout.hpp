@@ -42,8 +42,8 @@ inline size_t panel_index(size_t K, size_t n, size_t k) {
     return (n / kPanelWidth) * kPanelWidth * K + k * kPanelWidth + n % kPanelWidth;
 }
 
-// Where panel p's k-steps lie in a packed W[N, K], in elements from its
-// start: k-step k (16 consecutive elements, one per row) is at
+// Where panel p's k-steps lie in a packed W[N, K], in elements from the
+// matrix's first element: k-step k (16 consecutive elements, one per row) is at
 // first + (k / 2) * pitch + (k % 2) * 16 for k < K & ~1, and the last k-step
 // of an odd K at tail. f32 panels are contiguous (pitch 32); paired 16-bit
 // panels interleave lines (pitch 64).
