@@ -116,7 +116,7 @@ template <size_t R, size_t P, Ahead Prefetch>
             const uint16_t* src = line[j];
             if constexpr (Prefetch == Ahead::InPanel)
                 _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchBytes, _MM_HINT_T0);
-            if constexpr (Prefetch == Ahead::Decode) prefetch_nta(src, kDecodeAheadBytes);
+            if constexpr (Prefetch == Ahead::Decode) prefetch_decode(src);
             wv[j] = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(src));
             line[j] += st[j].pitch;
         }

@@ -47,11 +47,6 @@ struct PanelGemm {
     static constexpr size_t VP = kPanelWidth / W;   // vectors per panel k-step
     static constexpr size_t MR = 6;
     static constexpr size_t P = W == 16 ? 2 : 1;     // panels per GEMM tile
-    // Where panel p's k-steps lie (panel_layout.hpp): f32 panels are
-    // contiguous, 16-bit panels go in pairs whose lines alternate.
-    static PanelSteps steps(size_t N, size_t K, size_t p) {
-        return sizeof(WE) == 4 ? panel_steps(K, p) : half_panel_steps(N, K, p);
-    }
     static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
 
     struct Out {
@@ -130,8 +125,8 @@ struct PanelGemm {
     // packed W[N, K] at wp, over k in [k0, k1). Accumulators start from
     // part_in (or zero) and end in part_out (row stride ldp) or, on the last
     // K block, go through the epilogue to o. The k-steps go two at a time, a
-    // line of 16-bit weights (two of f32). Decode: the NP panels are a decode
-    // group, one memory stream (one panel, or a 16-bit pair), each line
+    // line of 16-bit weights (two of f32). Decode: the NP panels are one
+    // memory stream (one panel, or a 16-bit pair), each line
     // prefetched kDecodeAheadBytes ahead (decode_prefetch.hpp).
     template <size_t R, size_t NP, bool Decode>
     static void micro(const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p, size_t k0, size_t k1,
@@ -146,7 +141,7 @@ struct PanelGemm {
         PanelSteps st[NP];
         const WE* at[NP];
 #pragma GCC unroll 8
-        for (size_t j = 0; j < NP; ++j) st[j] = steps(N, K, p + j);
+        for (size_t j = 0; j < NP; ++j) st[j] = panel_steps_of<WE>(N, K, p + j);  // panel_layout.hpp
         size_t k = k0;
         if (k % 2 == 1 && k < k1) {  // a K block that starts mid-line
 #pragma GCC unroll 8
@@ -163,8 +158,7 @@ struct PanelGemm {
             for (size_t j = 0; j < NP; ++j) {
                 if constexpr (Decode)
 #pragma GCC unroll 2
-                    for (size_t b = 0; b < 2 * kPanelWidth * sizeof(WE); b += 64)
-                        detail::prefetch_nta(line[j], b + detail::kDecodeAheadBytes);
+                    for (size_t b = 0; b < 2 * kPanelWidth * sizeof(WE); b += 64) detail::prefetch_decode(line[j], b);
                 odd[j] = line[j] + kPanelWidth;
             }
             kstep<R, NP>(acc, x, ldx, k, line);
@@ -215,7 +209,7 @@ struct PanelGemm {
                        bias ? bias + col : nullptr, e};
         };
         if (M == 1) {
-            // Decode: one memory stream per group, one panel, or a pair of
+            // Decode: one memory stream at a time, one panel, or a pair of
             // 16-bit panels (two accumulator chains: one would not keep up
             // with two dependent FMAs a line). A range that starts at an odd
             // panel (a thread's share) takes that one alone.

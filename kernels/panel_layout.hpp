@@ -62,6 +62,13 @@ inline PanelSteps half_panel_steps(size_t N, size_t K, size_t p) {  // bf16, f16
     }
     return panel_steps(K, p);  // the unpaired last panel
 }
+// The one of the two for a packed matrix of element type E (float, or a
+// 16-bit type).
+template <class E>
+inline PanelSteps panel_steps_of(size_t N, size_t K, size_t p) {
+    if constexpr (sizeof(E) == 4) return panel_steps(K, p);
+    else return half_panel_steps(N, K, p);
+}
 // Index of W[n][k] in a packed 16-bit W[N, K].
 inline size_t half_panel_index(size_t N, size_t K, size_t n, size_t k) {
     return half_panel_steps(N, K, n / kPanelWidth).at(K, k) + n % kPanelWidth;

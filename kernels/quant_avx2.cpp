@@ -109,7 +109,7 @@ template <bool Q4, size_t R, size_t P, Ahead Prefetch>
         const uint8_t* panel = pn.w + j * pn.stride;
         if constexpr (Prefetch == Ahead::InPanel)
             _mm_prefetch(reinterpret_cast<const char*>(panel + at) + kPrefetchQuant, _MM_HINT_T0);
-        if constexpr (Prefetch == Ahead::Decode) prefetch_decode_ahead<P>(panel, at, pn.stride);
+        if constexpr (Prefetch == Ahead::Decode) prefetch_decode(panel, at);
     };
 
     __m256 acc[R][V];

@@ -179,7 +179,7 @@ template <bool Q4>
     const __m512i lo_mask = _mm512_set1_epi8(0x0F), hi_mask = _mm512_set1_epi8(static_cast<char>(0xF0));
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     auto line = [&](size_t at) __attribute__((always_inline)) {
-        prefetch_nta(panel, at + kDecodeAheadBytes);  // prefetch_decode_ahead<1>: one stream, no group to skip
+        prefetch_decode(panel, at);
         return _mm512_loadu_si512(panel + at);
     };
 
@@ -201,7 +201,7 @@ template <bool Q4>
                 lo = _mm512_dpbusd_epi32(lo, _mm512_xor_si512(line(qoff + g * 64), flip),
                                          bcast4(x.q + b * kQuantBlock + g * 4));
         }
-        if (b % 2 == 0) prefetch_nta(panel, soff + kDecodeAheadBytes);  // the unit's line of scales is in the stream too
+        if (b % 2 == 0) prefetch_decode(panel, soff);  // the unit's line of scales is in the stream too
         // acc = fma(float(isum), dw * dx, acc), as the reference.
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + soff)));
         const __m512i isum = Q4 ? _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4)) : lo;

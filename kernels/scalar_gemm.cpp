@@ -20,8 +20,7 @@ void gemm_panels_of(const float* x, const E* wp, const float* bias, float* y, si
     for (size_t m = 0; m < M; ++m) {
         const float* xm = x + m * K;
         for (size_t n = p0 * kPanelWidth; n < n1; ++n) {
-            const size_t p = n / kPanelWidth;
-            const PanelSteps steps = sizeof(E) == 4 ? panel_steps(K, p) : half_panel_steps(N, K, p);
+            const PanelSteps steps = panel_steps_of<E>(N, K, n / kPanelWidth);
             const E* wn = wp + n % kPanelWidth;
             float acc = 0.0f;
             for (size_t k = 0; k < K; ++k) acc += xm[k] * widen(wn[steps.at(K, k)]);

@@ -927,65 +927,51 @@ TEST_CASE("bf16 / f16 matrices: round trip, 2 bytes per element in panel16, nowh
   CHECK_THROWS_WITH_AS(write(dir + "/bad.mmgpt", bad),
                        doctest::Contains("tensor 'wpe' has dtype f16, which only the weight matrices"), mmgpt::Error);
 
-  // The reader: a 16-bit dtype on a row-major tensor, a vector, or with f32's byte count.
+  // The reader: each dtype only in its own layout, with its own byte count;
+  // a vector may not hold a reduced dtype.
   const Bytes& base = tiny_image();
   Bytes img = base;
   set_u32(img, entry_of(img, "h.0.ln_1.weight").dtype, 1);
   CHECK_REJECTS(img, "tensor 'h.0.ln_1.weight': dtype bf16 is only allowed in layout panel16x2 (this tensor is row-major)");
   img = base;
-  set_u32(img, entry_of(img, "wte").dtype, 2);
-  CHECK_REJECTS(img, "tensor 'wte': dtype f16 is only allowed in layout panel16x2 (this tensor is row-major)");
-  img = base;
-  set_u32(img, entry_of(img, "wte").dtype, 2);
-  set_u32(img, entry_of(img, "wte").layout, 3);
-  CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16x2 (expected 256)");
-  // The 16-bit panels of files written before layout 3 (2026-11-24) (layout 1, one panel
-  // after another) are refused, not misread; layout 3 holds only them.
-  for (uint32_t dt : {1u, 2u}) {
-    img = base;
-    set_u32(img, entry_of(img, "wte").dtype, dt);
-    set_u32(img, entry_of(img, "wte").layout, 1);
-    CHECK_REJECTS(img, std::string("tensor 'wte': dtype ") + (dt == 1 ? "bf16" : "f16") +
-                           " in layout panel16 is the panel order of files written by mmgpt before layout 3 (2026-11-24)");
-  }
-  for (uint32_t dt : {0u, 3u, 4u}) {
-    img = base;
-    set_u32(img, entry_of(img, "wte").dtype, dt);
-    set_u32(img, entry_of(img, "wte").layout, 3);
-    CHECK_REJECTS(img, "tensor 'wte': layout panel16x2 is only for dtypes bf16 and f16");
-  }
-  // q8_0 / q4_0: panel16q (layout 2) only, and their own byte count (one
-  // panel of one unit: two blocks of 512 or 256 bytes of quants, the second
-  // one empty here, and a line of scales).
-  img = base;
-  set_u32(img, entry_of(img, "wte").dtype, 3);
-  CHECK_REJECTS(img, "tensor 'wte': dtype q8_0 is only allowed in layout panel16q (this tensor is row-major)");
-  img = base;
-  set_u32(img, entry_of(img, "wte").dtype, 3);
-  set_u32(img, entry_of(img, "wte").layout, 2);
-  CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16q (expected 1088)");
-  img = base;
-  set_u32(img, entry_of(img, "wte").dtype, 4);
-  set_u32(img, entry_of(img, "wte").layout, 2);
-  CHECK_REJECTS(img, "tensor 'wte': nbytes 352 does not match shape [11, 8] in layout panel16q (expected 576)");
-  img = base;
   set_u32(img, entry_of(img, "h.0.ln_1.weight").dtype, 4);
   CHECK_REJECTS(img, "tensor 'h.0.ln_1.weight': dtype q4_0 is only allowed in layout panel16q");
-  // The quantized panels of files written before 2026-11-24 (layout 1, all
-  // of a panel's scales after all its quants) are refused, not misread.
-  for (uint32_t dt : {3u, 4u}) {
+  // wte [11, 8] (352 bytes as f32) with these dtype and layout ids.
+  const std::string old16 = " in layout panel16 is the panel order of files written by mmgpt before layout 3 (2026-11-24)";
+  const std::string oldq = " in layout panel16 is the block order of files written by mmgpt before 2026-11-24";
+  const struct {
+    uint32_t dtype, layout;
+    std::string why;
+  } wte_cases[] = {
+      {2, 0, "dtype f16 is only allowed in layout panel16x2 (this tensor is row-major)"},
+      {3, 0, "dtype q8_0 is only allowed in layout panel16q (this tensor is row-major)"},
+      // The byte counts: one panel of 16 x 8 two-byte elements; one panel of
+      // one q8_0 / q4_0 unit: two blocks of 512 or 256 bytes of quants (the
+      // second one empty here) and a line of scales.
+      {2, 3, "nbytes 352 does not match shape [11, 8] in layout panel16x2 (expected 256)"},
+      {3, 2, "nbytes 352 does not match shape [11, 8] in layout panel16q (expected 1088)"},
+      {4, 2, "nbytes 352 does not match shape [11, 8] in layout panel16q (expected 576)"},
+      // Files written before layouts 2 and 3 kept 16-bit and quantized panels
+      // in layout 1 in another order: refused, not misread.
+      {1, 1, "dtype bf16" + old16},
+      {2, 1, "dtype f16" + old16},
+      {3, 1, "dtype q8_0" + oldq},
+      {4, 1, "dtype q4_0" + oldq},
+      // Layouts 2 and 3 hold only their own dtypes.
+      {0, 2, "layout panel16q is only for dtypes q8_0 and q4_0"},
+      {1, 2, "layout panel16q is only for dtypes q8_0 and q4_0"},
+      {2, 2, "layout panel16q is only for dtypes q8_0 and q4_0"},
+      {0, 3, "layout panel16x2 is only for dtypes bf16 and f16"},
+      {3, 3, "layout panel16x2 is only for dtypes bf16 and f16"},
+      {4, 3, "layout panel16x2 is only for dtypes bf16 and f16"},
+  };
+  for (const auto& c : wte_cases) {
+    CAPTURE(c.dtype);
+    CAPTURE(c.layout);
     img = base;
-    set_u32(img, entry_of(img, "wte").dtype, dt);
-    set_u32(img, entry_of(img, "wte").layout, 1);
-    CHECK_REJECTS(img, std::string("tensor 'wte': dtype ") + (dt == 3 ? "q8_0" : "q4_0") +
-                           " in layout panel16 is the block order of files written by mmgpt before 2026-11-24");
-  }
-  // Layout 2 holds only the quantized dtypes.
-  for (uint32_t dt : {0u, 1u, 2u}) {
-    img = base;
-    set_u32(img, entry_of(img, "wte").dtype, dt);
-    set_u32(img, entry_of(img, "wte").layout, 2);
-    CHECK_REJECTS(img, "tensor 'wte': layout panel16q is only for dtypes q8_0 and q4_0");
+    set_u32(img, entry_of(img, "wte").dtype, c.dtype);
+    set_u32(img, entry_of(img, "wte").layout, c.layout);
+    CHECK_REJECTS(img, "tensor 'wte': " + c.why);
   }
   img = base;
   set_u32(img, entry_of(img, "wte").dtype, 5);
