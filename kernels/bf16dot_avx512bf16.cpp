@@ -194,7 +194,7 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
 }  // namespace
 
 const Bf16DotKernels& avx512bf16_bf16dot_kernels() {
-    static const Bf16DotKernels k{"avx512bf16", &gemm_panels};
+    static const Bf16DotKernels k{"avx512bf16", &gemm_panels, &scalar_bf16dot_kernels()};
     return k;
 }
 

@@ -20,6 +20,13 @@
 namespace mmgpt::kernels::detail {
 namespace {
 
+// MMGPT_BF16DOT=0 keeps bf16 weights on the f32 kernels (widened, activations
+// in f32) even where the bf16 dot product is available.
+bool bf16dot_allowed() {
+    const char* env = std::getenv("MMGPT_BF16DOT");
+    return env == nullptr || std::string_view(env) != "0";
+}
+
 #if defined(__x86_64__) || defined(_M_X64)
 // F16C from CPUID leaf 1, ECX bit 29. Not through __builtin_cpu_supports:
 // clang (14, the fuzz and sanitizer compiler) does not know the "f16c" name.
@@ -47,13 +54,6 @@ bool cpu_has_avx512bf16() {
     return (eax & (1u << 5)) != 0;
 }
 
-// MMGPT_BF16DOT=0 keeps bf16 weights on the f32 kernels (widened, activations
-// in f32) even where the bf16 dot product is available.
-bool bf16dot_allowed() {
-    const char* env = std::getenv("MMGPT_BF16DOT");
-    return env == nullptr || std::string_view(env) != "0";
-}
-
 bool cpu_runs_avx2() {
     __builtin_cpu_init();  // safe to repeat; needed if we run before libgcc's constructor
     // F16C: the f16 weight kernels widen with VCVTPH2PS (every AVX2 CPU we know has it).
@@ -75,6 +75,15 @@ bool cpu_has_dotprod() {
     return false;
 #endif
 }
+
+// The BF16 extension (BFDOT), from the second word of hardware capabilities.
+bool cpu_has_bf16() {
+#if defined(__linux__) && defined(HWCAP2_BF16)
+    return (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
+#else
+    return false;
+#endif
+}
 #endif
 
 IsaTable with_quant(IsaTable t, const QuantKernels& q, const Bf16DotKernels* bf16dot = nullptr) {
@@ -85,8 +94,9 @@ IsaTable with_quant(IsaTable t, const QuantKernels& q, const Bf16DotKernels* bf1
 
 // The table for `name` if it is built into this binary and the CPU can run
 // it; nullptr otherwise. Each comes with the best quantized kernels the CPU
-// runs at that level, AVX-512 with the bf16 dot product where the CPU has it.
-const IsaTable* runnable_table(std::string_view name) {
+// runs at that level, AVX-512 and NEON with the bf16 dot product where the
+// CPU has it (bf16dot false: the same table without it).
+const IsaTable* runnable_table(std::string_view name, bool bf16dot = true) {
     if (name == "scalar") return &scalar_table();
 #if defined(__x86_64__) || defined(_M_X64)
     if (name == "avx2") {
@@ -96,17 +106,20 @@ const IsaTable* runnable_table(std::string_view name) {
     }
     if (name == "avx512") {
         if (!cpu_runs_avx512()) return nullptr;
-        static const IsaTable t =
-            with_quant(avx512_table(), cpu_has_avx512vnni() ? avx512vnni_quant_kernels() : avx2_quant_kernels(),
-                       cpu_has_avx512bf16() && bf16dot_allowed() ? &avx512bf16_bf16dot_kernels() : nullptr);
-        return &t;
+        static const IsaTable widen =
+            with_quant(avx512_table(), cpu_has_avx512vnni() ? avx512vnni_quant_kernels() : avx2_quant_kernels());
+        static const IsaTable t = with_quant(
+            widen, *widen.quant, cpu_has_avx512bf16() && bf16dot_allowed() ? &avx512bf16_bf16dot_kernels() : nullptr);
+        return bf16dot ? &t : &widen;
     }
 #endif
 #if defined(__aarch64__)
     if (name == "neon") {  // Advanced SIMD is mandatory on AArch64
-        static const IsaTable t =
+        static const IsaTable widen =
             with_quant(neon_table(), cpu_has_dotprod() ? neon_dotprod_quant_kernels() : neon_quant_kernels());
-        return &t;
+        static const IsaTable t = with_quant(
+            widen, *widen.quant, cpu_has_bf16() && bf16dot_allowed() ? &neon_bf16_bf16dot_kernels() : nullptr);
+        return bf16dot ? &t : &widen;
     }
 #endif
     return nullptr;
@@ -155,9 +168,12 @@ std::vector<const QuantKernels*> runnable_quant_kernels() {
 }
 
 std::vector<const Bf16DotKernels*> runnable_bf16dot_kernels() {
-    std::vector<const Bf16DotKernels*> all{&scalar_bf16dot_kernels()};
+    std::vector<const Bf16DotKernels*> all{&scalar_bf16dot_kernels(), &scalar_arm_bf16dot_kernels()};
 #if defined(__x86_64__) || defined(_M_X64)
     if (cpu_runs_avx512() && cpu_has_avx512bf16()) all.push_back(&avx512bf16_bf16dot_kernels());
+#endif
+#if defined(__aarch64__)
+    if (cpu_has_bf16()) all.push_back(&neon_bf16_bf16dot_kernels());
 #endif
     return all;
 }
@@ -175,8 +191,8 @@ std::string_view bf16_isa_name() {
     return k ? k->name : "f32";
 }
 
-bool force_isa(std::string_view name) {
-    const detail::IsaTable* t = detail::runnable_table(name);
+bool force_isa(std::string_view name, bool bf16dot) {
+    const detail::IsaTable* t = detail::runnable_table(name, bf16dot);
     if (t == nullptr) return false;
     detail::current().store(t, std::memory_order_release);
     return true;

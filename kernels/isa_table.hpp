@@ -55,11 +55,14 @@ const QuantKernels& neon_dotprod_quant_kernels();  // + SDOT (Armv8.2 dot produc
 std::vector<const QuantKernels*> runnable_quant_kernels();
 
 // bf16 weights times activations rounded to bf16, with a bf16 dot-product
-// instruction (AVX512_BF16's VDPBF16PS): twice the multiply-adds of an f32
-// FMA per instruction. A set of its own, as the quantized kernels: dispatch.cpp
-// pairs it with the AVX-512 table on CPUs that report AVX512_BF16 (unless
-// MMGPT_BF16DOT=0). The numerics (the instruction's, defined exactly by the
-// scalar reference, scalar_bf16dot.cpp) differ from the f32 kernels': x is
+// instruction: AVX512_BF16's VDPBF16PS, or the Arm BF16 extension's BFDOT;
+// twice the multiply-adds of an f32 FMA per instruction. A set of its own, as
+// the quantized kernels: dispatch.cpp pairs it with the AVX-512 table on CPUs
+// that report AVX512_BF16 and with the NEON table on CPUs that report BF16
+// (unless MMGPT_BF16DOT=0). The numerics are the instruction's, and the two
+// instructions round differently, so each set names the scalar reference that
+// defines its results bit for bit: scalar_bf16dot.cpp (VDPBF16PS) or
+// scalar_bf16dot_arm.cpp (BFDOT). Both differ from the f32 kernels': x is
 // rounded to bf16 first.
 struct Bf16DotKernels {
     const char* name;
@@ -68,6 +71,9 @@ struct Bf16DotKernels {
     // (panel_layout.hpp).
     void (*gemm_panels)(const uint16_t* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K,
                         size_t N, size_t p0, size_t p1, Epilogue e);
+    // The scalar set whose results this one gives bit for bit; null for a
+    // scalar reference itself.
+    const Bf16DotKernels* reference = nullptr;
 };
 
 // A row of rounded activations: K rounded up to even (pairs of k), the pad zero.
@@ -77,9 +83,13 @@ inline size_t bf16dot_row_elems(size_t K) { return K + (K & 1); }
 // does); out: M * bf16dot_row_elems(K) values.
 void bf16dot_round_rows(const float* x, size_t M, size_t K, uint16_t* out);
 
-const Bf16DotKernels& scalar_bf16dot_kernels();
+const Bf16DotKernels& scalar_bf16dot_kernels();      // VDPBF16PS's arithmetic
+const Bf16DotKernels& scalar_arm_bf16dot_kernels();  // BFDOT's arithmetic
 #if defined(__x86_64__) || defined(_M_X64)
 const Bf16DotKernels& avx512bf16_bf16dot_kernels();  // AVX-512 F/BW/VL + BF16
+#endif
+#if defined(__aarch64__)
+const Bf16DotKernels& neon_bf16_bf16dot_kernels();  // Advanced SIMD + BF16 (BFDOT)
 #endif
 // Every set this CPU and build can run (scalar first), for the tests.
 std::vector<const Bf16DotKernels*> runnable_bf16dot_kernels();

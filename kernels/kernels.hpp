@@ -22,12 +22,13 @@ namespace mmgpt::kernels {
 std::string_view isa_name();
 // Name of the quantized kernels in use: "avx512-vnni", "avx2", "neon-dotprod", "neon" or "scalar".
 std::string_view quant_isa_name();
-// Name of the kernels that multiply bf16 weights: "avx512bf16" (the bf16 dot
-// product, activations rounded to bf16; MMGPT_BF16DOT=0 turns it off) or "f32"
-// (weights widened to f32, the f32 kernels of isa_name()).
+// Name of the kernels that multiply bf16 weights: "avx512bf16" or "neon_bf16"
+// (the bf16 dot product, activations rounded to bf16; MMGPT_BF16DOT=0 turns
+// it off) or "f32" (weights widened to f32, the f32 kernels of isa_name()).
 std::string_view bf16_isa_name();
-// Forces an instantiation (for tests and benchmarks); false if the CPU cannot run it.
-bool force_isa(std::string_view name);
+// Forces an instantiation (for tests and benchmarks); false if the CPU cannot
+// run it. bf16dot false: without the bf16 dot product (as MMGPT_BF16DOT=0).
+bool force_isa(std::string_view name, bool bf16dot = true);
 
 void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N);
 // The same product with W packed in the panel layout (panel_layout.hpp), the

@@ -22,36 +22,18 @@
 #include "formats/half.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/scalar_bf16dot_loop.hpp"
 
 namespace mmgpt::kernels {
 namespace {
 
-// A subnormal (or zero) to the zero of its sign; anything else unchanged.
-inline float flush(float v) {
-    const uint32_t u = std::bit_cast<uint32_t>(v);
-    return (u & 0x7f800000u) == 0 ? std::bit_cast<float>(u & 0x80000000u) : v;
-}
-
-inline float widen_daz(uint16_t b) { return flush(bf16_to_f32(b)); }
-
 void gemm_panels_bf16dot(const uint16_t* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K,
                          size_t N, size_t p0, size_t p1, Epilogue e) {
-    const size_t Kp = detail::bf16dot_row_elems(K);
-    const size_t n1 = p1 * kPanelWidth < N ? p1 * kPanelWidth : N;
-    for (size_t m = 0; m < M; ++m) {
-        const uint16_t* xm = x + m * Kp;
-        for (size_t n = p0 * kPanelWidth; n < n1; ++n) {
-            const uint16_t* wn = wp + n % kPanelWidth;
-            const PanelSteps steps = half_panel_steps(N, K, n / kPanelWidth);  // panel pairs (panel_layout.hpp)
-            auto w = [&](size_t k) { return k < K ? widen_daz(wn[steps.at(K, k)]) : 0.0f; };
-            float acc = 0.0f;
-            for (size_t k = 0; k < Kp; k += 2) {
-                acc = flush(std::fma(widen_daz(xm[k + 1]), w(k + 1), acc));
-                acc = flush(std::fma(widen_daz(xm[k]), w(k), acc));
-            }
-            scalar::store_epilogue(acc, bias ? bias + n : nullptr, e, y[m * N + n]);
-        }
-    }
+    auto step = [](float acc, float x0, float w0, float x1, float w1) {
+        acc = detail::flush_subnormal(std::fma(x1, w1, acc));  // the odd element first
+        return detail::flush_subnormal(std::fma(x0, w0, acc));
+    };
+    detail::bf16dot_reference_gemm(x, wp, bias, y, M, K, N, p0, p1, e, step);
 }
 
 }  // namespace

@@ -62,4 +62,9 @@ if ! grep -q 'dispatched ISA: neon' "$log" || ! grep -q 'testing ISA neon' "$log
   echo "test-aarch64.sh: the kernel tests did not run the NEON path (see $log)" >&2
   exit 1
 fi
+# Likewise the BF16 extension's kernels (qemu's default CPU has FEAT_BF16).
+if ! grep -q 'runnable here: neon_bf16' "$log"; then
+  echo "test-aarch64.sh: the bf16 dot-product tests did not run the NEON BF16 kernels (see $log)" >&2
+  exit 1
+fi
 echo "test-aarch64.sh: NEON kernels ran in $(grep -c 'testing ISA neon' "$log") test cases under qemu-aarch64"

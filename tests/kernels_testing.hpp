@@ -94,18 +94,31 @@ int for_each_simd_isa(F body) {
 // (activations rounded to bf16) in the instantiation in use.
 inline bool bf16dot_active() { return mmgpt::kernels::detail::active_table().bf16dot != nullptr; }
 
+// The scalar set that defines `set`'s results (itself for a reference).
+inline const mmgpt::kernels::detail::Bf16DotKernels& bf16dot_reference_of(
+    const mmgpt::kernels::detail::Bf16DotKernels& set) {
+    return set.reference ? *set.reference : set;
+}
+
 // What matmul_packed computes for bf16 weights (packed panels wp) when
-// bf16dot_active(): the scalar reference's sums (kernels/scalar_bf16dot.cpp)
-// with the bias, then the active instantiation's vector GELU (the one the
-// kernels fuse, as kernels::gelu_*) and the residual add, so bit for bit.
+// bf16dot_active(): the sums of the reference of the set in use (or of `ref`:
+// kernels/scalar_bf16dot.cpp, scalar_bf16dot_arm.cpp) with the bias, then the
+// active instantiation's vector GELU (the one the kernels fuse, as
+// kernels::gelu_*) and the residual add, so bit for bit.
 inline std::vector<float> bf16dot_expected(const float* x, const uint16_t* wp, const float* bias,
                                            std::vector<float> y, size_t M, size_t K, size_t N,
-                                           mmgpt::kernels::Epilogue e) {
+                                           mmgpt::kernels::Epilogue e,
+                                           const mmgpt::kernels::detail::Bf16DotKernels* ref = nullptr) {
     namespace k = mmgpt::kernels;
-    std::vector<uint16_t> xr(M * k::detail::bf16dot_row_elems(K));
-    k::detail::bf16dot_round_rows(x, M, K, xr.data());
+    namespace kd = mmgpt::kernels::detail;
+    if (ref == nullptr) {
+        const kd::Bf16DotKernels* active = kd::active_table().bf16dot;
+        ref = active ? &bf16dot_reference_of(*active) : &kd::scalar_bf16dot_kernels();
+    }
+    std::vector<uint16_t> xr(M * kd::bf16dot_row_elems(K));
+    kd::bf16dot_round_rows(x, M, K, xr.data());
     std::vector<float> v(M * N);
-    k::detail::scalar_bf16dot_kernels().gemm_panels(xr.data(), wp, bias, v.data(), M, K, N, 0, k::panel_count(N), {});
+    ref->gemm_panels(xr.data(), wp, bias, v.data(), M, K, N, 0, k::panel_count(N), {});
     if (e.act == k::Activation::GeluErf) k::gelu_erf(v.data(), v.size());
     if (e.act == k::Activation::GeluTanh) k::gelu_tanh(v.data(), v.size());
     for (size_t i = 0; i < v.size(); ++i) y[i] = e.accumulate ? y[i] + v[i] : v[i];

@@ -1,14 +1,18 @@
 // The bf16 dot-product matmul (bf16 weights times activations rounded to
-// bf16; kernels/scalar_bf16dot.cpp defines it, bf16dot_avx512bf16.cpp runs it
-// with VDPBF16PS where the CPU has AVX512_BF16):
+// bf16), in two arithmetics: VDPBF16PS's (kernels/scalar_bf16dot.cpp defines
+// it, bf16dot_avx512bf16.cpp runs it where the CPU has AVX512_BF16) and Arm
+// BFDOT's (scalar_bf16dot_arm.cpp, bf16dot_neon_bf16.cpp where the CPU has
+// BF16; run here under qemu-aarch64 by scripts/test-aarch64.sh):
 // - the rounding of x: nearest even, NaN stays NaN, f32 subnormals to zero;
-// - the reference's step is the SDM's (odd element of a pair first, DAZ
-//   inputs, FTZ results), on cases built so that each rule shows; every kernel
-//   set the CPU runs gives the same (so the instruction does too);
-// - every set equals the reference bit for bit on awkward shapes, split panel
+// - each reference's step is its instruction's (VDPBF16PS: odd element of a
+//   pair first, round to nearest; BFDOT: the pair summed first, round to odd;
+//   both DAZ inputs, FTZ results), on cases built so that each rule shows;
+//   every kernel set the CPU runs with that arithmetic gives the same (so the
+//   instruction does too);
+// - every set equals its reference bit for bit on awkward shapes, split panel
 //   ranges and every epilogue (a fused GELU: the reference's sums through the
 //   vector GELU the kernels fuse), also on data full of special values;
-// - the reference against an exact evaluation, within its rounding bound;
+// - each reference against an exact evaluation, within its rounding bound;
 // - the public matmul_packed: equal to the reference for 1, 2 and 5 threads,
 //   and a row's result does not depend on M.
 #include <bit>
@@ -119,14 +123,50 @@ TEST_CASE("x to bf16: nearest even, NaN stays NaN (quiet), infinities kept, f32 
     CHECK(round_rows(three, 2, 3) == std::vector<uint16_t>{0x3f80, 0x4000, 0x4040, 0, 0x4080, 0x40a0, 0x40c0, 0});
 }
 
-TEST_CASE("the reference's step is VDPBF16PS's as the SDM defines it, and every kernel set agrees") {
+namespace {
+
+// A one-row, one-output product built so that one rule of an arithmetic shows.
+struct StepCase {
+    const char* what;
+    std::vector<float> x, w;
+    float want;
+};
+
+// Every runnable set with `ref`'s arithmetic (ref included) gives each case's value.
+void check_step_cases(const std::vector<StepCase>& cases, const kd::Bf16DotKernels& ref) {
+    for (const StepCase& c : cases) {
+        CAPTURE(std::string(c.what));
+        const size_t K = c.x.size();
+        const auto xr = round_rows(c.x, 1, K);
+        const auto wp = pack_bf16(c.w, 1, K);
+        for (const kd::Bf16DotKernels* set : kd::runnable_bf16dot_kernels()) {
+            if (&kt::bf16dot_reference_of(*set) != &ref) continue;
+            CAPTURE(std::string(set->name));
+            float y = 99.0f;
+            set->gemm_panels(xr.data(), wp.data(), nullptr, &y, 1, K, 1, 0, 1, {});
+            CHECK(same(y, c.want));
+        }
+    }
+}
+
+// Cases where both arithmetics give the same: infinities, NaNs, x's rounding.
+std::vector<StepCase> both_arithmetics() {
     const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-    struct Case {
-        const char* what;
-        std::vector<float> x, w;  // one row, one output
-        float want;
+    return {
+        {"inf times zero", {inf}, {0.0f}, nan},
+        {"inf minus inf", {inf, 1.0f}, {1.0f, -inf}, nan},
+        {"inf", {-inf, 2.0f}, {3.0f, 1.0f}, -inf},
+        {"NaN in x", {nan, 1.0f, 1.0f}, {1.0f, 1.0f, 1.0f}, nan},
+        {"NaN in w", {1.0f, 1.0f, 1.0f}, {1.0f, 1.0f, nan}, nan},
+        {"x rounded to bf16 first", {1.0f + 0x1p-8f + 0x1p-20f}, {1.0f}, 1.0f + 0x1p-7f},
     };
-    const Case cases[] = {
+}
+
+}  // namespace
+
+TEST_CASE("the reference's step is VDPBF16PS's as the SDM defines it, and every kernel set agrees") {
+    const float inf = std::numeric_limits<float>::infinity();
+    check_step_cases({
         // Pairs (k0, k1), (k2, k3) are summed k1, k0, k3, k2: 2^24, then + 1 (a tie: stays 2^24),
         // then - 2^24 (0), then + 1. In index order it would be 0.
         {"odd element of a pair first", {1.0f, 4096.0f, 1.0f, -4096.0f}, {1.0f, 4096.0f, 1.0f, 4096.0f}, 1.0f},
@@ -139,25 +179,32 @@ TEST_CASE("the reference's step is VDPBF16PS's as the SDM defines it, and every 
         // 1.5 * 2^-126 (normal), then - 2^-126: 2^-127 is subnormal, flushed to +0.
         {"FTZ of a sum", {-0x1p-63f, 0x1.8p-63f}, {0x1p-63f, 0x1p-63f}, 0.0f},
         {"overflow to infinity", {0x1p100f, 0x1p100f}, {0x1p100f, 0x1p100f}, inf},
-        {"inf times zero", {inf}, {0.0f}, nan},
-        {"inf minus inf", {inf, 1.0f}, {1.0f, -inf}, nan},
-        {"inf", {-inf, 2.0f}, {3.0f, 1.0f}, -inf},
-        {"NaN in x", {nan, 1.0f, 1.0f}, {1.0f, 1.0f, 1.0f}, nan},
-        {"NaN in w", {1.0f, 1.0f, 1.0f}, {1.0f, 1.0f, nan}, nan},
-        {"x rounded to bf16 first", {1.0f + 0x1p-8f + 0x1p-20f}, {1.0f}, 1.0f + 0x1p-7f},
-    };
-    for (const Case& c : cases) {
-        CAPTURE(std::string(c.what));
-        const size_t K = c.x.size();
-        const auto xr = round_rows(c.x, 1, K);
-        const auto wp = pack_bf16(c.w, 1, K);
-        for (const kd::Bf16DotKernels* set : kd::runnable_bf16dot_kernels()) {
-            CAPTURE(std::string(set->name));
-            float y = 99.0f;
-            set->gemm_panels(xr.data(), wp.data(), nullptr, &y, 1, K, 1, 0, 1, {});
-            CHECK(same(y, c.want));
-        }
-    }
+    }, kd::scalar_bf16dot_kernels());
+    check_step_cases(both_arithmetics(), kd::scalar_bf16dot_kernels());
+}
+
+TEST_CASE("the Arm reference's step is BFDOT's as the Arm ARM defines it, and every kernel set agrees") {
+    const float inf = std::numeric_limits<float>::infinity();
+    check_step_cases({
+        // 1 + 2^24 is summed first (pair 0): not a float, rounded to odd: 2^24 + 2; then
+        // + (1 - 2^24) (pair 1, exact) gives 3. VDPBF16PS gives 1 (the SDM case above).
+        {"pair summed first, rounded to odd", {1.0f, 4096.0f, 1.0f, -4096.0f}, {1.0f, 4096.0f, 1.0f, 4096.0f}, 3.0f},
+        // 1 + 2^-25 lies a quarter of an ulp above 1: to nearest 1, to odd 1 + 2^-23.
+        {"round to odd, not to nearest", {1.0f, 0x1p-25f}, {1.0f, 1.0f}, 1.0f + 0x1p-23f},
+        // -(1 + 2^-25): truncated toward zero to -1, then made odd.
+        {"round to odd, negative", {-1.0f, -0x1p-25f}, {1.0f, 1.0f}, -(1.0f + 0x1p-23f)},
+        // Exact sums keep their value (1.5 is even in its last bit).
+        {"exact sums unchanged", {1.0f, 0.5f}, {1.0f, 1.0f}, 1.5f},
+        // A subnormal bf16 weight (2^-133) reads as zero, though its product with 2^100 is normal.
+        {"DAZ on the weights", {0x1p100f}, {std::bit_cast<float>(0x00010000u)}, 0.0f},
+        // 2^-70 * -2^-70 = -2^-140 is subnormal: flushed to -0, and -0 + +0 (the pad) is +0.
+        {"FTZ on a product", {-0x1p-70f}, {0x1p-70f}, 0.0f},
+        // 1.5 * 2^-126 - 2^-126 = 2^-127 (the pair's sum) is subnormal: +0.
+        {"FTZ of a sum", {-0x1p-63f, 0x1.8p-63f}, {0x1p-63f, 0x1p-63f}, 0.0f},
+        // 2^127 + 2^127 = 2^128 overflows: infinity, not the largest float.
+        {"overflow to infinity", {0x1p100f, 0x1p100f}, {0x1p27f, 0x1p27f}, inf},
+    }, kd::scalar_arm_bf16dot_kernels());
+    check_step_cases(both_arithmetics(), kd::scalar_arm_bf16dot_kernels());
 }
 
 TEST_CASE("every bf16 dot-product set equals the reference bit for bit, every shape and epilogue") {
@@ -181,19 +228,20 @@ TEST_CASE("every bf16 dot-product set equals the reference bit for bit, every sh
                     const auto y0 = kt::random_floats(M * N, -1.0f, 1.0f, seed + 3);
                     for (const Epilogue& e : epilogues) {
                         const float* b = (M + int(e.act)) % 2 ? bias.data() : nullptr;
-                        const auto want = kt::bf16dot_expected(x.data(), wp.data(), b, y0, M, K, N, e);
                         for (const kd::Bf16DotKernels* set : sets) {
+                            const kd::Bf16DotKernels& ref = kt::bf16dot_reference_of(*set);
+                            const auto want = kt::bf16dot_expected(x.data(), wp.data(), b, y0, M, K, N, e, &ref);
                             std::vector<float> got = y0;
                             // Two panel ranges, as threads would split them.
                             const size_t split = k::panel_count(N) / 2;
                             set->gemm_panels(xr.data(), wp.data(), b, got.data(), M, K, N, 0, split, e);
                             set->gemm_panels(xr.data(), wp.data(), b, got.data(), M, K, N, split, k::panel_count(N), e);
                             ++compared;
-                            if (set == &kd::scalar_bf16dot_kernels() && e.act != Activation::None) {
+                            if (set == &ref && e.act != Activation::None) {
                                 // The reference's own GELU is the scalar one (std::erf / std::tanh):
                                 // within test_kernels_simd.cpp's bound of the vector one, twice over.
                                 if (special) continue;
-                                const auto pre = kt::bf16dot_expected(x.data(), wp.data(), b, y0, M, K, N, {});
+                                const auto pre = kt::bf16dot_expected(x.data(), wp.data(), b, y0, M, K, N, {}, &ref);
                                 for (size_t i = 0; i < got.size(); ++i) {
                                     const double tol = 8 * kt::ulp(want[i]) + std::fabs(pre[i]) * 0x1p-21 +
                                                        (e.accumulate ? kt::ulp(want[i]) : 0.0);
@@ -222,15 +270,23 @@ TEST_CASE("every bf16 dot-product set equals the reference bit for bit, every sh
     MESSAGE(compared << " products compared over " << sets.size() << " kernel sets");
 }
 
-TEST_CASE("the reference against the exact product of the rounded values, and of the unrounded x") {
+TEST_CASE("each reference against the exact product of the rounded values, and of the unrounded x") {
+    // Per rounding: to nearest at most u |result|, to odd under 2u |result|
+    // (BFDOT rounds the pair's sum and the accumulation: two per pair).
+    struct Ref {
+        const kd::Bf16DotKernels* set;
+        double per_k;  // bound on the roundings per k, in units of u sum |p|
+    };
+    for (const Ref ref : {Ref{&kd::scalar_bf16dot_kernels(), 1.0}, Ref{&kd::scalar_arm_bf16dot_kernels(), 2.0}})
     for (size_t K : {size_t{1}, size_t{33}, size_t{257}, size_t{768}, size_t{3072}}) {
+        CAPTURE(std::string(ref.set->name));
         CAPTURE(K);
         const size_t M = 3, N = 21;
         const auto x = kt::random_floats(M * K, -2.0f, 2.0f, 40), w = kt::random_floats(N * K, -1.0f, 1.0f, 41);
         const auto xr = round_rows(x, M, K);
         const auto wp = pack_bf16(w, N, K);
         std::vector<float> y(M * N);
-        kd::scalar_bf16dot_kernels().gemm_panels(xr.data(), wp.data(), nullptr, y.data(), M, K, N, 0, k::panel_count(N), {});
+        ref.set->gemm_panels(xr.data(), wp.data(), nullptr, y.data(), M, K, N, 0, k::panel_count(N), {});
         const size_t Kp = kd::bf16dot_row_elems(K);
         size_t bad = 0;
         for (size_t m = 0; m < M; ++m)
@@ -245,9 +301,10 @@ TEST_CASE("the reference against the exact product of the rounded values, and of
                 // K roundings of partial sums each at most u |partial| <= u sum |p|, plus the flushes
                 // (none here: every value is far from the bottom of the range).
                 const double got = y[m * N + n];
-                bad += !(std::fabs(got - exact) <= double(K) * kt::kU * mag + double(K) * 0x1p-126);
+                const double rounding = (double(K) + 1) * ref.per_k * kt::kU * mag + double(K) * 0x1p-126;
+                bad += !(std::fabs(got - exact) <= rounding);
                 // Rounding x to bf16 (8 significant bits): each |x - x^| <= 2^-8 |x|.
-                bad += !(std::fabs(got - unrounded) <= 0x1p-8 * umag + double(K) * kt::kU * mag + double(K) * 0x1p-126);
+                bad += !(std::fabs(got - unrounded) <= 0x1p-8 * umag + rounding);
             }
         CHECK(bad == 0);
     }
