@@ -156,11 +156,10 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
 
     if (M == 1) {
         // Decode: memory-bound, one prefetched stream, a pair of panels at a
-        // time (a range that starts at an odd panel takes that one alone).
-        size_t p = p0;
-        if (p % 2 == 1) tile<1, 1, Ahead::Decode>(x, Kp, wp, N, K, p, out(0, p, 1)), ++p;
-        for (; p + 2 <= p1; p += 2) tile<1, 2, Ahead::Decode>(x, Kp, wp, N, K, p, out(0, p, 2));
-        if (p < p1) tile<1, 1, Ahead::Decode>(x, Kp, wp, N, K, p, out(0, p, 1));
+        // time (for_panel_pairs).
+        for_panel_pairs(
+            p0, p1, [&](size_t p) { tile<1, 1, Ahead::Decode>(x, Kp, wp, N, K, p, out(0, p, 1)); },
+            [&](size_t p) { tile<1, 2, Ahead::Decode>(x, Kp, wp, N, K, p, out(0, p, 2)); });
         return;
     }
 

@@ -22,8 +22,8 @@
 // Activations: rows of bf16 pairs (bf16dot_round_rows); four pairs are one
 // vector, each used by lane (BFDOT by element).
 //
-// Epilogue as the quantized NEON kernels': v = acc + bias, the GELU through
-// quant_gelu (the active table's vector GELU), y (+)= v.
+// Epilogue as the quantized NEON kernels' (neon_tile_finish.hpp): v = acc +
+// bias, the GELU through quant_gelu (the active table's vector GELU), y (+)= v.
 #if !defined(__aarch64__)
 #error "bf16dot_neon_bf16.cpp is for aarch64 only"
 #endif
@@ -33,11 +33,11 @@
 #include <arm_neon.h>
 
 #include <cstring>
-#include <utility>
 
 #include "kernels/decode_prefetch.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/neon_tile_finish.hpp"
 
 namespace mmgpt::kernels::detail {
 namespace {
@@ -45,14 +45,6 @@ namespace {
 // Prefill tile: MR rows x one panel (16 accumulators, the panel's four zipped
 // weight vectors and MR activation vectors in the 32 registers).
 constexpr size_t MR = 4;
-
-// f(integral_constant<int, 0>) .. f(integral_constant<int, N-1>): BFDOT's
-// lane index must be a constant.
-template <int N, class F>
-[[gnu::always_inline]] inline void static_for(F&& f) {
-    [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }(
-        std::make_integer_sequence<int, N>{});
-}
 
 // The four column vectors (columns 4c .. 4c+3, lane j = the pair of k of
 // column 4c + j) of k-steps `a` (16 values of k) and `b` (of k + 1).
@@ -65,11 +57,13 @@ template <int N, class F>
     z[3] = vreinterpretq_bf16_u16(vzip2q_u16(a1, b1));
 }
 
+// Where a tile's results go: row m0 and first column of y (row stride N),
+// valid columns (fewer than 16 * panels only at the matrix edge), the bias at
+// that column or null.
 struct Out {
-    float* y;           // row m0, first column of the tile
-    size_t ldy;         // N
-    size_t ncols;       // valid columns (< 16 * panels only at the matrix edge)
-    const float* bias;  // at the tile's first column, or null
+    float* y;
+    size_t ldy, ncols;
+    const float* bias;
     Epilogue e;
 };
 
@@ -118,19 +112,7 @@ void tile(const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K,
         pair(i, std::integral_constant<int, 0>{}, xv);
     }
 
-    // Epilogue, in the reference's order: v = acc + bias; v = act(v); y (+)= v.
-    for (size_t r = 0; r < R; ++r) {
-        float v[16 * P];
-        for (size_t c = 0; c < 4 * P; ++c) vst1q_f32(v + 4 * c, acc[r][c]);
-        if (o.bias)
-            for (size_t n = 0; n < o.ncols; ++n) v[n] = v[n] + o.bias[n];
-        if (o.e.act != Activation::None) quant_gelu(o.e.act, v, o.ncols);
-        float* dst = o.y + r * o.ldy;
-        if (o.e.accumulate)
-            for (size_t n = 0; n < o.ncols; ++n) dst[n] = dst[n] + v[n];
-        else
-            std::memcpy(dst, v, o.ncols * sizeof(float));
-    }
+    finish<R, 4 * P>(acc, o.y, o.ldy, o.ncols, o.bias, o.e);  // neon_tile_finish.hpp
 }
 
 // tile<rows, 1, false> for rows in 1 .. R.
@@ -154,11 +136,10 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
     };
     if (M == 1) {
         // Decode: a pair of panels at a time, whose lines alternate in memory
-        // (one stream); a range that starts at an odd panel takes it alone.
-        size_t p = p0;
-        if (p % 2 == 1) tile<1, 1, true>(x, Kp, wp, N, K, p, out(0, p, 1)), ++p;
-        for (; p + 2 <= p1; p += 2) tile<1, 2, true>(x, Kp, wp, N, K, p, out(0, p, 2));
-        if (p < p1) tile<1, 1, true>(x, Kp, wp, N, K, p, out(0, p, 1));
+        // (one stream).
+        for_panel_pairs(
+            p0, p1, [&](size_t p) { tile<1, 1, true>(x, Kp, wp, N, K, p, out(0, p, 1)); },
+            [&](size_t p) { tile<1, 2, true>(x, Kp, wp, N, K, p, out(0, p, 2)); });
         return;
     }
     // Prefill: each panel (L1/L2-resident) sweeps all rows in MR-row tiles.

@@ -212,13 +212,14 @@ struct PanelGemm {
             // Decode: one memory stream at a time, one panel, or a pair of
             // 16-bit panels (two accumulator chains: one would not keep up
             // with two dependent FMAs a line). A range that starts at an odd
-            // panel (a thread's share) takes that one alone.
-            size_t p = p0;
-            if constexpr (sizeof(WE) == 2) {
-                if (p % 2 == 1 && p < p1) micro<1, 1, true>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, 1)), ++p;
-                for (; p + 2 <= p1; p += 2) micro<1, 2, true>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, 2));
-            }
-            for (; p < p1; ++p) micro<1, 1, true>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, 1));
+            // panel (a thread's share) takes that one alone (for_panel_pairs).
+            auto one = [&](size_t p) { micro<1, 1, true>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, 1)); };
+            if constexpr (sizeof(WE) == 2)
+                for_panel_pairs(p0, p1, one, [&](size_t p) {
+                    micro<1, 2, true>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, 2));
+                });
+            else
+                for (size_t p = p0; p < p1; ++p) one(p);
             return;
         }
 

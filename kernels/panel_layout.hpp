@@ -69,6 +69,17 @@ inline PanelSteps panel_steps_of(size_t N, size_t K, size_t p) {
     if constexpr (sizeof(E) == 4) return panel_steps(K, p);
     else return half_panel_steps(N, K, p);
 }
+// Panels [p0, p1) of a 16-bit matrix as decode reads them: each pair (2q,
+// 2q+1) together, its lines one stream (two(2q)); a range that starts at an
+// odd panel (a thread's share) or ends inside a pair, and the unpaired last
+// panel, take that panel alone (one(p)).
+template <class One, class Two>
+inline void for_panel_pairs(size_t p0, size_t p1, One one, Two two) {
+    size_t p = p0;
+    if (p % 2 == 1 && p < p1) one(p++);
+    for (; p + 2 <= p1; p += 2) two(p);
+    if (p < p1) one(p);
+}
 // Index of W[n][k] in a packed 16-bit W[N, K].
 inline size_t half_panel_index(size_t N, size_t K, size_t n, size_t k) {
     return half_panel_steps(N, K, n / kPanelWidth).at(K, k) + n % kPanelWidth;

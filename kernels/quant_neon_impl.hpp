@@ -49,19 +49,12 @@
 
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/neon_tile_finish.hpp"
 #include "kernels/quant_layout.hpp"
 
 namespace mmgpt::kernels::detail {
 namespace {
 namespace qneon {
-
-// f(std::integral_constant<int, 0>) ... f(integral_constant<int, N-1>): lane
-// arguments of the NEON intrinsics must be constants.
-template <int N, class F>
-inline __attribute__((always_inline)) void static_for(F&& f) {
-    [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }(
-        std::make_integer_sequence<int, N>{});
-}
 
 // The 4 bytes of lane L of x, in all four 32-bit lanes.
 template <int L>
@@ -248,20 +241,8 @@ void tile(const QuantizedRows& x, const uint8_t* panel0, const Geometry& g, size
         }
     }
 
-    // Epilogue, in the reference's order: v = acc + bias; v = act(v); y (+)= v.
-    // The GELU: quant_gelu (isa_table.hpp), the active table's vector GELU.
-    for (size_t r = 0; r < R; ++r) {
-        float v[C * 4];
-        for (size_t c = 0; c < C; ++c) vst1q_f32(v + c * 4, acc[r][c]);
-        if (bias)
-            for (size_t i = 0; i < ncols; ++i) v[i] = v[i] + bias[n0 + i];
-        if (e.act != Activation::None) quant_gelu(e.act, v, ncols);
-        float* dst = y + (m0 + r) * N + n0;
-        if (e.accumulate)
-            for (size_t i = 0; i < ncols; ++i) dst[i] = dst[i] + v[i];
-        else
-            std::memcpy(dst, v, ncols * sizeof(float));
-    }
+    // Epilogue, in the reference's order (neon_tile_finish.hpp).
+    finish<R, C>(acc, y + m0 * N + n0, N, ncols, bias ? bias + n0 : nullptr, e);
 }
 
 template <bool Dot>

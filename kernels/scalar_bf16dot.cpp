@@ -19,7 +19,6 @@
 #include <bit>
 #include <cmath>
 
-#include "formats/half.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/scalar_bf16dot_loop.hpp"

@@ -50,8 +50,7 @@ float ro_to_float(double s, double err) {
 // ro(a + b) for floats a, b (Knuth's TwoSum gives the double sum's error).
 float ro_add(float a, float b) {
     const double x = a, y = b, s = x + y;
-    if (!std::isfinite(s)) return ro_to_float(s, 0);
-    const double bv = s - x, err = (x - (s - bv)) + (y - bv);
+    const double bv = s - x, err = (x - (s - bv)) + (y - bv);  // NaN when s is not finite: unused then
     return ro_to_float(s, err);
 }
 
