@@ -13,28 +13,44 @@
 
 namespace mmgpt {
 
-void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, size_t layer, size_t n_head,
-                      KVCache& cache) {
+namespace {
+
+// Appends token t's key and value of head h (qkv row t) at position base + t,
+// rounded to a 16-bit cache's type.
+void append_kv(const float* qkv, size_t t, size_t base, size_t layer, size_t h, size_t n_head, KVCache& cache) {
+  const size_t hd = cache.head_dim();
+  const size_t d = n_head * hd;
+  const auto kv = static_cast<kernels::WeightType>(cache.dtype());  // same ids: F32, BF16, F16
+  const float* row = qkv + t * 3 * d;
+  void* k = cache.keys(layer, h);
+  void* v = cache.values(layer, h);
+  if (kv == kernels::WeightType::F32) {
+    std::memcpy(static_cast<float*>(k) + (base + t) * hd, row + d + h * hd, hd * sizeof(float));
+    std::memcpy(static_cast<float*>(v) + (base + t) * hd, row + 2 * d + h * hd, hd * sizeof(float));
+  } else {
+    kernels::narrow(row + d + h * hd, hd, kv, static_cast<uint16_t*>(k) + (base + t) * hd);
+    kernels::narrow(row + 2 * d + h * hd, hd, kv, static_cast<uint16_t*>(v) + (base + t) * hd);
+  }
+}
+
+// Token t (qkv row t, position base + t) of head h against positions 0 .. base + t.
+void attend(const float* qkv, float* out, size_t t, size_t base, size_t layer, size_t h, size_t n_head,
+            KVCache& cache, float* scores) {
   const size_t hd = cache.head_dim();
   const size_t d = n_head * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const auto kv = static_cast<kernels::WeightType>(cache.dtype());
+  kernels::attention_row(qkv + t * 3 * d + h * hd, cache.keys(layer, h), cache.values(layer, h), kv, base + t + 1,
+                         hd, scale, scores, out + t * d + h * hd);
+}
 
-  // Append this step's keys and values (rounded to a 16-bit cache's type).
-  const auto kv = static_cast<kernels::WeightType>(cache.dtype());  // same ids: F32, BF16, F16
-  for (size_t h = 0; h < n_head; ++h) {
-    void* k = cache.keys(layer, h);
-    void* v = cache.values(layer, h);
-    for (size_t t = 0; t < tokens; ++t) {
-      const float* row = qkv + t * 3 * d;
-      if (kv == kernels::WeightType::F32) {
-        std::memcpy(static_cast<float*>(k) + (base + t) * hd, row + d + h * hd, hd * sizeof(float));
-        std::memcpy(static_cast<float*>(v) + (base + t) * hd, row + 2 * d + h * hd, hd * sizeof(float));
-      } else {
-        kernels::narrow(row + d + h * hd, hd, kv, static_cast<uint16_t*>(k) + (base + t) * hd);
-        kernels::narrow(row + 2 * d + h * hd, hd, kv, static_cast<uint16_t*>(v) + (base + t) * hd);
-      }
-    }
-  }
+}  // namespace
+
+void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, size_t layer, size_t n_head,
+                      KVCache& cache) {
+  const size_t hd = cache.head_dim();
+  for (size_t h = 0; h < n_head; ++h)
+    for (size_t t = 0; t < tokens; ++t) append_kv(qkv, t, base, layer, h, n_head, cache);
 
   // One task per group of (head, token) rows with enough work to be worth
   // scheduling: decode has one row per head, prefill many. Rows are
@@ -46,14 +62,16 @@ void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, 
       tbb::blocked_range<size_t>(0, rows, grain),
       [&](const tbb::blocked_range<size_t>& r) {
         std::vector<float> scores(base + tokens);
-        for (size_t i = r.begin(); i < r.end(); ++i) {
-          const size_t h = i / tokens, t = i % tokens;
-          const size_t n = base + t + 1;  // causal: positions 0 .. base+t
-          kernels::attention_row(qkv + t * 3 * d + h * hd, cache.keys(layer, h), cache.values(layer, h), kv, n, hd,
-                                 scale, scores.data(), out + t * d + h * hd);
-        }
+        for (size_t i = r.begin(); i < r.end(); ++i)
+          attend(qkv, out, i % tokens, base, layer, i / tokens, n_head, cache, scores.data());
       },
       tbb::simple_partitioner());
+}
+
+void causal_attention_head(const float* qkv, float* out, size_t base, size_t layer, size_t head, size_t n_head,
+                           KVCache& cache, float* scores) {
+  append_kv(qkv, 0, base, layer, head, n_head, cache);
+  attend(qkv, out, 0, base, layer, head, n_head, cache, scores);
 }
 
 }  // namespace mmgpt

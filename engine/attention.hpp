@@ -15,4 +15,11 @@ namespace mmgpt {
 void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, size_t layer, size_t n_head,
                       KVCache& cache);
 
+// One head's share of causal_attention for a single new token at position
+// base (the decode team splits a step's attention by head): appends the
+// head's key and value to `cache`, then writes the head's hd outputs of out.
+// scores: base + 1 floats of scratch. The same result as causal_attention.
+void causal_attention_head(const float* qkv, float* out, size_t base, size_t layer, size_t head, size_t n_head,
+                           KVCache& cache, float* scores);
+
 }  // namespace mmgpt

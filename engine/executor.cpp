@@ -1,19 +1,29 @@
 #include "engine/executor.hpp"
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include <tbb/blocked_range.h>
 #include <tbb/partitioner.h>
 
 #include "engine/attention.hpp"
+#include "engine/stage_team.hpp"
 #include "formats/error.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
 
 namespace mmgpt {
 
-Executor::Executor(std::shared_ptr<const Model> model) : model_(std::move(model)), graph_(build_gpt_graph(*model_)) {}
+Executor::Executor(std::shared_ptr<const Model> model) : model_(std::move(model)), graph_(build_gpt_graph(*model_)) {
+  all_packed_ = true;
+  for (const Op& op : graph_.ops)
+    if (op.kind == OpKind::MatMul && !op.packed) all_packed_ = false;
+  if (const char* v = std::getenv("MMGPT_DECODE_TEAM"); v != nullptr && std::string(v) == "0") decode_team_ = 1;
+}
 
 std::span<const float> Executor::run(std::span<const int32_t> ids, KVCache& cache, size_t logit_rows) {
   const SequenceStep step{ids, &cache, logit_rows};
@@ -53,9 +63,84 @@ std::span<const float> Executor::run(std::span<const SequenceStep> steps) {
                                   arena_storage_.size() * sizeof(Line));
   }
 
-  for (const Op& op : graph_.ops) run_op(op, steps, tokens, logit_rows);
+  if (const size_t members = team_members(steps, tokens); members > 1)
+    run_team(steps.front(), members);
+  else
+    for (const Op& op : graph_.ops) run_op(op, steps, tokens, logit_rows);
   for (const SequenceStep& s : steps) s.cache->set_length(s.cache->length() + s.ids.size());
   return {buffer(graph_.logits), logit_rows * c.vocab_size};
+}
+
+size_t Executor::team_members(std::span<const SequenceStep> steps, size_t tokens) const {
+  // A decode step of one sequence: every matmul is a GEMV over panels, one
+  // head per attention part. Batches and prefill keep TBB's tasks (their
+  // operations are long enough that a fork and join cost little).
+  if (steps.size() != 1 || tokens != 1 || !all_packed_ || decode_team_ == 1) return 1;
+  return decode_team_ != 0 ? decode_team_ : mmgpt::thread_budget();
+}
+
+namespace {
+
+// Decode matmul parts: about four per member (so one that is held up gets
+// help), at least two panels each and starting at even panels (16-bit panels
+// are stored in pairs).
+uint32_t matmul_parts(size_t out_features, size_t members) {
+  const size_t pairs = (kernels::panel_count(out_features) + 1) / 2;
+  return static_cast<uint32_t>(std::max<size_t>(1, std::min(4 * members, pairs)));
+}
+
+size_t part_first_panel(size_t panels, size_t parts, size_t part) {
+  const size_t pairs = (panels + 1) / 2;
+  return std::min(panels, 2 * (part * pairs / parts));
+}
+
+}  // namespace
+
+void Executor::run_team(const SequenceStep& step, size_t members) {
+  const ModelConfig& c = model_->config();
+  const std::vector<Op>& ops = graph_.ops;
+  team_parts_.resize(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    team_parts_[i] = op.kind == OpKind::MatMul      ? matmul_parts(op.out_features, members)
+                     : op.kind == OpKind::Attention ? static_cast<uint32_t>(c.n_head)
+                                                    : 1;
+  }
+  // Per member: its product of the stage it last ran a matmul part of (x is
+  // prepared once per member and stage, on the member's own thread).
+  struct alignas(64) MemberState {
+    size_t stage = SIZE_MAX;
+    std::optional<kernels::PanelProduct> product;
+  };
+  std::vector<MemberState> state(members);
+  const std::span<const SequenceStep> steps(&step, 1);
+  const size_t base = step.cache->length();
+  run_stages(team_parts_, members, [&](size_t i, size_t part, size_t m) {
+    const Op& op = ops[i];
+    switch (op.kind) {
+      case OpKind::MatMul: {
+        MemberState& s = state[m];
+        if (s.stage != i) {
+          s.product.emplace(buffer(op.input), op.w_data, op.w_type, op.b, buffer(op.output), 1, op.in_features,
+                            op.out_features, op.epilogue);
+          s.stage = i;
+        }
+        const size_t panels = s.product->panels();
+        s.product->run(part_first_panel(panels, team_parts_[i], part),
+                       part_first_panel(panels, team_parts_[i], part + 1));
+        break;
+      }
+      case OpKind::Attention: {
+        thread_local std::vector<float> scores;
+        if (scores.size() < base + 1) scores.resize(base + 1);
+        causal_attention_head(buffer(op.input), buffer(op.output), base, static_cast<size_t>(op.layer), part,
+                              c.n_head, *step.cache, scores.data());
+        break;
+      }
+      default:
+        run_op(op, steps, 1, step.logit_rows);
+    }
+  });
 }
 
 void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t tokens, size_t logit_rows) {

@@ -61,9 +61,9 @@ void matmul(const float* x, const float* w, const float* bias, float* y, size_t 
 
 namespace {
 
-// Splits the panels of an M-row product over tasks and runs gemm(p0, p1, scratch) on each.
-template <class Gemm>
-void for_panel_ranges(size_t M, size_t K, size_t N, Gemm gemm) {
+// Splits the panels of an M-row product over tasks and runs run(p0, p1) on each.
+template <class Run>
+void for_panel_ranges(size_t M, size_t K, size_t N, Run run) {
     const size_t panels = panel_count(N);
     // Tasks own whole panel ranges (each streams its own part of W), at least
     // kMinWorkPerTask each. Prefill: about two ranges per thread, since each
@@ -79,34 +79,18 @@ void for_panel_ranges(size_t M, size_t K, size_t N, Gemm gemm) {
     // Whole tiles: decode and GEMM tiles are at most 2 panels, and 16-bit
     // panels are stored in pairs (panel_layout.hpp).
     grain = ceil_div(grain, 2) * 2;
-    for_chunks(panels, grain, [&](size_t p0, size_t p1) {
-        // Partial sums between K blocks; one buffer per thread, kept between calls.
-        thread_local std::vector<float> scratch;
-        const size_t need = detail::gemm_scratch_floats(M, K, p1 - p0);
-        if (scratch.size() < need) scratch.resize(need);
-        gemm(p0, p1, scratch.data());
-    });
+    for_chunks(panels, grain, run);
 }
 
 }  // namespace
 
-void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
-                   Epilogue e) {
-    if (M == 0 || N == 0) return;
-    const auto& t = detail::active_table();
-    for_panel_ranges(M, K, N, [&](size_t p0, size_t p1, float* scratch) {
-        t.gemm_panels(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
-    });
-}
-
-void matmul_packed(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
-                   size_t N, Epilogue e) {
-    if (type == WeightType::F32) return matmul_packed(x, static_cast<const float*>(wp), bias, y, M, K, N, e);
+PanelProduct::PanelProduct(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M,
+                           size_t K, size_t N, Epilogue e)
+    : x_(x), wp_(wp), type_(type), bias_(bias), y_(y), M_(M), K_(K), N_(N), e_(e) {
     if (M == 0 || N == 0) return;
     const auto& t = detail::active_table();
     if (is_quantized(type)) {
-        // x to q8 blocks once (the buffers are reused by the next call on this
-        // thread), then the panels in parallel against it.
+        // The buffers are reused by the next product made on this thread.
         thread_local std::vector<int8_t> q;
         thread_local std::vector<float> scale;
         thread_local std::vector<int32_t> sum;
@@ -114,34 +98,49 @@ void matmul_packed(const float* x, const void* wp, WeightType type, const float*
         if (q.size() < M * Kb * kQuantBlock) q.resize(M * Kb * kQuantBlock);
         if (scale.size() < M * Kb) scale.resize(M * Kb), sum.resize(M * Kb);
         quantize_rows(x, M, K, q.data(), scale.data(), sum.data());
-        const QuantizedRows xq{q.data(), scale.data(), sum.data(), Kb};
-        const auto gemm = type == WeightType::Q8_0 ? t.quant->gemm_panels_q8_0 : t.quant->gemm_panels_q4_0;
-        const auto* w8 = static_cast<const uint8_t*>(wp);
-        for_panel_ranges(M, K, N, [&](size_t p0, size_t p1, float*) { gemm(xq, w8, bias, y, M, K, N, p0, p1, e); });
-        return;
-    }
-    if (type == WeightType::BF16 && t.bf16dot != nullptr) {
-        // x to bf16 once (rows of even length; reused by the next call on this
-        // thread), for every M (so a row's result never depends on M), then the
-        // bf16 dot-product kernels on the panels in parallel.
+        xq_ = QuantizedRows{q.data(), scale.data(), sum.data(), Kb};
+    } else if (type == WeightType::BF16 && t.bf16dot != nullptr) {
+        // Rows of even length, for every M (so a row's result never depends on M).
         thread_local std::vector<uint16_t> xb;
         const size_t Kp = detail::bf16dot_row_elems(K);
         if (xb.size() < M * Kp) xb.resize(M * Kp);
         for_chunks(M, ceil_div(kMinWorkPerTask, std::max<size_t>(K, 1)), [&, out = xb.data()](size_t r0, size_t r1) {
             detail::bf16dot_round_rows(x + r0 * K, r1 - r0, K, out + r0 * Kp);
         });
-        const uint16_t* xr = xb.data();  // this thread's buffer, for the workers
-        const auto* w16 = static_cast<const uint16_t*>(wp);
-        for_panel_ranges(M, K, N, [&](size_t p0, size_t p1, float*) {
-            t.bf16dot->gemm_panels(xr, w16, bias, y, M, K, N, p0, p1, e);
-        });
-        return;
+        xb_ = xb.data();
     }
-    const auto gemm = type == WeightType::BF16 ? t.gemm_panels_bf16 : t.gemm_panels_f16;
-    const auto* w16 = static_cast<const uint16_t*>(wp);
-    for_panel_ranges(M, K, N, [&](size_t p0, size_t p1, float* scratch) {
-        gemm(x, w16, bias, y, M, K, N, p0, p1, e, scratch);
-    });
+}
+
+void PanelProduct::run(size_t p0, size_t p1) const {
+    if (M_ == 0 || p0 >= p1) return;
+    const auto& t = detail::active_table();
+    if (is_quantized(type_)) {
+        const auto gemm = type_ == WeightType::Q8_0 ? t.quant->gemm_panels_q8_0 : t.quant->gemm_panels_q4_0;
+        return gemm(xq_, static_cast<const uint8_t*>(wp_), bias_, y_, M_, K_, N_, p0, p1, e_);
+    }
+    if (xb_ != nullptr)
+        return t.bf16dot->gemm_panels(xb_, static_cast<const uint16_t*>(wp_), bias_, y_, M_, K_, N_, p0, p1, e_);
+    // Partial sums between K blocks; one buffer per thread, kept between calls.
+    thread_local std::vector<float> scratch;
+    const size_t need = detail::gemm_scratch_floats(M_, K_, p1 - p0);
+    if (scratch.size() < need) scratch.resize(need);
+    if (type_ == WeightType::F32)
+        return t.gemm_panels(x_, static_cast<const float*>(wp_), bias_, y_, M_, K_, N_, p0, p1, e_, scratch.data());
+    const auto gemm = type_ == WeightType::BF16 ? t.gemm_panels_bf16 : t.gemm_panels_f16;
+    gemm(x_, static_cast<const uint16_t*>(wp_), bias_, y_, M_, K_, N_, p0, p1, e_, scratch.data());
+}
+
+void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
+                   Epilogue e) {
+    matmul_packed(x, wp, WeightType::F32, bias, y, M, K, N, e);
+}
+
+void matmul_packed(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
+                   size_t N, Epilogue e) {
+    if (M == 0 || N == 0) return;
+    // x prepared once on this thread, then its panels in parallel.
+    const PanelProduct product(x, wp, type, bias, y, M, K, N, e);
+    for_panel_ranges(M, K, N, [&](size_t p0, size_t p1) { product.run(p0, p1); });
 }
 
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,

@@ -49,6 +49,35 @@ void matmul_packed(const float* x, const float* wp, const float* bias, float* y,
 // definition is scalar_quant.cpp); also independent of M and of threads.
 void matmul_packed(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
                    size_t N, Epilogue e = {});
+// The product of matmul_packed for a caller that splits it over threads
+// itself (the engine's decode team, engine/stage_team.hpp). The constructor
+// prepares x on the calling thread, as matmul_packed does before it forks:
+// quantized to q8 blocks (q8_0 / q4_0) or rounded to bf16 (bf16 weights on a
+// bf16 dot-product set), into buffers of that thread which the next product
+// made on it reuses. run(p0, p1) then computes the output columns of panels
+// [p0, p1) of panels() (panel_layout.hpp), from any thread, while the
+// product lives. Results are matmul_packed's bit for bit however the panels
+// are split; 16-bit weights are stored in pairs of panels, so ranges that
+// start at even panels stream best. matmul_packed is one of these whose
+// ranges run on TBB.
+class PanelProduct {
+ public:
+    PanelProduct(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
+                 size_t N, Epilogue e = {});
+    size_t panels() const { return panel_count(N_); }
+    void run(size_t p0, size_t p1) const;
+
+ private:
+    const float* x_;
+    const void* wp_;
+    WeightType type_;
+    const float* bias_;
+    float* y_;
+    size_t M_, K_, N_;
+    Epilogue e_;
+    QuantizedRows xq_{};            // q8_0 / q4_0: x in q8 blocks
+    const uint16_t* xb_ = nullptr;  // bf16 on a bf16 dot-product set: x rounded to bf16
+};
 // One query's causal attention over n keys and values (rows of hd floats):
 //   out[d] = sum_j softmax_j(scale * q . k_j) v_j[d].
 // s: n floats of scratch (left holding the probabilities). Serial: the

@@ -1,0 +1,93 @@
+#include "engine/stage_team.hpp"
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include <tbb/blocked_range.h>
+#include <tbb/partitioner.h>
+
+#include "kernels/parallel.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace mmgpt {
+namespace {
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Until `done` reaches `parts`. Stages take microseconds, so spin; past a few
+// thousand rounds the other member is probably descheduled (a shared host),
+// so give the core away between looks.
+void wait_for(const std::atomic<uint32_t>& done, uint32_t parts) {
+  for (unsigned spins = 0; done.load(std::memory_order_acquire) < parts; ++spins) {
+    if (spins < 4096)
+      cpu_relax();
+    else
+      std::this_thread::yield();
+  }
+}
+
+size_t block_begin(size_t parts, size_t members, size_t b) { return b * parts / members; }
+
+}  // namespace
+
+size_t stage_part_order(size_t parts, size_t members, size_t m, size_t k) {
+  const size_t own = block_begin(parts, members, m + 1) - block_begin(parts, members, m);
+  if (k < own) return block_begin(parts, members, m) + k;
+  k -= own;
+  for (size_t r = 1; r < members; ++r) {
+    const size_t b = (m + r) % members;
+    const size_t begin = block_begin(parts, members, b), end = block_begin(parts, members, b + 1);
+    if (k < end - begin) return end - 1 - k;
+    k -= end - begin;
+  }
+  return parts;  // k >= parts: not reached by run_stages
+}
+
+void run_stages(std::span<const uint32_t> parts, size_t members,
+                const std::function<void(size_t, size_t, size_t)>& work) {
+  if (parts.empty()) return;
+  members = members == 0 ? 1 : members;
+  // Claim flags of every part, and per stage the count of finished parts;
+  // zero-initialized (value-initialized atomics), fresh for each step.
+  std::unique_ptr<size_t[]> first(new size_t[parts.size()]);
+  size_t total = 0;
+  for (size_t i = 0; i < parts.size(); ++i) first[i] = total, total += parts[i];
+  const std::unique_ptr<std::atomic<uint8_t>[]> claimed(new std::atomic<uint8_t>[total]());
+  const std::unique_ptr<std::atomic<uint32_t>[]> done(new std::atomic<uint32_t>[parts.size()]());
+
+  auto member = [&](size_t m) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const size_t n = parts[i];
+      uint32_t ran = 0;
+      for (size_t k = 0; k < n; ++k) {
+        const size_t p = stage_part_order(n, members, m, k);
+        // Relaxed: the claim only decides who runs the part; the stage's
+        // inputs were published by the previous stage's `done` (acquire below).
+        if (claimed[first[i] + p].exchange(1, std::memory_order_relaxed) != 0) continue;
+        work(i, p, m);
+        ++ran;
+      }
+      if (ran != 0) done[i].fetch_add(ran, std::memory_order_release);
+      wait_for(done[i], static_cast<uint32_t>(n));
+    }
+  };
+  if (members == 1) return member(0);
+  mmgpt::parallel_for(
+      tbb::blocked_range<size_t>(0, members, 1),
+      [&](const tbb::blocked_range<size_t>& r) {
+        for (size_t m = r.begin(); m < r.end(); ++m) member(m);
+      },
+      tbb::simple_partitioner());
+}
+
+}  // namespace mmgpt

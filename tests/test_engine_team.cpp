@@ -1,0 +1,128 @@
+// The decode team (engine/stage_team.hpp): the order each member visits a
+// stage's parts, every part run once with the stages in order whatever the
+// threads, and a decode step run by a team equal bit for bit to the op-by-op
+// run for every weight and KV cache type.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <tbb/global_control.h>
+#include <vector>
+
+#include "engine/executor.hpp"
+#include "engine/stage_team.hpp"
+#include "engine_test_model.hpp"
+#include "formats/mmgpt_file_rules.hpp"
+
+using namespace mmgpt;
+
+TEST_CASE("stage_part_order: each member visits every part once, its own block first and in order") {
+  for (size_t members = 1; members <= 5; ++members)
+    for (size_t parts = 1; parts <= 23; ++parts)
+      for (size_t m = 0; m < members; ++m) {
+        CAPTURE(members);
+        CAPTURE(parts);
+        CAPTURE(m);
+        const size_t begin = m * parts / members, end = (m + 1) * parts / members;
+        std::set<size_t> seen;
+        for (size_t k = 0; k < parts; ++k) {
+          const size_t p = stage_part_order(parts, members, m, k);
+          REQUIRE(p < parts);
+          seen.insert(p);
+          if (k < end - begin) CHECK(p == begin + k);  // own block, forward
+        }
+        CHECK(seen.size() == parts);
+        // After its own block a member helps from the far end of the next block.
+        if (members > 1 && end - begin < parts) {
+          const size_t next = (m + 1) % members;
+          const size_t next_end = (next + 1) * parts / members, next_begin = next * parts / members;
+          if (next_end > next_begin) CHECK(stage_part_order(parts, members, m, end - begin) == next_end - 1);
+        }
+      }
+}
+
+TEST_CASE("run_stages: every part once, each stage after all of the previous one, for any team and thread count") {
+  const std::vector<uint32_t> parts = {1, 7, 1, 1, 16, 3, 1, 2, 9, 1, 64, 1};
+  for (int threads : {1, 2, 4}) {
+    tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
+    for (size_t members : {1, 2, 3, 4, 8}) {
+      CAPTURE(threads);
+      CAPTURE(members);
+      for (int round = 0; round < 20; ++round) {
+        std::vector<std::unique_ptr<std::atomic<int>[]>> runs;
+        for (uint32_t n : parts) runs.emplace_back(new std::atomic<int>[n]());
+        std::vector<std::atomic<int>> finished(parts.size());
+        std::atomic<int> early{0}, bad_member{0};
+        run_stages(parts, members, [&](size_t stage, size_t part, size_t member) {
+          if (member >= members) bad_member.fetch_add(1);
+          // Every part of the previous stage has returned before this one starts.
+          if (stage > 0 && finished[stage - 1].load() != static_cast<int>(parts[stage - 1])) early.fetch_add(1);
+          runs[stage][part].fetch_add(1);
+          finished[stage].fetch_add(1);
+        });
+        CHECK(early.load() == 0);
+        CHECK(bad_member.load() == 0);
+        for (size_t i = 0; i < parts.size(); ++i)
+          for (size_t p = 0; p < parts[i]; ++p) REQUIRE(runs[i][p].load() == 1);
+      }
+    }
+  }
+}
+
+namespace {
+
+std::string name(DType d) { return mmgpt_file::dtype_name(static_cast<uint32_t>(d)); }
+
+// Logits of prefilling ids[0, 3) and then decoding the rest one at a time,
+// each step's row appended; `members` as Executor::set_decode_team.
+std::vector<float> decode_logits(std::shared_ptr<const Model> model, const std::vector<int32_t>& ids, size_t members,
+                                 DType kv = DType::F32) {
+  Executor ex(std::move(model));
+  ex.set_decode_team(members);
+  KVCache cache(ex.model().config(), kv);
+  auto l = ex.run(std::span(ids).first(3), cache, 1);
+  std::vector<float> all(l.begin(), l.end());
+  for (size_t t = 3; t < ids.size(); ++t) {
+    l = ex.run(std::span(ids).subspan(t, 1), cache, 1);
+    all.insert(all.end(), l.begin(), l.end());
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("a decode step run by a team equals the op-by-op run bit for bit, for every weight and cache type") {
+  // Widths whose panel counts split unevenly (n_embd 80: 5 panels, 4 * 80:
+  // 20, 3 * 80: 15; vocab 101: 7) and more members than parts.
+  for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0}) {
+    CAPTURE(name(dt));
+    ModelConfig cfg = test::small_config(2, 5, 80, 20, 101);
+    cfg.tied_lm_head = dt == DType::F16 || dt == DType::Q4_0;
+    const std::string path = test::temp_path("engine_team.mmgpt");
+    test::write_random_model(path, cfg, 12, "", 0.2f, -1, Layout::Panel16, dt);
+    auto model = Model::load(path);
+    const auto ids = test::random_ids(cfg.n_ctx, cfg.vocab_size, 6);
+    for (DType kv : {DType::F32, DType::F16}) {
+      CAPTURE(name(kv));
+      std::vector<float> plain;
+      {
+        tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
+        plain = decode_logits(model, ids, 1, kv);
+      }
+      for (int threads : {1, 2, 3}) {
+        tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
+        // 0: one member per thread (with 1 thread: no team); more members
+        // than threads: the threads there are run every part.
+        for (size_t members : {0, 2, 3, 7}) {
+          CAPTURE(threads);
+          CAPTURE(members);
+          const auto team = decode_logits(model, ids, members, kv);
+          REQUIRE(team.size() == plain.size());
+          CHECK(std::memcmp(team.data(), plain.data(), plain.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+}
