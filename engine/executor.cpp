@@ -22,7 +22,12 @@ Executor::Executor(std::shared_ptr<const Model> model) : model_(std::move(model)
   all_packed_ = true;
   for (const Op& op : graph_.ops)
     if (op.kind == OpKind::MatMul && !op.packed) all_packed_ = false;
-  if (const char* v = std::getenv("MMGPT_DECODE_TEAM"); v != nullptr && std::string(v) == "0") decode_team_ = 1;
+  if (!decode_team_by_default()) decode_team_ = 1;
+}
+
+bool Executor::decode_team_by_default() {
+  const char* v = std::getenv("MMGPT_DECODE_TEAM");
+  return v == nullptr || std::string(v) != "0";
 }
 
 std::span<const float> Executor::run(std::span<const int32_t> ids, KVCache& cache, size_t logit_rows) {

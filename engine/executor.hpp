@@ -51,6 +51,8 @@ class Executor {
   // the team off. MMGPT_DECODE_TEAM=0 in the environment turns it off too.
   // Results are the same bit for bit either way.
   void set_decode_team(size_t members) { decode_team_ = members; }
+  // Whether new Executors run decode as a team (false when MMGPT_DECODE_TEAM=0).
+  static bool decode_team_by_default();
 
  private:
   float* buffer(int id) { return reinterpret_cast<float*>(arena_.data() + plan_->offsets[id]); }

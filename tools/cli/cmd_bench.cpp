@@ -266,6 +266,7 @@ void run_bench(const BenchArgs& a) {
     j["bf16_kernel_isa"] = std::string(kernels::bf16_isa_name());
     j["weight_bytes_per_decode_step"] = step_bytes;
     j["kv_dtype"] = a.kv_dtype;
+    j["decode_team"] = Executor::decode_team_by_default();
     j["kv_bytes_per_position"] = kv_per_position;
     j["repetitions"] = a.reps;
     nlohmann::json probe;
@@ -303,11 +304,12 @@ void run_bench(const BenchArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("model: %s (%.1fM params, %u layers, width %u); kernels: %s, quantized %s, bf16 %s; KV cache %s; %zu runs "
-              "after 1 warm-up\n",
+  std::printf("model: %s (%.1fM params, %u layers, width %u); kernels: %s, quantized %s, bf16 %s; KV cache %s; decode "
+              "on 2+ threads: %s; %zu runs after 1 warm-up\n",
               a.model.c_str(), params / 1e6, config.n_layer, config.n_embd, isa.c_str(),
               std::string(kernels::quant_isa_name()).c_str(), std::string(kernels::bf16_isa_name()).c_str(),
-              a.kv_dtype.c_str(), a.reps);
+              a.kv_dtype.c_str(),
+              Executor::decode_team_by_default() ? "a team" : "TBB tasks per op (MMGPT_DECODE_TEAM=0)", a.reps);
   std::printf("weights read per decode step: %.1f MB, KV cache %.1f KB per position; reference read bandwidth (%s, "
               "%zu MiB, best of 3):",
               step_bytes / 1e6, kv_per_position / 1e3, probe_kind.c_str(), a.bw_mib);
