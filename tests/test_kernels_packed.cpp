@@ -10,6 +10,7 @@
 // random data each side is within (K+1) u sum|x w| of the exact value.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
@@ -235,6 +236,51 @@ TEST_CASE("packed matmul results do not depend on the thread count") {
             }
             CHECK(runs[0] == runs[1]);
             CHECK(runs[0] == runs[2]);
+        }
+    });
+}
+
+TEST_CASE("PanelProduct: any split of the panels, run in any order, gives matmul_packed's result bit for bit") {
+    // Every weight type, on every ISA (and the bf16 dot product where the CPU
+    // has it): ranges of one panel, odd starts (a 16-bit pair split), a range
+    // past a pair, whole; decode and prefill rows.
+    kt::for_each_simd_isa([](std::string_view) {
+        for (auto t : {k::WeightType::F32, k::WeightType::BF16, k::WeightType::F16, k::WeightType::Q8_0,
+                       k::WeightType::Q4_0}) {
+            for (auto mkn : {std::tuple<size_t, size_t, size_t>{1, 67, 113}, {5, 96, 80}, {1, 768, 257}}) {
+                const size_t M = std::get<0>(mkn), K = std::get<1>(mkn), N = std::get<2>(mkn);
+                CAPTURE(static_cast<int>(t));
+                CAPTURE(M);
+                CAPTURE(K);
+                const auto x = kt::random_floats(M * K, -1, 1, 11), w = kt::random_floats(N * K, -1, 1, 12);
+                const auto b = kt::random_floats(N, -1, 1, 13);
+                std::vector<uint8_t> wp(k::packed_weight_bytes(t, N, K));
+                if (t == k::WeightType::F32) {
+                    const auto p = pack(w, N, K);
+                    std::memcpy(wp.data(), p.data(), wp.size());
+                } else if (t == k::WeightType::BF16 || t == k::WeightType::F16) {
+                    std::vector<uint16_t> h(k::panel_floats(N, K));
+                    k::pack_half_panels(w.data(), N, K, t, h.data());
+                    std::memcpy(wp.data(), h.data(), wp.size());
+                } else {
+                    k::quantize_panels(w.data(), N, K, t, wp.data());
+                }
+                const Epilogue e{Activation::GeluTanh, false};
+                std::vector<float> want(M * N);
+                k::matmul_packed(x.data(), wp.data(), t, b.data(), want.data(), M, K, N, e);
+                const size_t panels = k::panel_count(N);
+                // Ranges cut at 1, 2, 3, 6 and the middle: odd starts (a 16-bit pair
+                // split) included; run back to front.
+                std::vector<float> got(M * N, -1.0f);
+                const k::PanelProduct product(x.data(), wp.data(), t, b.data(), got.data(), M, K, N, e);
+                REQUIRE(product.panels() == panels);
+                std::vector<size_t> cuts = {0, 1, 2, 3, 6, panels / 2 + 1, panels};
+                for (size_t& c : cuts) c = std::min(c, panels);
+                std::sort(cuts.begin(), cuts.end());
+                for (size_t i = cuts.size() - 1; i-- > 0;)
+                    if (cuts[i] < cuts[i + 1]) product.run(cuts[i], cuts[i + 1]);
+                CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+            }
         }
     });
 }
