@@ -76,41 +76,39 @@ std::span<const float> Executor::run(std::span<const SequenceStep> steps) {
   return {buffer(graph_.logits), logit_rows * c.vocab_size};
 }
 
-size_t Executor::team_members(std::span<const SequenceStep> steps, size_t tokens) const {
+size_t Executor::team_members(std::span<const SequenceStep> steps, size_t tokens) {
   // A decode step of one sequence: every matmul is a GEMV over panels, one
   // head per attention part. Batches and prefill keep TBB's tasks (their
   // operations are long enough that a fork and join cost little).
   if (steps.size() != 1 || tokens != 1 || !all_packed_ || decode_team_ == 1) return 1;
-  return decode_team_ != 0 ? decode_team_ : mmgpt::thread_budget();
+  const size_t members = decode_team_ != 0 ? decode_team_ : mmgpt::thread_budget();
+  if (members < 2) return 1;
+  // Matmuls split as matmul_packed splits them for that many threads.
+  const ModelConfig& c = model_->config();
+  const std::vector<Op>& ops = graph_.ops;
+  team_parts_.resize(ops.size());
+  team_grain_.resize(ops.size());
+  bool split = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    team_grain_[i] = 0, team_parts_[i] = 1;
+    if (op.kind == OpKind::MatMul) {
+      const size_t panels = kernels::panel_count(op.out_features);
+      team_grain_[i] = kernels::panel_range_grain(1, op.in_features, op.out_features, members);
+      team_parts_[i] = static_cast<uint32_t>((panels + team_grain_[i] - 1) / team_grain_[i]);
+      split = split || team_parts_[i] > 1;
+    } else if (op.kind == OpKind::Attention) {
+      team_parts_[i] = static_cast<uint32_t>(c.n_head);
+    }
+  }
+  // A model so small that no matmul is worth splitting runs op by op: a team
+  // would only add its waits (the demo model in q4_0 decoded 10% slower).
+  return split || decode_team_ > 1 ? members : 1;
 }
-
-namespace {
-
-// Decode matmul parts: about four per member (so one that is held up gets
-// help), at least two panels each and starting at even panels (16-bit panels
-// are stored in pairs).
-uint32_t matmul_parts(size_t out_features, size_t members) {
-  const size_t pairs = (kernels::panel_count(out_features) + 1) / 2;
-  return static_cast<uint32_t>(std::max<size_t>(1, std::min(4 * members, pairs)));
-}
-
-size_t part_first_panel(size_t panels, size_t parts, size_t part) {
-  const size_t pairs = (panels + 1) / 2;
-  return std::min(panels, 2 * (part * pairs / parts));
-}
-
-}  // namespace
 
 void Executor::run_team(const SequenceStep& step, size_t members) {
   const ModelConfig& c = model_->config();
   const std::vector<Op>& ops = graph_.ops;
-  team_parts_.resize(ops.size());
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const Op& op = ops[i];
-    team_parts_[i] = op.kind == OpKind::MatMul      ? matmul_parts(op.out_features, members)
-                     : op.kind == OpKind::Attention ? static_cast<uint32_t>(c.n_head)
-                                                    : 1;
-  }
   // Per member: its product of the stage it last ran a matmul part of (x is
   // prepared once per member and stage, on the member's own thread).
   struct alignas(64) MemberState {
@@ -130,9 +128,8 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
                             op.out_features, op.epilogue);
           s.stage = i;
         }
-        const size_t panels = s.product->panels();
-        s.product->run(part_first_panel(panels, team_parts_[i], part),
-                       part_first_panel(panels, team_parts_[i], part + 1));
+        const size_t p0 = part * team_grain_[i];
+        s.product->run(p0, std::min(s.product->panels(), p0 + team_grain_[i]));
         break;
       }
       case OpKind::Attention: {

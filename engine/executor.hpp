@@ -47,8 +47,10 @@ class Executor {
   // A decode step of one sequence (one new token) on more than one thread
   // runs its operations as a team (engine/stage_team.hpp) of `members`
   // threads instead of forking and joining TBB tasks per operation: 0 (the
-  // default) means one member per thread of the budget (--threads), 1 turns
-  // the team off. MMGPT_DECODE_TEAM=0 in the environment turns it off too.
+  // default) means one member per thread of the budget (--threads) where
+  // some matmul is large enough to split (matmul_packed's rule,
+  // kernels::panel_range_grain), 1 turns the team off, more forces a team of
+  // that many. MMGPT_DECODE_TEAM=0 in the environment turns it off too.
   // Results are the same bit for bit either way.
   void set_decode_team(size_t members) { decode_team_ = members; }
   // Whether new Executors run decode as a team (false when MMGPT_DECODE_TEAM=0).
@@ -57,8 +59,9 @@ class Executor {
  private:
   float* buffer(int id) { return reinterpret_cast<float*>(arena_.data() + plan_->offsets[id]); }
   void run_op(const Op& op, std::span<const SequenceStep> steps, size_t tokens, size_t logit_rows);
-  // Members of the team for a step, or 1 for the plain op-by-op run.
-  size_t team_members(std::span<const SequenceStep> steps, size_t tokens) const;
+  // Members of the team for a step, or 1 for the plain op-by-op run; sets
+  // team_parts_ and team_grain_ for run_team.
+  size_t team_members(std::span<const SequenceStep> steps, size_t tokens);
   void run_team(const SequenceStep& step, size_t members);
 
   std::shared_ptr<const Model> model_;
@@ -70,7 +73,8 @@ class Executor {
   std::span<std::byte> arena_;
   size_t decode_team_ = 0;
   bool all_packed_ = false;  // every matmul's weight in the panel layout: the team runs them by panels
-  std::vector<uint32_t> team_parts_;
+  std::vector<uint32_t> team_parts_;  // per op: parts of its stage
+  std::vector<size_t> team_grain_;     // per matmul op: panels per part
 };
 
 }  // namespace mmgpt

@@ -59,30 +59,22 @@ void matmul(const float* x, const float* w, const float* bias, float* y, size_t 
     for_chunks(N, grain, [&](size_t n0, size_t n1) { t.matmul_cols(x, w, bias, y, M, K, N, n0, n1); });
 }
 
-namespace {
-
-// Splits the panels of an M-row product over tasks and runs run(p0, p1) on each.
-template <class Run>
-void for_panel_ranges(size_t M, size_t K, size_t N, Run run) {
+size_t panel_range_grain(size_t M, size_t K, size_t N, size_t threads) {
     const size_t panels = panel_count(N);
-    // Tasks own whole panel ranges (each streams its own part of W), at least
+    // Ranges own whole panels (each streams its own part of W), at least
     // kMinWorkPerTask each. Prefill: about two ranges per thread, since each
     // range re-reads all of x (from L2/L3) once per K block. Decode: at most
-    // four per thread, enough to even out the threads; its tasks are short (a
-    // panel streams in well under a microsecond), so more would make TBB's cost
+    // four per thread, enough to even out the threads; its ranges are short (a
+    // panel streams in well under a microsecond), so more would make the cost
     // per task a measurable part of a step (the LM head of a 124M model is 3142
     // panels). The split never changes a result (gemm_blocking.hpp), only the speed.
     const size_t per_panel = std::max<size_t>(M * K * kPanelWidth, 1);
     size_t grain = ceil_div(kMinWorkPerTask, per_panel);
-    const size_t threads = mmgpt::thread_budget();
-    grain = std::max(grain, ceil_div(panels, (M > 1 ? 2 : 4) * threads));
+    grain = std::max(grain, ceil_div(panels, (M > 1 ? 2 : 4) * std::max<size_t>(threads, 1)));
     // Whole tiles: decode and GEMM tiles are at most 2 panels, and 16-bit
     // panels are stored in pairs (panel_layout.hpp).
-    grain = ceil_div(grain, 2) * 2;
-    for_chunks(panels, grain, run);
+    return ceil_div(grain, 2) * 2;
 }
-
-}  // namespace
 
 PanelProduct::PanelProduct(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M,
                            size_t K, size_t N, Epilogue e)
@@ -140,7 +132,8 @@ void matmul_packed(const float* x, const void* wp, WeightType type, const float*
     if (M == 0 || N == 0) return;
     // x prepared once on this thread, then its panels in parallel.
     const PanelProduct product(x, wp, type, bias, y, M, K, N, e);
-    for_panel_ranges(M, K, N, [&](size_t p0, size_t p1) { product.run(p0, p1); });
+    for_chunks(panel_count(N), panel_range_grain(M, K, N, mmgpt::thread_budget()),
+               [&](size_t p0, size_t p1) { product.run(p0, p1); });
 }
 
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,

@@ -49,6 +49,12 @@ void matmul_packed(const float* x, const float* wp, const float* bias, float* y,
 // definition is scalar_quant.cpp); also independent of M and of threads.
 void matmul_packed(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
                    size_t N, Epilogue e = {});
+// How matmul_packed splits the panels of an M-row product for `threads`
+// threads: ranges of this many panels (the last one shorter), an even number,
+// each with enough work to be worth a task. The engine's decode team splits
+// its matmuls the same way; one range means the product is not worth
+// splitting.
+size_t panel_range_grain(size_t M, size_t K, size_t N, size_t threads);
 // The product of matmul_packed for a caller that splits it over threads
 // itself (the engine's decode team, engine/stage_team.hpp). The constructor
 // prepares x on the calling thread, as matmul_packed does before it forks:

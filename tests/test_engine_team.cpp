@@ -14,6 +14,7 @@
 #include "engine/executor.hpp"
 #include "engine/stage_team.hpp"
 #include "engine_test_model.hpp"
+#include "kernels/kernels.hpp"
 #include "formats/mmgpt_file_rules.hpp"
 
 using namespace mmgpt;
@@ -94,11 +95,13 @@ std::vector<float> decode_logits(std::shared_ptr<const Model> model, const std::
 }  // namespace
 
 TEST_CASE("a decode step run by a team equals the op-by-op run bit for bit, for every weight and cache type") {
-  // Widths whose panel counts split unevenly (n_embd 80: 5 panels, 4 * 80:
-  // 20, 3 * 80: 15; vocab 101: 7) and more members than parts.
+  // Wide enough that matmul_packed's rule splits the matmuls, unevenly
+  // (n_embd 272, 17 panels: qkv 51 panels in ranges of 16, fc 68 in 16s,
+  // its projection 17 in 4s), vocab 101 (7 panels) in one range, and more
+  // members than parts.
   for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0}) {
     CAPTURE(name(dt));
-    ModelConfig cfg = test::small_config(2, 5, 80, 20, 101);
+    ModelConfig cfg = test::small_config(2, 4, 272, 20, 101);
     cfg.tied_lm_head = dt == DType::F16 || dt == DType::Q4_0;
     const std::string path = test::temp_path("engine_team.mmgpt");
     test::write_random_model(path, cfg, 12, "", 0.2f, -1, Layout::Panel16, dt);
@@ -115,6 +118,8 @@ TEST_CASE("a decode step run by a team equals the op-by-op run bit for bit, for 
         tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
         // 0: one member per thread (with 1 thread: no team); more members
         // than threads: the threads there are run every part.
+        REQUIRE(kernels::panel_range_grain(1, cfg.n_embd, 3 * cfg.n_embd, 2) <
+                kernels::panel_count(3 * cfg.n_embd));  // the team really splits matmuls
         for (size_t members : {0, 2, 3, 7}) {
           CAPTURE(threads);
           CAPTURE(members);

@@ -36,8 +36,10 @@ def check(name, ok, detail=''):
         print(f'[FAIL] {name}: {detail}')
 
 
-def run(*argv, timeout=300):
-    p = subprocess.run([MM, *argv], capture_output=True, timeout=timeout)
+def run(*argv, timeout=300, env=None):
+    """mmgpt argv; env: variables to set on top of this process's environment."""
+    p = subprocess.run([MM, *argv], capture_output=True, timeout=timeout,
+                       env=None if env is None else {**os.environ, **env})
     return p.returncode, p.stdout.decode('utf-8', 'replace'), p.stderr.decode('utf-8', 'replace')
 
 

@@ -9,7 +9,6 @@ import json
 import math
 import platform
 import os
-import subprocess
 import sys
 
 
@@ -31,18 +30,15 @@ if rc != 0:
 FAST = ('--bw-mib', '32', '-r', '2')
 
 # --- MMGPT_DECODE_TEAM=0: decode by TBB tasks per operation, said in the JSON and the table
-env0 = {**os.environ, 'MMGPT_DECODE_TEAM': '0'}
-p0 = subprocess.run([MM, 'bench', '-m', model, '-p', '4', '-n', '2', '-t', '2', *FAST, '--json'], capture_output=True,
-                    timeout=300, env=env0)
+rc, out, _ = run('bench', '-m', model, '-p', '4', '-n', '2', '-t', '2', *FAST, '--json', env={'MMGPT_DECODE_TEAM': '0'})
 try:
-    team0 = json.loads(p0.stdout.decode()).get('decode_team')
+    team0 = json.loads(out).get('decode_team')
 except ValueError:
     team0 = 'no JSON'
-check('MMGPT_DECODE_TEAM=0: JSON says decode_team false', p0.returncode == 0 and team0 is False, str(team0))
-p0 = subprocess.run([MM, 'bench', '-m', model, '-p', '4', '-n', '2', '-t', '2', *FAST], capture_output=True,
-                    timeout=300, env=env0)
+check('MMGPT_DECODE_TEAM=0: JSON says decode_team false', rc == 0 and team0 is False, str(team0))
+rc, out, _ = run('bench', '-m', model, '-p', '4', '-n', '2', '-t', '2', *FAST, env={'MMGPT_DECODE_TEAM': '0'})
 check('MMGPT_DECODE_TEAM=0: the table header says TBB tasks per op',
-      p0.returncode == 0 and 'decode on 2+ threads: TBB tasks per op' in p0.stdout.decode(), p0.stdout.decode()[:300])
+      rc == 0 and 'on 2+ threads: TBB tasks per op' in out, out[:300])
 
 # --- JSON: every combination, the expected fields, sane values
 rc, out, err = run('bench', '-m', model, '-p', '4,8', '-n', '4', '-t', '1,2', '-b', '1,3', *FAST, '--json')

@@ -304,8 +304,8 @@ void run_bench(const BenchArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("model: %s (%.1fM params, %u layers, width %u); kernels: %s, quantized %s, bf16 %s; KV cache %s; decode "
-              "on 2+ threads: %s; %zu runs after 1 warm-up\n",
+  std::printf("model: %s (%.1fM params, %u layers, width %u); kernels: %s, quantized %s, bf16 %s; KV cache %s; decode of "
+              "one sequence on 2+ threads: %s; %zu runs after 1 warm-up\n",
               a.model.c_str(), params / 1e6, config.n_layer, config.n_embd, isa.c_str(),
               std::string(kernels::quant_isa_name()).c_str(), std::string(kernels::bf16_isa_name()).c_str(),
               a.kv_dtype.c_str(),
