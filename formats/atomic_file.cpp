@@ -152,6 +152,28 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::write(const void* data, uint64_t n) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
+    if (staged_ == 0 && n >= kRunBytes) {  // whole runs straight from the caller's bytes
+      const uint64_t runs = n - n % kRunBytes;
+      write_through(p, runs);
+      p += runs;
+      n -= runs;
+      continue;
+    }
+    if (!stage_) stage_ = std::make_unique<char[]>(kRunBytes);
+    const size_t take = static_cast<size_t>(n < kRunBytes - staged_ ? n : kRunBytes - staged_);
+    std::memcpy(stage_.get() + staged_, p, take);
+    staged_ += take;
+    p += take;
+    n -= take;
+    if (staged_ == kRunBytes) {
+      write_through(stage_.get(), kRunBytes);
+      staged_ = 0;
+    }
+  }
+}
+
+void AtomicFile::write_through(const char* p, uint64_t n) {
+  while (n > 0) {
     const size_t chunk = n > (1u << 30) ? (1u << 30) : static_cast<size_t>(n);
     const ssize_t w = ::write(fd_, p, chunk);
     if (w < 0 && errno == EINTR) continue;
@@ -186,6 +208,8 @@ void AtomicFile::link_unnamed() {
 }
 
 void AtomicFile::commit() {
+  if (staged_ > 0) write_through(stage_.get(), staged_);
+  staged_ = 0;
   if (::fsync(fd_) != 0) fail("cannot flush the new file to disk", errno);
   if (unnamed_) link_unnamed();
   // Renamed while the lock is held (closing drops it), so no sweep can take the name first.

@@ -12,7 +12,17 @@
 // flock on its temporary for its whole life, so a temporary nobody holds
 // belongs to a dead writer: constructing an AtomicFile for a target removes
 // such stale temporaries of that target (left by a SIGKILL or a power cut).
+//
+// Bytes reach the file in whole 2 MiB runs at 2 MiB-aligned offsets (the tail
+// at commit), staged here when the caller's pieces are smaller or unaligned:
+// the page cache keeps a file in folios the size of the writes that made it,
+// and only a 2 MiB folio can be mapped with one 2 MB page. A model file
+// written tensor by tensor ended up mostly in small folios, so the engine
+// that maps it next took a TLB miss every 4 KB of weights
+// (docs/decode-streaming.md, "2 MB pages for the weights").
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace mmgpt {
@@ -34,10 +44,13 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   // Throw mmgpt::Error naming the target on any short write (a full disk,
-  // EFBIG past RLIMIT_FSIZE: the caller must ignore SIGXFSZ to get it).
+  // EFBIG past RLIMIT_FSIZE: the caller must ignore SIGXFSZ to get it), here
+  // or, for bytes still staged, in commit().
   void write(const void* data, uint64_t n);
   void zeros(uint64_t n);
-  void commit();  // fsync, name, rename into place; throws on failure
+  void commit();  // writes what is staged, fsync, name, rename into place; throws on failure
+
+  static constexpr size_t kRunBytes = size_t{2} << 20;  // the unit of the file's writes
 
   bool unnamed() const { return unnamed_; }                // the temporary is an O_TMPFILE
   const std::string& temp_path() const { return tmp_; }  // the named temporary; "" while unnamed
@@ -50,9 +63,12 @@ class AtomicFile {
   [[noreturn]] void fail(const char* what, int err);
   void open_named();
   void link_unnamed();
+  void write_through(const char* p, uint64_t n);  // to the file now, all of it
 
   std::string target_, dir_, base_, tmp_;
   int fd_ = -1;
+  std::unique_ptr<char[]> stage_;  // kRunBytes, allocated by the first write that needs it
+  size_t staged_ = 0;              // bytes in stage_: the file's next bytes, after a whole number of runs
   bool unnamed_ = false, existed_ = false, committed_ = false;
 };
 

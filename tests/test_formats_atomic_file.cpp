@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -122,6 +123,42 @@ TEST_CASE("AtomicFile: commit replaces the target and leaves nothing else") {
     REQUIRE(::stat(target.c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0644);
   }
+}
+
+TEST_CASE("AtomicFile: the file is written in whole aligned 2 MiB runs, the tail at commit; the bytes are the caller's") {
+  // Pieces of every kind: small and unaligned, one that fills the stage
+  // exactly, several runs at once (straight from the caller) starting
+  // aligned and not, zeros across a run boundary.
+  const size_t run = AtomicFile::kRunBytes;
+  const fs::path dir = fresh_dir("runs");
+  const fs::path target = dir / "out.bin";
+  AtomicFile f(target.string(), AtomicFile::Temp::Named);
+  std::string expected;
+  std::mt19937 gen(5);
+  auto piece = [&](size_t n) {
+    std::string s(n, '\0');
+    for (char& c : s) c = static_cast<char>(gen());
+    f.write(s.data(), s.size());
+    expected += s;
+  };
+  auto on_disk = [&] { return static_cast<size_t>(fs::file_size(f.temp_path())); };
+  piece(7);
+  CHECK(on_disk() == 0);  // staged
+  piece(run - 7);         // fills the stage: one run
+  CHECK(on_disk() == run);
+  piece(2 * run + 13);  // aligned start: two runs straight through, 13 bytes staged
+  CHECK(on_disk() == 3 * run);
+  piece(3 * run + 1);  // unaligned start: through the stage
+  CHECK(on_disk() == 6 * run);
+  f.zeros(run - 20);  // the stage filled by zeros (14 + run - 20 bytes: not yet a run)
+  expected += std::string(run - 20, '\0');
+  CHECK(on_disk() == 6 * run);
+  piece(100);
+  CHECK(on_disk() == 7 * run);
+  CHECK(on_disk() % run == 0);
+  f.commit();
+  CHECK(slurp(target) == expected);
+  CHECK(names_in(dir) == std::set<std::string>{"out.bin"});
 }
 
 TEST_CASE("AtomicFile: an exception before commit leaves the target as it was, and no temporary") {

@@ -109,6 +109,11 @@ if j is not None:
     check('decode fraction with the KV cache: the same median with the KV bytes added, above the weights-only one',
           bool(r0) and abs(r0['decode_frac_of_bw_with_kv'] - want_kv) < 1e-6 * max(1, want_kv)
           and all(r['decode_frac_of_bw_with_kv'] > r['decode_frac_of_bw'] for r in res), str(r0)[:300])
+    share = j.get('model_share_on_2mb_pages', 'absent')
+    check('the share of the model on 2 MB pages: a fraction (Linux), or null where the kernel does not say',
+          (share is None and platform.system() != 'Linux') or (isinstance(share, (int, float)) and 0 <= share <= 1),
+          str(share))
+    check('no 2 MB page note for a model too small to fill one', '2 MB pages' not in err, err)
     check('prefill GFLOP/s and fraction of the FMA peak reported',
           all(r['prefill_gflops'] > 0 and 0 < r['prefill_frac_of_fma_peak'] < 2 for r in res)
           and all(j['fma_peak_gflops_by_threads'][str(t)] > 0 for t in (1, 2)), str(res[:1])[:300])

@@ -30,6 +30,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,6 +44,7 @@
 #include "engine/sampler.hpp"
 #include "kernels/kernels.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/cli/mapped_pages.hpp"
 #include "tools/cli/validate.hpp"
 
 namespace mmgpt::cli {
@@ -253,6 +255,15 @@ void run_bench(const BenchArgs& a) {
       }
   }
   if (!rss_scoped) notes.push_back("peak RSS is the process's lifetime peak (cannot reset it here)");
+  // After the runs, which read every page of the model. Said in a note only
+  // for a model large enough to be streamed from memory (64 MiB: twice the
+  // L3 of the development machine); a small one cannot fill 2 MB pages anyway.
+  const std::optional<double> on_2mb_pages = huge_mapped_share(lm.model().file().mapped_bytes());
+  if (on_2mb_pages && *on_2mb_pages < 0.9 && lm.model().file().file_size() >= (uint64_t{64} << 20))
+    notes.push_back(fmt("%.0f%%", *on_2mb_pages * 100) + " of " + a.model +
+                    " is mapped with 2 MB pages: the page cache holds it in small pieces (a copy by `cp`, or a "
+                    "file written by an older mmgpt convert), so decode pays a TLB miss every 4 KB; `dd if=" + a.model +
+                    " iflag=nocache count=0` drops it from the cache, and the next run reads it in 2 MB pages");
   for (const std::string& note : notes) std::fprintf(stderr, "mmgpt bench: note: %s\n", note.c_str());
 
   const std::string isa(kernels::isa_name());
@@ -268,6 +279,7 @@ void run_bench(const BenchArgs& a) {
     j["kv_dtype"] = a.kv_dtype;
     j["decode_team"] = Executor::decode_team_by_default();
     j["kv_bytes_per_position"] = kv_per_position;
+    j["model_share_on_2mb_pages"] = on_2mb_pages ? nlohmann::json(*on_2mb_pages) : nlohmann::json(nullptr);
     j["repetitions"] = a.reps;
     nlohmann::json probe;
     probe["memory"] = probe_kind;
@@ -310,9 +322,10 @@ void run_bench(const BenchArgs& a) {
               std::string(kernels::quant_isa_name()).c_str(), std::string(kernels::bf16_isa_name()).c_str(),
               a.kv_dtype.c_str(),
               Executor::decode_team_by_default() ? "a team" : "TBB tasks per op (MMGPT_DECODE_TEAM=0)", a.reps);
-  std::printf("weights read per decode step: %.1f MB, KV cache %.1f KB per position; reference read bandwidth (%s, "
-              "%zu MiB, best of 3):",
-              step_bytes / 1e6, kv_per_position / 1e3, probe_kind.c_str(), a.bw_mib);
+  std::printf("weights read per decode step: %.1f MB (%s on 2 MB pages), KV cache %.1f KB per position; reference read "
+              "bandwidth (%s, %zu MiB, best of 3):",
+              step_bytes / 1e6, on_2mb_pages ? fmt("%.0f%%", *on_2mb_pages * 100).c_str() : "unknown share",
+              kv_per_position / 1e3, probe_kind.c_str(), a.bw_mib);
   for (auto& [t, g] : bw) std::printf(" %u thread%s %.1f GB/s;", t, t == 1 ? "" : "s", g);
   std::printf("\nfp32 FMA peak (%s, measured now):", limits::best_fma_path().isa);
   for (auto& [t, g] : peak) std::printf(" %u thread%s %.1f GFLOP/s;", t, t == 1 ? "" : "s", g);
