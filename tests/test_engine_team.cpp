@@ -107,6 +107,8 @@ TEST_CASE("a decode step run by a team equals the op-by-op run bit for bit, for 
     test::write_random_model(path, cfg, 12, "", 0.2f, -1, Layout::Panel16, dt);
     auto model = Model::load(path);
     const auto ids = test::random_ids(cfg.n_ctx, cfg.vocab_size, 6);
+    REQUIRE(kernels::panel_range_grain(1, cfg.n_embd, 3 * cfg.n_embd, 2) <
+            kernels::panel_count(3 * cfg.n_embd));  // the team really splits matmuls
     for (DType kv : {DType::F32, DType::F16}) {
       CAPTURE(name(kv));
       std::vector<float> plain;
@@ -117,9 +119,7 @@ TEST_CASE("a decode step run by a team equals the op-by-op run bit for bit, for 
       for (int threads : {1, 2, 3}) {
         tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
         // 0: one member per thread (with 1 thread: no team); more members
-        // than threads: the threads there are run every part.
-        REQUIRE(kernels::panel_range_grain(1, cfg.n_embd, 3 * cfg.n_embd, 2) <
-                kernels::panel_count(3 * cfg.n_embd));  // the team really splits matmuls
+        // than threads: the threads that do run take every part.
         for (size_t members : {0, 2, 3, 7}) {
           CAPTURE(threads);
           CAPTURE(members);
