@@ -101,6 +101,17 @@ size_t Executor::team_members(std::span<const SequenceStep> steps, size_t tokens
       team_parts_[i] = static_cast<uint32_t>(c.n_head);
     }
   }
+  // A layer norm read only by the matmul after it is no stage of its own:
+  // each member normalizes the row itself as it starts its parts of that
+  // matmul (run_team), instead of one member doing it while the others wait
+  // at a stage boundary and then fetch its output from that member's cache.
+  // 355M q4_0, 2 threads with the host's memory fast: steps 2.4% faster
+  // (docs/decode-streaming.md, "Decode as a team").
+  for (size_t i = 0; i + 1 < ops.size(); ++i)
+    if (ops[i].kind == OpKind::LayerNorm && ops[i + 1].kind == OpKind::MatMul && ops[i + 1].input == ops[i].output &&
+        ops[i + 1].in_features <= c.n_embd &&  // run_team's rows hold n_embd floats
+        std::count_if(ops.begin(), ops.end(), [&](const Op& o) { return o.input == ops[i].output; }) == 1)
+      team_parts_[i] = 0;
   // A model so small that no matmul is worth splitting runs op by op: a team
   // would only add its waits (the demo model in q4_0 decoded 10% slower).
   return split || decode_team_ > 1 ? members : 1;
@@ -118,14 +129,23 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
   std::vector<MemberState> state(members);
   const std::span<const SequenceStep> steps(&step, 1);
   const size_t base = step.cache->length();
+  const size_t row_lines = (c.n_embd * sizeof(float) + sizeof(Line) - 1) / sizeof(Line);
+  if (team_rows_.size() < members * row_lines) team_rows_.resize(members * row_lines);
   run_stages(team_parts_, members, [&](size_t i, size_t part, size_t m) {
     const Op& op = ops[i];
     switch (op.kind) {
       case OpKind::MatMul: {
         MemberState& s = state[m];
         if (s.stage != i) {
-          s.product.emplace(buffer(op.input), op.w_data, op.w_type, op.b, buffer(op.output), 1, op.in_features,
-                            op.out_features, op.epilogue);
+          const float* x = buffer(op.input);
+          if (i > 0 && team_parts_[i - 1] == 0) {  // the layer norm before it, this member's own copy
+            const Op& norm = ops[i - 1];
+            float* row = reinterpret_cast<float*>(team_rows_.data() + m * row_lines);
+            kernels::layernorm(buffer(norm.input), norm.w, norm.b, row, 1, op.in_features, c.norm_eps);
+            x = row;
+          }
+          s.product.emplace(x, op.w_data, op.w_type, op.b, buffer(op.output), 1, op.in_features, op.out_features,
+                            op.epilogue);
           s.stage = i;
         }
         const size_t p0 = part * team_grain_[i];

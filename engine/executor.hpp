@@ -73,8 +73,9 @@ class Executor {
   std::span<std::byte> arena_;
   size_t decode_team_ = 0;
   bool all_packed_ = false;  // every matmul's weight in the panel layout: the team runs them by panels
-  std::vector<uint32_t> team_parts_;  // per op: parts of its stage
+  std::vector<uint32_t> team_parts_;  // per op: parts of its stage (0: a layer norm folded into the next matmul)
   std::vector<size_t> team_grain_;     // per matmul op: panels per part
+  std::vector<Line> team_rows_;        // per member: its own copy of a folded layer norm's output row
 };
 
 }  // namespace mmgpt

@@ -68,6 +68,7 @@ void run_stages(std::span<const uint32_t> parts, size_t members,
   auto member = [&](size_t m) {
     for (size_t i = 0; i < parts.size(); ++i) {
       const size_t n = parts[i];
+      if (n == 0) continue;  // folded into the next stage by the caller
       uint32_t ran = 0;
       for (size_t k = 0; k < n; ++k) {
         const size_t p = stage_part_order(n, members, m, k);

@@ -27,10 +27,12 @@
 
 namespace mmgpt {
 
-// Runs the stages of `parts` (parts[i] >= 1: the parts of stage i) on up to
+// Runs the stages of `parts` (parts[i]: the parts of stage i) on up to
 // `members` threads, calling work(stage, part, member) exactly once for
-// every part of every stage; every part of stage i has returned before any
-// part of stage i + 1 starts. `member` is the caller's index for what it
+// every part of every stage; every part of a stage has returned before any
+// part of a later stage starts. A stage of 0 parts is skipped, with no wait:
+// an operation the caller folds into the next stage (the decode team's layer
+// norms, which each member computes for itself before its matmul parts). `member` is the caller's index for what it
 // keeps per member (0 .. members-1; a member runs on one thread throughout).
 // The members are TBB tasks (mmgpt::parallel_for), so --threads and the
 // task arena bound them; work must not throw.

@@ -45,7 +45,8 @@ TEST_CASE("stage_part_order: each member visits every part once, its own block f
 }
 
 TEST_CASE("run_stages: every part once, each stage after all of the previous one, for any team and thread count") {
-  const std::vector<uint32_t> parts = {1, 7, 1, 1, 16, 3, 1, 2, 9, 1, 64, 1};
+  // Stages of 0 parts (folded into the next by the caller) are skipped.
+  const std::vector<uint32_t> parts = {1, 7, 1, 0, 1, 16, 3, 1, 0, 0, 2, 9, 1, 64, 0, 1};
   for (int threads : {1, 2, 4}) {
     tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
     for (size_t members : {1, 2, 3, 4, 8}) {
@@ -55,16 +56,19 @@ TEST_CASE("run_stages: every part once, each stage after all of the previous one
         std::vector<std::unique_ptr<std::atomic<int>[]>> runs;
         for (uint32_t n : parts) runs.emplace_back(new std::atomic<int>[n]());
         std::vector<std::atomic<int>> finished(parts.size());
-        std::atomic<int> early{0}, bad_member{0};
+        std::atomic<int> early{0}, bad_member{0}, skipped_ran{0};
         run_stages(parts, members, [&](size_t stage, size_t part, size_t member) {
+          if (parts[stage] == 0) return void(skipped_ran.fetch_add(1));
           if (member >= members) bad_member.fetch_add(1);
-          // Every part of the previous stage has returned before this one starts.
-          if (stage > 0 && finished[stage - 1].load() != static_cast<int>(parts[stage - 1])) early.fetch_add(1);
+          // Every part of every earlier stage has returned before this one starts.
+          for (size_t i = 0; i < stage; ++i)
+            if (finished[i].load() != static_cast<int>(parts[i])) early.fetch_add(1);
           runs[stage][part].fetch_add(1);
           finished[stage].fetch_add(1);
         });
         CHECK(early.load() == 0);
         CHECK(bad_member.load() == 0);
+        CHECK(skipped_ran.load() == 0);
         for (size_t i = 0; i < parts.size(); ++i)
           for (size_t p = 0; p < parts[i]; ++p) REQUIRE(runs[i][p].load() == 1);
       }
