@@ -106,12 +106,22 @@ size_t Executor::team_members(std::span<const SequenceStep> steps, size_t tokens
   // matmul (run_team), instead of one member doing it while the others wait
   // at a stage boundary and then fetch its output from that member's cache.
   // 355M q4_0, 2 threads with the host's memory fast: steps 2.4% faster
-  // (docs/decode-streaming.md, "Decode as a team").
-  for (size_t i = 0; i + 1 < ops.size(); ++i)
-    if (ops[i].kind == OpKind::LayerNorm && ops[i + 1].kind == OpKind::MatMul && ops[i + 1].input == ops[i].output &&
-        ops[i + 1].in_features <= c.n_embd &&  // run_team's rows hold n_embd floats
-        std::count_if(ops.begin(), ops.end(), [&](const Op& o) { return o.input == ops[i].output; }) == 1)
+  // (docs/decode-streaming.md, "layer norms folded"). The norm's input is
+  // then read while other members write the matmul's output, so the two
+  // must not share arena bytes.
+  auto apart = [&](int a, int b) {
+    return plan_->offsets[a] + plan_->sizes[a] <= plan_->offsets[b] ||
+           plan_->offsets[b] + plan_->sizes[b] <= plan_->offsets[a];
+  };
+  for (size_t i = 0; i + 1 < ops.size(); ++i) {
+    const Op& norm = ops[i];
+    const Op& next = ops[i + 1];
+    if (norm.kind == OpKind::LayerNorm && next.kind == OpKind::MatMul && next.input == norm.output &&
+        next.in_features <= c.n_embd &&  // run_team's rows hold n_embd floats
+        apart(norm.input, next.output) &&
+        std::count_if(ops.begin(), ops.end(), [&](const Op& o) { return o.input == norm.output; }) == 1)
       team_parts_[i] = 0;
+  }
   // A model so small that no matmul is worth splitting runs op by op: a team
   // would only add its waits (the demo model in q4_0 decoded 10% slower).
   return split || decode_team_ > 1 ? members : 1;

@@ -32,8 +32,9 @@ namespace mmgpt {
 // every part of every stage; every part of a stage has returned before any
 // part of a later stage starts. A stage of 0 parts is skipped, with no wait:
 // an operation the caller folds into the next stage (the decode team's layer
-// norms, which each member computes for itself before its matmul parts). `member` is the caller's index for what it
-// keeps per member (0 .. members-1; a member runs on one thread throughout).
+// norms, which each member computes for itself before its matmul parts).
+// `member` is the caller's index for what it keeps per member
+// (0 .. members-1; a member runs on one thread throughout).
 // The members are TBB tasks (mmgpt::parallel_for), so --threads and the
 // task arena bound them; work must not throw.
 void run_stages(std::span<const uint32_t> parts, size_t members,
