@@ -22,6 +22,19 @@ Executor::Executor(std::shared_ptr<const Model> model) : model_(std::move(model)
   all_packed_ = true;
   for (const Op& op : graph_.ops)
     if (op.kind == OpKind::MatMul && !op.packed) all_packed_ = false;
+  // Layer norms the decode team may fold into the matmul after them
+  // (team_members): read by that matmul alone, and no wider than run_team's
+  // rows (n_embd floats). A property of the graph, so found once here.
+  const std::vector<Op>& ops = graph_.ops;
+  norm_feeds_next_.assign(ops.size(), false);
+  for (size_t i = 0; i + 1 < ops.size(); ++i) {
+    const Op& norm = ops[i];
+    const Op& next = ops[i + 1];
+    norm_feeds_next_[i] =
+        norm.kind == OpKind::LayerNorm && next.kind == OpKind::MatMul && next.input == norm.output &&
+        next.in_features <= model_->config().n_embd &&
+        std::count_if(ops.begin(), ops.end(), [&](const Op& o) { return o.input == norm.output; }) == 1;
+  }
   if (!decode_team_by_default()) decode_team_ = 1;
 }
 
@@ -108,20 +121,13 @@ size_t Executor::team_members(std::span<const SequenceStep> steps, size_t tokens
   // 355M q4_0, 2 threads with the host's memory fast: steps 2.4% faster
   // (docs/decode-streaming.md, "layer norms folded"). The norm's input is
   // then read while other members write the matmul's output, so the two
-  // must not share arena bytes.
+  // must not share arena bytes (this step's plan).
   auto apart = [&](int a, int b) {
     return plan_->offsets[a] + plan_->sizes[a] <= plan_->offsets[b] ||
            plan_->offsets[b] + plan_->sizes[b] <= plan_->offsets[a];
   };
-  for (size_t i = 0; i + 1 < ops.size(); ++i) {
-    const Op& norm = ops[i];
-    const Op& next = ops[i + 1];
-    if (norm.kind == OpKind::LayerNorm && next.kind == OpKind::MatMul && next.input == norm.output &&
-        next.in_features <= c.n_embd &&  // run_team's rows hold n_embd floats
-        apart(norm.input, next.output) &&
-        std::count_if(ops.begin(), ops.end(), [&](const Op& o) { return o.input == norm.output; }) == 1)
-      team_parts_[i] = 0;
-  }
+  for (size_t i = 0; i + 1 < ops.size(); ++i)
+    if (norm_feeds_next_[i] && apart(ops[i].input, ops[i + 1].output)) team_parts_[i] = 0;
   // A model so small that no matmul is worth splitting runs op by op: a team
   // would only add its waits (the demo model in q4_0 decoded 10% slower).
   return split || decode_team_ > 1 ? members : 1;

@@ -76,6 +76,7 @@ class Executor {
   std::vector<uint32_t> team_parts_;  // per op: parts of its stage (0: a layer norm folded into the next matmul)
   std::vector<size_t> team_grain_;     // per matmul op: panels per part
   std::vector<Line> team_rows_;        // per member: its own copy of a folded layer norm's output row
+  std::vector<bool> norm_feeds_next_;  // per op: a layer norm read only by the matmul after it
 };
 
 }  // namespace mmgpt
