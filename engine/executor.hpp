@@ -60,7 +60,7 @@ class Executor {
   float* buffer(int id) { return reinterpret_cast<float*>(arena_.data() + plan_->offsets[id]); }
   void run_op(const Op& op, std::span<const SequenceStep> steps, size_t tokens, size_t logit_rows);
   // Members of the team for a step, or 1 for the plain op-by-op run; sets
-  // team_parts_ and team_grain_ for run_team.
+  // team_parts_, team_grain_ and team_quantizes_ for run_team.
   size_t team_members(std::span<const SequenceStep> steps, size_t tokens);
   void run_team(const SequenceStep& step, size_t members);
 
@@ -77,6 +77,12 @@ class Executor {
   std::vector<size_t> team_grain_;     // per matmul op: panels per part
   std::vector<Line> team_rows_;        // per member: its own copy of a folded layer norm's output row
   std::vector<bool> norm_feeds_next_;  // per op: a layer norm read only by the matmul after it
+  // Per op: its stage's parts also write their output in q8 blocks, which the
+  // quantized matmul after it reads instead of quantizing the row itself.
+  std::vector<bool> team_quantizes_;
+  std::vector<int8_t> team_q_;  // that row's q8 blocks: quants, scales, sums
+  std::vector<float> team_scale_;
+  std::vector<int32_t> team_sum_;
 };
 
 }  // namespace mmgpt

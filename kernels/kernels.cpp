@@ -5,6 +5,7 @@
 // fixed grain with simple_partitioner, so results do not depend on the thread
 // count.
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 #include <tbb/blocked_range.h>
@@ -101,6 +102,13 @@ PanelProduct::PanelProduct(const float* x, const void* wp, WeightType type, cons
         });
         xb_ = xb.data();
     }
+}
+
+PanelProduct::PanelProduct(const QuantizedRows& xq, const void* wp, WeightType type, const float* bias, float* y,
+                           size_t M, size_t K, size_t N, Epilogue e)
+    : x_(nullptr), wp_(wp), type_(type), bias_(bias), y_(y), M_(M), K_(K), N_(N), e_(e), xq_(xq) {
+    if (!is_quantized(type) || xq.blocks != quant_blocks(K))
+        throw std::invalid_argument("PanelProduct: q8 rows need q8_0 / q4_0 weights and quant_blocks(K) blocks a row");
 }
 
 void PanelProduct::run(size_t p0, size_t p1) const {

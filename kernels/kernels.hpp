@@ -70,6 +70,13 @@ class PanelProduct {
  public:
     PanelProduct(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
                  size_t N, Epilogue e = {});
+    // The same product over x already in q8 blocks (q8_0 / q4_0 weights only):
+    // quantize_rows' output for x, which the caller keeps alive and unchanged
+    // while the product lives. Quantization is per block of 32, so a row
+    // quantized in pieces that start on block boundaries is the same bytes
+    // (the decode team's producers, engine/executor.cpp).
+    PanelProduct(const QuantizedRows& xq, const void* wp, WeightType type, const float* bias, float* y, size_t M,
+                 size_t K, size_t N, Epilogue e = {});
     size_t panels() const { return panel_count(N_); }
     void run(size_t p0, size_t p1) const;
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string_view>
 #include <vector>
 
@@ -283,4 +284,57 @@ TEST_CASE("PanelProduct: any split of the panels, run in any order, gives matmul
             }
         }
     });
+}
+
+TEST_CASE("PanelProduct over x already in q8 blocks, quantized in pieces on block boundaries, equals the one over x") {
+    // The decode team's producers quantize their parts of a row (engine/executor.cpp):
+    // pieces of 1, 2 and 5 blocks and a short last block (K = 200: 6 blocks + 8).
+    kt::for_each_simd_isa([](std::string_view) {
+        for (auto t : {k::WeightType::Q8_0, k::WeightType::Q4_0}) {
+            for (size_t K : {32, 200, 768}) {
+                const size_t N = 113;
+                CAPTURE(static_cast<int>(t));
+                CAPTURE(K);
+                const auto x = kt::random_floats(K, -1, 1, 21), w = kt::random_floats(N * K, -1, 1, 22);
+                const auto b = kt::random_floats(N, -1, 1, 23);
+                std::vector<uint8_t> wp(k::packed_weight_bytes(t, N, K));
+                k::quantize_panels(w.data(), N, K, t, wp.data());
+                const size_t Kb = k::quant_blocks(K);
+                std::vector<int8_t> q(Kb * k::kQuantBlock, 7);
+                std::vector<float> scale(Kb, -1.0f);
+                std::vector<int32_t> sum(Kb, -1);
+                for (size_t b0 = 0, step = 1; b0 < Kb; b0 += step, step = step % 5 + 1) {
+                    const size_t c0 = b0 * k::kQuantBlock, c1 = std::min(K, (b0 + step) * k::kQuantBlock);
+                    k::quantize_rows(x.data() + c0, 1, c1 - c0, q.data() + c0, scale.data() + b0, sum.data() + b0);
+                }
+                std::vector<int8_t> whole_q(Kb * k::kQuantBlock);
+                std::vector<float> whole_scale(Kb);
+                std::vector<int32_t> whole_sum(Kb);
+                k::quantize_rows(x.data(), 1, K, whole_q.data(), whole_scale.data(), whole_sum.data());
+                CHECK(q == whole_q);
+                CHECK(std::memcmp(scale.data(), whole_scale.data(), Kb * sizeof(float)) == 0);
+                CHECK(sum == whole_sum);
+
+                const Epilogue e{Activation::GeluTanh, false};
+                std::vector<float> want(N), got(N, -1.0f);
+                k::PanelProduct(x.data(), wp.data(), t, b.data(), want.data(), 1, K, N, e).run(0, k::panel_count(N));
+                const k::PanelProduct from_q8(k::QuantizedRows{q.data(), scale.data(), sum.data(), Kb}, wp.data(), t,
+                                              b.data(), got.data(), 1, K, N, e);
+                from_q8.run(0, k::panel_count(N));
+                CHECK(std::memcmp(got.data(), want.data(), N * sizeof(float)) == 0);
+            }
+        }
+    });
+    // Only quantized weights read q8 rows, and the rows must have K's blocks.
+    const std::vector<int8_t> q(64);
+    const std::vector<float> scale(2);
+    const std::vector<int32_t> sum(2);
+    std::vector<float> y(16);
+    std::vector<uint8_t> wp(k::packed_weight_bytes(k::WeightType::Q8_0, 16, 64));
+    const k::QuantizedRows rows{q.data(), scale.data(), sum.data(), 2};
+    CHECK_THROWS_AS(k::PanelProduct(rows, wp.data(), k::WeightType::F32, nullptr, y.data(), 1, 64, 16),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(k::PanelProduct(rows, wp.data(), k::WeightType::Q8_0, nullptr, y.data(), 1, 96, 16),
+                    std::invalid_argument);
+    CHECK_NOTHROW(k::PanelProduct(rows, wp.data(), k::WeightType::Q8_0, nullptr, y.data(), 1, 64, 16));
 }
