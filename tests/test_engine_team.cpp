@@ -109,7 +109,11 @@ TEST_CASE("a decode step run by a team equals the op-by-op run bit for bit, for 
   const std::pair<size_t, DType> cases[] = {{272, DType::F32},  {272, DType::BF16}, {272, DType::F16},
                                             {272, DType::Q8_0}, {272, DType::Q4_0}, {256, DType::Q8_0},
                                             {256, DType::Q4_0}};
-  for (const auto& [n_embd, dt] : cases) {
+  for (const auto& shape_and_type : cases) {
+    // Plain variables, not structured bindings: doctest's CAPTURE is a lambda,
+    // and Debian 12's clang 14 (the sanitizer builds) cannot capture a binding.
+    const size_t n_embd = shape_and_type.first;
+    const DType dt = shape_and_type.second;
     CAPTURE(n_embd);
     CAPTURE(name(dt));
     ModelConfig cfg = test::small_config(2, 4, n_embd, 20, 101);
