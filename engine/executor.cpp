@@ -189,21 +189,22 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
       case OpKind::MatMul: {
         MemberState& s = state[m];
         if (s.stage != i) {
-          const float* x = buffer(op.input);
-          if (i > 0 && team_parts_[i - 1] == 0) {  // the layer norm before it, this member's own copy
-            const Op& norm = ops[i - 1];
-            float* row = reinterpret_cast<float*>(team_rows_.data() + m * row_lines);
-            kernels::layernorm(buffer(norm.input), norm.w, norm.b, row, 1, op.in_features, c.norm_eps);
-            x = row;
-          }
-          if (i > 0 && team_quantizes_[i - 1])
+          if (i > 0 && team_quantizes_[i - 1]) {  // x in q8 blocks, written by the stage before
             s.product.emplace(kernels::QuantizedRows{team_q_.data(), team_scale_.data(), team_sum_.data(),
                                                      kernels::quant_blocks(op.in_features)},
                               op.w_data, op.w_type, op.b, buffer(op.output), 1, op.in_features, op.out_features,
                               op.epilogue);
-          else
+          } else {
+            const float* x = buffer(op.input);
+            if (i > 0 && team_parts_[i - 1] == 0) {  // the layer norm before it, this member's own copy
+              const Op& norm = ops[i - 1];
+              float* row = reinterpret_cast<float*>(team_rows_.data() + m * row_lines);
+              kernels::layernorm(buffer(norm.input), norm.w, norm.b, row, 1, op.in_features, c.norm_eps);
+              x = row;
+            }
             s.product.emplace(x, op.w_data, op.w_type, op.b, buffer(op.output), 1, op.in_features, op.out_features,
                               op.epilogue);
+          }
           s.stage = i;
         }
         const size_t p0 = part * team_grain_[i];
