@@ -34,14 +34,15 @@ void append_kv(const float* qkv, size_t t, size_t base, size_t layer, size_t h, 
 }
 
 // Token t (qkv row t, position base + t) of head h against positions 0 .. base + t.
+// next_keys: the keys of the row this thread attends next, or null (a prefetch hint).
 void attend(const float* qkv, float* out, size_t t, size_t base, size_t layer, size_t h, size_t n_head,
-            KVCache& cache, float* scores) {
+            KVCache& cache, float* scores, const void* next_keys) {
   const size_t hd = cache.head_dim();
   const size_t d = n_head * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const auto kv = static_cast<kernels::WeightType>(cache.dtype());
   kernels::attention_row(qkv + t * 3 * d + h * hd, cache.keys(layer, h), cache.values(layer, h), kv, base + t + 1,
-                         hd, scale, scores, out + t * d + h * hd);
+                         hd, scale, scores, out + t * d + h * hd, next_keys);
 }
 
 }  // namespace
@@ -62,16 +63,23 @@ void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, 
       tbb::blocked_range<size_t>(0, rows, grain),
       [&](const tbb::blocked_range<size_t>& r) {
         std::vector<float> scores(base + tokens);
+        // Row i + 1 is usually the next this thread runs, even past the end
+        // of r: a range's rows run in order, and the simple partitioner
+        // halves the whole range, so a thread with no other work (one
+        // thread: always) goes on with the next range. Its keys are prefetched
+        // as row i ends; a wrong guess costs a few KB of reads.
         for (size_t i = r.begin(); i < r.end(); ++i)
-          attend(qkv, out, i % tokens, base, layer, i / tokens, n_head, cache, scores.data());
+          attend(qkv, out, i % tokens, base, layer, i / tokens, n_head, cache, scores.data(),
+                 i + 1 < rows ? cache.keys(layer, (i + 1) / tokens) : nullptr);
       },
       tbb::simple_partitioner());
 }
 
 void causal_attention_head(const float* qkv, float* out, size_t base, size_t layer, size_t head, size_t n_head,
-                           KVCache& cache, float* scores) {
+                           KVCache& cache, float* scores, size_t next_head) {
   append_kv(qkv, 0, base, layer, head, n_head, cache);
-  attend(qkv, out, 0, base, layer, head, n_head, cache, scores);
+  attend(qkv, out, 0, base, layer, head, n_head, cache, scores,
+         next_head < n_head ? cache.keys(layer, next_head) : nullptr);
 }
 
 }  // namespace mmgpt

@@ -18,8 +18,10 @@ void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, 
 // One head's share of causal_attention for a single new token at position
 // base (the decode team splits a step's attention by head): appends the
 // head's key and value to `cache`, then writes the head's hd outputs of out.
-// scores: base + 1 floats of scratch. The same result as causal_attention.
+// scores: base + 1 floats of scratch. next_head: the head this thread runs
+// next (its first keys are requested as this head's values run out), or
+// n_head for none. The same result as causal_attention.
 void causal_attention_head(const float* qkv, float* out, size_t base, size_t layer, size_t head, size_t n_head,
-                           KVCache& cache, float* scores);
+                           KVCache& cache, float* scores, size_t next_head);
 
 }  // namespace mmgpt

@@ -217,8 +217,13 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
       case OpKind::Attention: {
         thread_local std::vector<float> scores;
         if (scores.size() < base + 1) scores.resize(base + 1);
+        // The head this member runs next: the next of its own block (run_stages
+        // runs those in order), or none past it (the others' heads are stolen
+        // from their ends, by whichever member is free).
+        const auto [own_begin, own_end] = stage_own_block(c.n_head, members, m);
+        const bool next_own = own_begin <= part && part + 1 < own_end;
         causal_attention_head(buffer(op.input), buffer(op.output), base, static_cast<size_t>(op.layer), part,
-                              c.n_head, *step.cache, scores.data());
+                              c.n_head, *step.cache, scores.data(), next_own ? part + 1 : c.n_head);
         if (team_quantizes_[i]) quantize_for_next(op, part * head_dim, (part + 1) * head_dim);
         break;
       }

@@ -40,6 +40,10 @@ size_t block_begin(size_t parts, size_t members, size_t b) { return b * parts / 
 
 }  // namespace
 
+std::pair<size_t, size_t> stage_own_block(size_t parts, size_t members, size_t m) {
+  return {block_begin(parts, members, m), block_begin(parts, members, m + 1)};
+}
+
 size_t stage_part_order(size_t parts, size_t members, size_t m, size_t k) {
   const size_t own = block_begin(parts, members, m + 1) - block_begin(parts, members, m);
   if (k < own) return block_begin(parts, members, m) + k;

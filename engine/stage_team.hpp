@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <utility>
 
 namespace mmgpt {
 
@@ -39,6 +40,9 @@ namespace mmgpt {
 // task arena bound them; work must not throw.
 void run_stages(std::span<const uint32_t> parts, size_t members,
                 const std::function<void(size_t stage, size_t part, size_t member)>& work);
+
+// Member m's own block of a stage of `parts` parts: parts [first, second).
+std::pair<size_t, size_t> stage_own_block(size_t parts, size_t members, size_t m);
 
 // The part of member m's visiting order at position k (0 <= k < parts): its
 // own block forward, then each other block (m+1, m+2, ... modulo members)

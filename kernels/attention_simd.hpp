@@ -18,13 +18,17 @@
 //
 // Decode reads each head's keys and values once, from memory: streams of a few
 // hundred KB, too short for the hardware prefetcher to ramp up on its own, one
-// head after another. So both loops prefetch kPrefetchAhead bytes ahead, and
-// the first lines of the values are requested while the scores are computed.
-// The scores prefetch a line of keys ahead for each line they load, not a
-// block of 16 keys (4 KB of f32) at once: on Zen 5 (12 layers x 12 heads of
-// f32 rows, 1 thread, interleaved runs) 4-7% faster at 128 positions, where
-// the bursts left the loop waiting, and the same at 512 (both at 0.9-1.0 of a
-// plain read of the same rows; docs/decode-streaming.md).
+// head after another. So the row reads them as one stream: its keys, then its
+// values, then (where the caller names them) the keys of the row it runs next,
+// each line prefetched kPrefetchAhead bytes ahead along that stream, so the
+// values and the next head start with their first lines already requested.
+// The scores walk their W keys row after row (each row's lines in memory
+// order), so the prefetches go out in memory order too. Measured on Zen 5
+// against the kernel before (scores column by column, no next head), whole
+// 355M q4_0 decode steps alternated step by step in one process: 1.010-1.032
+// of its speed at 2 threads and 576 positions (three runs), 0.993-1.015 at 64
+// positions and at 1 thread. In a prototype, either change alone gave
+// 0.99-1.00 (docs/decode-streaming.md, "Attention as one stream").
 #include <algorithm>
 #include <cstddef>
 #include <type_traits>
@@ -82,15 +86,25 @@ struct AttentionRow {
     static float one(KE e) { return widen_one<KT, B>(e); }
 
     static constexpr size_t kPrefetchAhead = 4096;  // bytes
-    // Prefetches never fault, even past the end. always_inline: GCC can delete
-    // the calls of an out-of-line wrapper of __builtin_prefetch (decode_prefetch.hpp).
-    [[gnu::always_inline]] static void prefetch_line(const KE* p) { __builtin_prefetch(p); }
-    [[gnu::always_inline]] static void prefetch(const KE* p, size_t elements) {
-        const char* c = reinterpret_cast<const char*>(p);
-        for (size_t b = 0; b < elements * sizeof(KE); b += 64) __builtin_prefetch(c + b);
-    }
 
-    static void scores(const float* q, const KE* k, size_t n, size_t hd, float scale, float* s) {
+    // The stream a row reads (see the top of the file): `bytes` of keys, as
+    // many of values, then the next row's keys (or nothing).
+    struct Stream {
+        const char* k;
+        const char* v;
+        const char* next;
+        size_t bytes;
+        // Prefetches the line `at` bytes into the stream. Prefetches never
+        // fault, so past the end (no next row) the address is just past v.
+        // always_inline: GCC can delete the calls of an out-of-line wrapper of
+        // __builtin_prefetch (decode_prefetch.hpp).
+        [[gnu::always_inline]] void prefetch(size_t at) const {
+            const char* p = at < bytes ? k + at : at < 2 * bytes || !next ? v + (at - bytes) : next + (at - 2 * bytes);
+            __builtin_prefetch(p);
+        }
+    };
+
+    static void scores(const float* q, const KE* k, size_t n, size_t hd, float scale, float* s, const Stream& st) {
         const B sv(scale);
         size_t j = 0;
         for (; j + W <= n; j += W) {
@@ -98,16 +112,19 @@ struct AttentionRow {
 #pragma GCC unroll 16
             for (size_t i = 0; i < W; ++i) acc[i] = B(0.0f);
             size_t d = 0;
-            for (; d + W <= hd; d += W) {
-                const B qv = B::load_unaligned(q + d);
-                // A line ahead for every line of keys loaded (a 16-bit row
-                // chunk is half a line: every other chunk).
-                const bool new_line = (d * sizeof(KE)) % 64 == 0;
+            if (hd >= W) {
+                // Row by row; each accumulator still sums its row over d in
+                // order, so the result is the column-by-column loop's.
 #pragma GCC unroll 16
                 for (size_t i = 0; i < W; ++i) {
-                    const KE* row = k + (j + i) * hd + d;
-                    if (new_line) prefetch_line(row + kPrefetchAhead / sizeof(KE));
-                    acc[i] = xsimd::fma(qv, load(row), acc[i]);
+                    const KE* row = k + (j + i) * hd;
+                    for (d = 0; d + W <= hd; d += W) {
+                        // A line ahead for every line of keys loaded (a 16-bit
+                        // row chunk is half a line: every other chunk).
+                        const size_t at = ((j + i) * hd + d) * sizeof(KE);
+                        if (at % 64 == 0) st.prefetch(at + kPrefetchAhead);
+                        acc[i] = xsimd::fma(B::load_unaligned(q + d), load(row + d), acc[i]);
+                    }
                 }
             }
             B sum = column_sums<Arch>(acc);
@@ -132,14 +149,16 @@ struct AttentionRow {
 
     // out[d0 .. d0 + NV*W) = sum_j p[j] v[j][d0 ..], accumulated in registers.
     template <size_t NV>
-    static void weighted_values(const float* p, const KE* v, size_t n, size_t hd, size_t d0, float* out) {
+    static void weighted_values(const float* p, const KE* v, size_t n, size_t hd, size_t d0, float* out,
+                                const Stream& st) {
         B acc[NV];
 #pragma GCC unroll 8
         for (size_t i = 0; i < NV; ++i) acc[i] = B(0.0f);
         for (size_t j = 0; j < n; ++j) {
             const B pj(p[j]);
             const KE* vj = v + j * hd + d0;
-            if (d0 == 0) prefetch(vj + kPrefetchAhead / sizeof(KE), hd);
+            if (d0 == 0)  // the row's lines, kPrefetchAhead further along the stream
+                for (size_t b = 0; b < hd * sizeof(KE); b += 64) st.prefetch(st.bytes + j * hd * sizeof(KE) + b + kPrefetchAhead);
 #pragma GCC unroll 8
             for (size_t i = 0; i < NV; ++i) acc[i] = xsimd::fma(pj, load(vj + i * W), acc[i]);
         }
@@ -147,15 +166,18 @@ struct AttentionRow {
         for (size_t i = 0; i < NV; ++i) acc[i].store_unaligned(out + d0 + i * W);
     }
 
-    static void run(const float* q, const KE* k, const KE* v, size_t n, size_t hd, float scale, float* s,
-                    float* out) {
-        prefetch(v, std::min(n * hd, kPrefetchAhead / sizeof(KE)));
-        scores(q, k, n, hd, scale, s);
+    // next_k: the keys of the row the caller runs next, or null.
+    static void run(const float* q, const KE* k, const KE* v, size_t n, size_t hd, float scale, float* s, float* out,
+                    const KE* next_k = nullptr) {
+        const Stream st{reinterpret_cast<const char*>(k), reinterpret_cast<const char*>(v),
+                        reinterpret_cast<const char*>(next_k), n * hd * sizeof(KE)};
+        for (size_t b = 0; b < std::min(st.bytes, kPrefetchAhead); b += 64) st.prefetch(st.bytes + b);  // the values' first lines
+        scores(q, k, n, hd, scale, s, st);
         Softmax::softmax(s, n);
         size_t d = 0;
-        for (; d + 8 * W <= hd; d += 8 * W) weighted_values<8>(s, v, n, hd, d, out);
-        for (; d + 4 * W <= hd; d += 4 * W) weighted_values<4>(s, v, n, hd, d, out);
-        for (; d + W <= hd; d += W) weighted_values<1>(s, v, n, hd, d, out);
+        for (; d + 8 * W <= hd; d += 8 * W) weighted_values<8>(s, v, n, hd, d, out, st);
+        for (; d + 4 * W <= hd; d += 4 * W) weighted_values<4>(s, v, n, hd, d, out, st);
+        for (; d + W <= hd; d += W) weighted_values<1>(s, v, n, hd, d, out, st);
         for (; d < hd; ++d) {
             float acc = 0.0f;
             for (size_t j = 0; j < n; ++j) acc = __builtin_fmaf(s[j], one(v[j * hd + d]), acc);

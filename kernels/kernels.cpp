@@ -145,8 +145,8 @@ void matmul_packed(const float* x, const void* wp, WeightType type, const float*
 }
 
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
-                   float* out) {
-    detail::active_table().attention_row(q, k, v, n, hd, scale, s, out);
+                   float* out, const void* next_k) {
+    detail::active_table().attention_row(q, k, v, n, hd, scale, s, out, next_k);
 }
 
 void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, int32_t* sum) {
@@ -160,18 +160,18 @@ void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, 
 }
 
 void attention_row(const float* q, const void* k, const void* v, WeightType kv, size_t n, size_t hd, float scale,
-                   float* s, float* out) {
+                   float* s, float* out, const void* next_k) {
     const auto& t = detail::active_table();
     switch (kv) {
         case WeightType::BF16:
             return t.attention_row_bf16(q, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, hd,
-                                        scale, s, out);
+                                        scale, s, out, next_k);
         case WeightType::F16:
             return t.attention_row_f16(q, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, hd,
-                                       scale, s, out);
+                                       scale, s, out, next_k);
         default:
             return t.attention_row(q, static_cast<const float*>(k), static_cast<const float*>(v), n, hd, scale, s,
-                                   out);
+                                   out, next_k);
     }
 }
 

@@ -94,14 +94,17 @@ class PanelProduct {
 // One query's causal attention over n keys and values (rows of hd floats):
 //   out[d] = sum_j softmax_j(scale * q . k_j) v_j[d].
 // s: n floats of scratch (left holding the probabilities). Serial: the
-// engine runs rows of different heads and tokens in parallel.
+// engine runs rows of different heads and tokens in parallel. next_k: the
+// keys (same element type) of the row the caller runs next on this thread,
+// whose first lines are then requested as this row's values run out
+// (attention_simd.hpp); a hint only: the result is the same without it.
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
-                   float* out);
+                   float* out, const void* next_k = nullptr);
 // The same over keys and values stored as `kv` (F32, or a 16-bit KV cache:
 // BF16 / F16, widened exactly as loaded, so the result is bit for bit the f32
 // row's on the widened values).
 void attention_row(const float* q, const void* k, const void* v, WeightType kv, size_t n, size_t hd, float scale,
-                   float* s, float* out);
+                   float* s, float* out, const void* next_k = nullptr);
 // Rounds n floats to bf16 / f16 (nearest, ties to even; as narrow_to_bf16 /
 // narrow_to_f16, vectorized where the CPU converts f16 in hardware).
 void narrow(const float* in, size_t n, WeightType to, uint16_t* out);

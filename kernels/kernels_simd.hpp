@@ -146,18 +146,20 @@ struct Kernels {
     }
 
     MMGPT_SIMD_ENTRY static void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd,
-                                               float scale, float* s, float* out) {
-        AttentionRow<Arch, Kernels>::run(q, k, v, n, hd, scale, s, out);
+                                               float scale, float* s, float* out, const void* next_k) {
+        AttentionRow<Arch, Kernels>::run(q, k, v, n, hd, scale, s, out, static_cast<const float*>(next_k));
     }
 
     MMGPT_SIMD_ENTRY static void attention_row_bf16(const float* q, const uint16_t* k, const uint16_t* v, size_t n,
-                                                    size_t hd, float scale, float* s, float* out) {
-        AttentionRow<Arch, Kernels, WeightBF16>::run(q, k, v, n, hd, scale, s, out);
+                                                    size_t hd, float scale, float* s, float* out, const void* next_k) {
+        AttentionRow<Arch, Kernels, WeightBF16>::run(q, k, v, n, hd, scale, s, out,
+                                                     static_cast<const uint16_t*>(next_k));
     }
 
     MMGPT_SIMD_ENTRY static void attention_row_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n,
-                                                   size_t hd, float scale, float* s, float* out) {
-        AttentionRow<Arch, Kernels, WeightF16>::run(q, k, v, n, hd, scale, s, out);
+                                                   size_t hd, float scale, float* s, float* out, const void* next_k) {
+        AttentionRow<Arch, Kernels, WeightF16>::run(q, k, v, n, hd, scale, s, out,
+                                                    static_cast<const uint16_t*>(next_k));
     }
 
     // f32 -> f16, round to nearest even (the hardware conversion; the tail

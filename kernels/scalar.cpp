@@ -137,12 +137,29 @@ void softmax(float* x, size_t n) {
 
 namespace mmgpt::kernels::detail {
 
+namespace {
+// The table's attention entries: the reference rows (no prefetching, so the
+// next row's keys go unused).
+void attention_entry(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
+                     float* out, const void*) {
+    scalar::attention_row(q, k, v, n, hd, scale, s, out);
+}
+void attention_entry_bf16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
+                          float* s, float* out, const void*) {
+    scalar::attention_row_bf16(q, k, v, n, hd, scale, s, out);
+}
+void attention_entry_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
+                         float* s, float* out, const void*) {
+    scalar::attention_row_f16(q, k, v, n, hd, scale, s, out);
+}
+}  // namespace
+
 const IsaTable& scalar_table() {
     static const IsaTable table{
-        "scalar",         &scalar::matmul_cols, &scalar::gemm_panels, &scalar::attention_row, &scalar::dot,      &scalar::axpy,     &scalar::add,
+        "scalar",         &scalar::matmul_cols, &scalar::gemm_panels, &attention_entry, &scalar::dot,      &scalar::axpy,     &scalar::add,
         &scalar::layernorm, &scalar::gelu_erf,  &scalar::gelu_tanh, &scalar::softmax,
         &scalar::gemm_panels_bf16, &scalar::gemm_panels_f16, &scalar_quant_kernels(),
-        &scalar::attention_row_bf16, &scalar::attention_row_f16, &scalar::narrow_f16,
+        &attention_entry_bf16, &attention_entry_f16, &scalar::narrow_f16,
     };
     return table;
 }

@@ -133,6 +133,45 @@ TEST_CASE("attention_row over bf16 / f16 keys and values: bit for bit the f32 ro
     kt::for_each_simd_isa([&](std::string_view) { run_all(false); });
 }
 
+// next_k (the keys of the row the caller runs next) only steers prefetches:
+// every path gives the same bits with it as without, whether it names other
+// keys, the row's own keys, or keys shorter than the row's (its prefetches
+// past them never fault).
+TEST_CASE("attention_row: naming the next row's keys changes no bit") {
+    const size_t hds[] = {1, 7, 16, 17, 64, 80};
+    const size_t ns[] = {1, 9, 16, 33, 129, 300};
+    kt::for_each_simd_isa([&](std::string_view) {
+        uint32_t seed = 500;
+        for (k::WeightType t : {k::WeightType::F32, k::WeightType::BF16, k::WeightType::F16})
+            for (size_t hd : hds)
+                for (size_t n : ns) {
+                    CAPTURE(hd);
+                    CAPTURE(n);
+                    CAPTURE(static_cast<int>(t));
+                    const auto q = kt::random_floats(hd, -2, 2, seed += 3);
+                    const auto kf = kt::random_floats(n * hd, -2, 2, seed + 1), vf = kt::random_floats(n * hd, -1, 1, seed + 2);
+                    const auto other = kt::random_floats(3, -1, 1, seed + 4);
+                    std::vector<uint16_t> k16(n * hd), v16(n * hd);
+                    const void* kp = kf.data();
+                    const void* vp = vf.data();
+                    if (t != k::WeightType::F32) {
+                        k::narrow(kf.data(), kf.size(), t, k16.data());
+                        k::narrow(vf.data(), vf.size(), t, v16.data());
+                        kp = k16.data(), vp = v16.data();
+                    }
+                    const float scale = 1.0f / std::sqrt(float(hd));
+                    std::vector<float> s0(n), o0(hd);
+                    k::attention_row(q.data(), kp, vp, t, n, hd, scale, s0.data(), o0.data());
+                    for (const void* next : {static_cast<const void*>(other.data()), kp}) {
+                        std::vector<float> s1(n), o1(hd);
+                        k::attention_row(q.data(), kp, vp, t, n, hd, scale, s1.data(), o1.data(), next);
+                        CHECK(std::memcmp(o0.data(), o1.data(), hd * sizeof(float)) == 0);
+                        CHECK(std::memcmp(s0.data(), s1.data(), n * sizeof(float)) == 0);
+                    }
+                }
+    });
+}
+
 // narrow (the KV cache's rounding): every path gives the scalar conversions'
 // bits, on every length (vector tails) and on the special values.
 TEST_CASE("narrow to f16 / bf16: every path equals the scalar rounding, specials included") {
