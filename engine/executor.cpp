@@ -183,6 +183,20 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
     kernels::quantize_rows(buffer(op.output) + c0, 1, c1 - c0, team_q_.data() + c0, team_scale_.data() + b0,
                            team_sum_.data() + b0);
   };
+  // What member m reads first in stage j, for it to prefetch while it waits
+  // for the stage before (run_stages): its own block of a matmul's weights,
+  // up to about what L2 holds.
+  constexpr size_t kWaitPrefetchCap = size_t{1} << 20;
+  const StageReads next_reads = [&](size_t j, size_t m) -> std::span<const std::byte> {
+    const Op& op = ops[j];
+    if (op.kind != OpKind::MatMul || team_parts_[j] < members) return {};
+    const auto [b0, b1] = stage_own_block(team_parts_[j], members, m);
+    const size_t panels = kernels::panel_count(op.out_features);
+    const size_t p0 = std::min(panels, b0 * team_grain_[j]), p1 = std::min(panels, b1 * team_grain_[j]);
+    const size_t from = kernels::packed_weight_bytes(op.w_type, p0 * kernels::kPanelWidth, op.in_features);
+    const size_t to = kernels::packed_weight_bytes(op.w_type, p1 * kernels::kPanelWidth, op.in_features);
+    return {static_cast<const std::byte*>(op.w_data) + from, std::min(to - from, kWaitPrefetchCap)};
+  };
   run_stages(team_parts_, members, [&](size_t i, size_t part, size_t m) {
     const Op& op = ops[i];
     switch (op.kind) {
@@ -230,7 +244,7 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
       default:
         run_op(op, steps, 1, step.logit_rows);
     }
-  });
+  }, next_reads);
 }
 
 void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t tokens, size_t logit_rows) {

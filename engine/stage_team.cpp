@@ -26,13 +26,21 @@ void cpu_relax() {
 
 // Until `done` reaches `parts`. Stages take microseconds, so spin; past a few
 // thousand rounds the other member is probably descheduled (a shared host),
-// so give the core away between looks.
-void wait_for(const std::atomic<uint32_t>& done, uint32_t parts) {
+// so give the core away between looks. Until then the member prefetches
+// `ahead` (run_stages' next_reads), four lines between looks.
+void wait_for(const std::atomic<uint32_t>& done, uint32_t parts, std::span<const std::byte> ahead) {
+  constexpr size_t kLine = 64, kLinesPerLook = 4;
+  size_t at = 0;
   for (unsigned spins = 0; done.load(std::memory_order_acquire) < parts; ++spins) {
-    if (spins < 4096)
+    if (at < ahead.size()) {
+      for (size_t k = 0; k < kLinesPerLook && at < ahead.size(); ++k, at += kLine)
+        __builtin_prefetch(ahead.data() + at, 0, 0);  // read, non-temporal: as the decode kernels do
+      spins = 0;
+    } else if (spins < 4096) {
       cpu_relax();
-    else
+    } else {
       std::this_thread::yield();
+    }
   }
 }
 
@@ -58,7 +66,7 @@ size_t stage_part_order(size_t parts, size_t members, size_t m, size_t k) {
 }
 
 void run_stages(std::span<const uint32_t> parts, size_t members,
-                const std::function<void(size_t, size_t, size_t)>& work) {
+                const std::function<void(size_t, size_t, size_t)>& work, const StageReads& next_reads) {
   if (parts.empty()) return;
   members = members == 0 ? 1 : members;
   // Claim flags of every part, and per stage the count of finished parts;
@@ -83,7 +91,14 @@ void run_stages(std::span<const uint32_t> parts, size_t members,
         ++ran;
       }
       if (ran != 0) done[i].fetch_add(ran, std::memory_order_release);
-      wait_for(done[i], static_cast<uint32_t>(n));
+      if (done[i].load(std::memory_order_acquire) >= n) continue;
+      std::span<const std::byte> ahead;
+      if (next_reads) {
+        size_t j = i + 1;
+        while (j < parts.size() && parts[j] == 0) ++j;
+        if (j < parts.size()) ahead = next_reads(j, m);
+      }
+      wait_for(done[i], static_cast<uint32_t>(n), ahead);
     }
   };
   if (members == 1) return member(0);

@@ -38,8 +38,20 @@ namespace mmgpt {
 // (0 .. members-1; a member runs on one thread throughout).
 // The members are TBB tasks (mmgpt::parallel_for), so --threads and the
 // task arena bound them; work must not throw.
+//
+// A member that has to wait for the others at a stage's end meanwhile
+// prefetches what it reads first in the next stage it runs: next_reads(j,
+// m) gives those bytes for stage j and member m (empty: nothing), requested
+// non-temporally a few lines between looks at the stage's count, until the
+// stage is done or the bytes are. The wait turns into reads the member would
+// make anyway, and it starts the next stage with them arriving (a decode
+// matmul's own block, 2 threads: 355M q4_0 steps 1.02-1.04 faster, other
+// weight types and 124M 0.99-1.02; docs/decode-streaming.md). Unset, or
+// empty spans: a plain wait.
+using StageReads = std::function<std::span<const std::byte>(size_t stage, size_t member)>;
 void run_stages(std::span<const uint32_t> parts, size_t members,
-                const std::function<void(size_t stage, size_t part, size_t member)>& work);
+                const std::function<void(size_t stage, size_t part, size_t member)>& work,
+                const StageReads& next_reads = nullptr);
 
 // Member m's own block of a stage of `parts` parts: parts [first, second).
 std::pair<size_t, size_t> stage_own_block(size_t parts, size_t members, size_t m);

@@ -77,6 +77,47 @@ TEST_CASE("run_stages: every part once, each stage after all of the previous one
   }
 }
 
+TEST_CASE("run_stages: a waiting member is asked for the next stage it runs, and prefetching changes nothing") {
+  // next_reads(j, m) comes only for a stage j with parts, after the first
+  // such stage (a member waits only at a stage's end), and only for members
+  // of the team; the span it returns is read by nothing but prefetches, so
+  // every part still runs once with the stages in order. (Whether a member
+  // waits at all depends on the threads' timing.)
+  const std::vector<uint32_t> parts = {0, 3, 0, 0, 5, 1, 0, 8, 2};
+  const std::vector<std::byte> bytes(100000);
+  for (int threads : {1, 2, 4}) {
+    tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
+    for (size_t members : {1, 2, 3}) {
+      CAPTURE(threads);
+      CAPTURE(members);
+      for (int round = 0; round < 50; ++round) {
+        std::vector<std::atomic<int>> runs(parts.size() * 8);
+        std::vector<std::atomic<int>> finished(parts.size());
+        std::atomic<int> early{0}, bad_stage{0}, bad_member{0};
+        const StageReads next_reads = [&](size_t j, size_t m) -> std::span<const std::byte> {
+          if (j >= parts.size() || parts[j] == 0 || j <= 1) bad_stage.fetch_add(1);
+          if (m >= members) bad_member.fetch_add(1);
+          return {bytes.data() + 64 * j, bytes.size() - 64 * j};
+        };
+        run_stages(
+            parts, members,
+            [&](size_t stage, size_t part, size_t) {
+              for (size_t i = 0; i < stage; ++i)
+                if (finished[i].load() != static_cast<int>(parts[i])) early.fetch_add(1);
+              runs[stage * 8 + part].fetch_add(1);
+              finished[stage].fetch_add(1);
+            },
+            next_reads);
+        CHECK(early.load() == 0);
+        CHECK(bad_stage.load() == 0);
+        CHECK(bad_member.load() == 0);
+        for (size_t i = 0; i < parts.size(); ++i)
+          for (size_t p = 0; p < parts[i]; ++p) REQUIRE(runs[i * 8 + p].load() == 1);
+      }
+    }
+  }
+}
+
 namespace {
 
 std::string name(DType d) { return mmgpt_file::dtype_name(static_cast<uint32_t>(d)); }
