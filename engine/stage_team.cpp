@@ -26,8 +26,9 @@ void cpu_relax() {
 
 // Until `done` reaches `parts`. Stages take microseconds, so spin; past a few
 // thousand rounds the other member is probably descheduled (a shared host),
-// so give the core away between looks. Until then the member prefetches
-// `ahead` (run_stages' next_reads), four lines between looks.
+// so give the core away between looks. But first, while there is any, the
+// member prefetches `ahead` (run_stages' next_reads), four lines between
+// looks, and does not count those rounds as spins.
 void wait_for(const std::atomic<uint32_t>& done, uint32_t parts, std::span<const std::byte> ahead) {
   constexpr size_t kLine = 64, kLinesPerLook = 4;
   size_t at = 0;
