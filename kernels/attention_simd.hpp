@@ -28,7 +28,7 @@
 // 355M q4_0 decode steps alternated step by step in one process: 1.010-1.032
 // of its speed at 2 threads and 576 positions (three runs), 0.993-1.015 at 64
 // positions and at 1 thread. In a prototype, either change alone gave
-// 0.99-1.00 (docs/decode-streaming.md, "Attention as one stream").
+// 0.99-1.02 (docs/decode-streaming.md, "Attention as one stream").
 #include <algorithm>
 #include <cstddef>
 #include <type_traits>
@@ -111,28 +111,26 @@ struct AttentionRow {
             B acc[W];
 #pragma GCC unroll 16
             for (size_t i = 0; i < W; ++i) acc[i] = B(0.0f);
-            size_t d = 0;
-            if (hd >= W) {
-                // Row by row; each accumulator still sums its row over d in
-                // order, so the result is the column-by-column loop's.
+            // Row by row; each accumulator still sums its row over d in
+            // order, so the result is the column-by-column loop's.
+            const size_t dv = hd - hd % W;  // the row's whole vectors
 #pragma GCC unroll 16
-                for (size_t i = 0; i < W; ++i) {
-                    const KE* row = k + (j + i) * hd;
-                    for (d = 0; d + W <= hd; d += W) {
-                        // A line ahead for every line of keys loaded (a 16-bit
-                        // row chunk is half a line: every other chunk).
-                        const size_t at = ((j + i) * hd + d) * sizeof(KE);
-                        if (at % 64 == 0) st.prefetch(at + kPrefetchAhead);
-                        acc[i] = xsimd::fma(B::load_unaligned(q + d), load(row + d), acc[i]);
-                    }
+            for (size_t i = 0; i < W; ++i) {
+                const KE* row = k + (j + i) * hd;
+                for (size_t d = 0; d < dv; d += W) {
+                    // A line ahead for every line of keys loaded (a 16-bit
+                    // row chunk is half a line: every other chunk).
+                    const size_t at = ((j + i) * hd + d) * sizeof(KE);
+                    if (at % 64 == 0) st.prefetch(at + kPrefetchAhead);
+                    acc[i] = xsimd::fma(B::load_unaligned(q + d), load(row + d), acc[i]);
                 }
             }
             B sum = column_sums<Arch>(acc);
-            if (d < hd) {  // head sizes that are not a multiple of the vector width
+            if (dv < hd) {  // head sizes that are not a multiple of the vector width
                 alignas(64) float t[W];
                 sum.store_aligned(t);
                 for (size_t i = 0; i < W; ++i)
-                    for (size_t dd = d; dd < hd; ++dd) t[i] = __builtin_fmaf(q[dd], one(k[(j + i) * hd + dd]), t[i]);
+                    for (size_t dd = dv; dd < hd; ++dd) t[i] = __builtin_fmaf(q[dd], one(k[(j + i) * hd + dd]), t[i]);
                 sum = B::load_aligned(t);
             }
             (sum * sv).store_unaligned(s + j);

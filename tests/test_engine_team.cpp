@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstring>
 #include <memory>
 #include <set>
@@ -115,6 +117,40 @@ TEST_CASE("run_stages: a waiting member is asked for the next stage it runs, and
           for (size_t p = 0; p < parts[i]; ++p) REQUIRE(runs[i * 8 + p].load() == 1);
       }
     }
+  }
+}
+
+TEST_CASE("run_stages: a member that waits is asked what it reads next") {
+  // Two members, stage 0 one part each, stage 1 one part. Member 0's part
+  // holds on until member 1 (done with its part, so waiting for member 0's)
+  // has asked next_reads for stage 1. Where the two did not split stage 0
+  // that way (a second thread came late, or took both parts), there is
+  // nothing to check.
+  tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
+  const std::vector<uint32_t> parts = {2, 1};
+  const std::vector<std::byte> bytes(4096);
+  for (int round = 0; round < 5; ++round) {
+    std::atomic<bool> asked{false}, split{false};  // split: member 0 ran part 0 and member 1 part 1
+    std::atomic<int> bad_args{0};
+    const StageReads next_reads = [&](size_t j, size_t m) -> std::span<const std::byte> {
+      if (j != 1 || m != 1) bad_args.fetch_add(1);
+      asked = true;
+      return bytes;
+    };
+    run_stages(
+        parts, 2,
+        [&](size_t stage, size_t part, size_t member) {
+          if (stage != 0) return;
+          if (member == 1 && part == 1) split = true;
+          if (member == 0 && part == 0) {
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+            while (!asked && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+          }
+        },
+        next_reads);
+    CHECK(bad_args.load() == 0);
+    // Member 1 finished part 1 while member 0 held part 0, so it waited.
+    if (split) CHECK(asked.load());
   }
 }
 
