@@ -184,18 +184,27 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
                            team_sum_.data() + b0);
   };
   // What member m reads first in stage j, for it to prefetch while it waits
-  // for the stage before (run_stages): its own block of a matmul's weights,
-  // up to about what L2 holds.
-  constexpr size_t kWaitPrefetchCap = size_t{1} << 20;
-  const StageReads next_reads = [&](size_t j, size_t m) -> std::span<const std::byte> {
+  // for the stage before (run_stages): its own block of a matmul's weights;
+  // before attention, the keys and values so far of its own heads, each
+  // head's keys then its values, as it attends (its own block of heads runs
+  // first and in order). run_stages stops at about what L2 holds.
+  const StageReads next_reads = [&](size_t j, size_t m, size_t run) -> std::span<const std::byte> {
     const Op& op = ops[j];
-    if (op.kind != OpKind::MatMul || team_parts_[j] < members) return {};
+    if (op.kind == OpKind::Attention) {
+      const auto [h0, h1] = stage_own_block(c.n_head, members, m);
+      const size_t h = h0 + run / 2, layer = static_cast<size_t>(op.layer);
+      if (h >= h1 || base == 0) return {};
+      KVCache& kv = *step.cache;
+      const void* rows = run % 2 == 0 ? kv.keys(layer, h) : kv.values(layer, h);
+      return {static_cast<const std::byte*>(rows), base * head_dim * KVCache::element_bytes(kv.dtype())};
+    }
+    if (op.kind != OpKind::MatMul || team_parts_[j] < members || run != 0) return {};
     const auto [b0, b1] = stage_own_block(team_parts_[j], members, m);
     const size_t panels = kernels::panel_count(op.out_features);
     const size_t p0 = std::min(panels, b0 * team_grain_[j]), p1 = std::min(panels, b1 * team_grain_[j]);
     const size_t from = kernels::packed_weight_bytes(op.w_type, p0 * kernels::kPanelWidth, op.in_features);
     const size_t to = kernels::packed_weight_bytes(op.w_type, p1 * kernels::kPanelWidth, op.in_features);
-    return {static_cast<const std::byte*>(op.w_data) + from, std::min(to - from, kWaitPrefetchCap)};
+    return {static_cast<const std::byte*>(op.w_data) + from, to - from};
   };
   run_stages(team_parts_, members, [&](size_t i, size_t part, size_t m) {
     const Op& op = ops[i];

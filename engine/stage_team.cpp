@@ -1,5 +1,6 @@
 #include "engine/stage_team.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <thread>
@@ -27,14 +28,22 @@ void cpu_relax() {
 // Until `done` reaches `parts`. Stages take microseconds, so spin; past a few
 // thousand rounds the other member is probably descheduled (a shared host),
 // so give the core away between looks. But first, while there is any, the
-// member prefetches `ahead` (run_stages' next_reads), four lines between
-// looks, and does not count those rounds as spins.
-void wait_for(const std::atomic<uint32_t>& done, uint32_t parts, std::span<const std::byte> ahead) {
+// member prefetches what it reads next (run_stages' next_reads for `stage`),
+// four lines between looks, and does not count those rounds as spins.
+void wait_for(const std::atomic<uint32_t>& done, uint32_t parts, const StageReads* reads, size_t stage,
+              size_t member) {
   constexpr size_t kLine = 64, kLinesPerLook = 4;
-  size_t at = 0;
+  size_t run = 0, at = 0, requested = 0;
+  auto next_run = [&]() -> std::span<const std::byte> {
+    if (reads == nullptr || requested >= kStagePrefetchCap) return {};
+    const std::span<const std::byte> r = (*reads)(stage, member, run++);
+    return r.first(std::min(r.size(), kStagePrefetchCap - requested));
+  };
+  std::span<const std::byte> ahead = next_run();
   for (unsigned spins = 0; done.load(std::memory_order_acquire) < parts; ++spins) {
+    if (!ahead.empty() && at >= ahead.size()) ahead = next_run(), at = 0;
     if (at < ahead.size()) {
-      for (size_t k = 0; k < kLinesPerLook && at < ahead.size(); ++k, at += kLine)
+      for (size_t k = 0; k < kLinesPerLook && at < ahead.size(); ++k, at += kLine, requested += kLine)
         __builtin_prefetch(ahead.data() + at, 0, 0);  // read, non-temporal: as the decode kernels do
       spins = 0;
     } else if (spins < 4096) {
@@ -93,13 +102,9 @@ void run_stages(std::span<const uint32_t> parts, size_t members,
       }
       if (ran != 0) done[i].fetch_add(ran, std::memory_order_release);
       if (done[i].load(std::memory_order_acquire) >= n) continue;
-      std::span<const std::byte> ahead;
-      if (next_reads) {
-        size_t j = i + 1;
-        while (j < parts.size() && parts[j] == 0) ++j;
-        if (j < parts.size()) ahead = next_reads(j, m);
-      }
-      wait_for(done[i], static_cast<uint32_t>(n), ahead);
+      size_t j = i + 1;
+      while (j < parts.size() && parts[j] == 0) ++j;
+      wait_for(done[i], static_cast<uint32_t>(n), next_reads && j < parts.size() ? &next_reads : nullptr, j, m);
     }
   };
   if (members == 1) return member(0);

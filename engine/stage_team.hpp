@@ -40,15 +40,21 @@ namespace mmgpt {
 // task arena bound them; work must not throw.
 //
 // A member that has to wait for the others at a stage's end meanwhile
-// prefetches what it reads first in the next stage it runs: next_reads(j,
-// m) gives those bytes for stage j and member m (empty: nothing), requested
-// non-temporally a few lines between looks at the stage's count, until the
-// stage is done or the bytes are. The wait turns into reads the member would
-// make anyway, and it starts the next stage with them arriving (a decode
-// matmul's own block, 2 threads: 355M q4_0 steps 1.02-1.04 faster, other
-// weight types and 124M 0.99-1.02; docs/decode-streaming.md). Unset, or
-// empty spans: a plain wait.
-using StageReads = std::function<std::span<const std::byte>(size_t stage, size_t member)>;
+// prefetches what it reads first in the next stage it runs: next_reads(j, m,
+// k) gives the k-th run of those bytes for stage j and member m, in the
+// order the member reads them (k = 0, 1, ...; an empty span ends them),
+// requested non-temporally a few lines between looks at the stage's count,
+// until the stage is done, the runs are, or kStagePrefetchCap bytes have
+// been requested. The wait turns into reads the member would make anyway,
+// and it starts the next stage with them arriving (2 threads, whole decode
+// steps against none: a matmul's own block, 355M q4_0 1.02-1.04, other
+// weight types and 124M 0.99-1.02; before attention, the keys and values of
+// the member's own heads, 1.002-1.012; docs/decode-streaming.md). Unset, or
+// an empty first run: a plain wait.
+using StageReads = std::function<std::span<const std::byte>(size_t stage, size_t member, size_t run)>;
+// About what a core's L2 holds: more would push out the first lines before
+// the stage reads them.
+constexpr size_t kStagePrefetchCap = size_t{1} << 20;
 void run_stages(std::span<const uint32_t> parts, size_t members,
                 const std::function<void(size_t stage, size_t part, size_t member)>& work,
                 const StageReads& next_reads = nullptr);

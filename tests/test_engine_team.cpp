@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <set>
 #include <utility>
@@ -80,11 +81,11 @@ TEST_CASE("run_stages: every part once, each stage after all of the previous one
 }
 
 TEST_CASE("run_stages: a waiting member is asked for the next stage it runs, and prefetching changes nothing") {
-  // next_reads(j, m) comes only for a stage j with parts, after the first
-  // such stage (a member waits only at a stage's end), and only for members
-  // of the team; the span it returns is read by nothing but prefetches, so
-  // every part still runs once with the stages in order. (Whether a member
-  // waits at all depends on the threads' timing.)
+  // next_reads(j, m, run) comes only for a stage j with parts, after the
+  // first such stage (a member waits only at a stage's end), and only for
+  // members of the team; the spans it returns are read by nothing but
+  // prefetches, so every part still runs once with the stages in order.
+  // (Whether a member waits at all depends on the threads' timing.)
   const std::vector<uint32_t> parts = {0, 3, 0, 0, 5, 1, 0, 8, 2};
   const std::vector<std::byte> bytes(100000);
   for (int threads : {1, 2, 4}) {
@@ -96,10 +97,11 @@ TEST_CASE("run_stages: a waiting member is asked for the next stage it runs, and
         std::vector<std::atomic<int>> runs(parts.size() * 8);
         std::vector<std::atomic<int>> finished(parts.size());
         std::atomic<int> early{0}, bad_stage{0}, bad_member{0};
-        const StageReads next_reads = [&](size_t j, size_t m) -> std::span<const std::byte> {
+        const StageReads next_reads = [&](size_t j, size_t m, size_t run) -> std::span<const std::byte> {
           if (j >= parts.size() || parts[j] == 0 || j <= 1) bad_stage.fetch_add(1);
           if (m >= members) bad_member.fetch_add(1);
-          return {bytes.data() + 64 * j, bytes.size() - 64 * j};
+          if (run > 2) return {};
+          return {bytes.data() + 64 * j + run, bytes.size() - 64 * j - run};
         };
         run_stages(
             parts, members,
@@ -120,37 +122,85 @@ TEST_CASE("run_stages: a waiting member is asked for the next stage it runs, and
   }
 }
 
-TEST_CASE("run_stages: a member that waits is asked what it reads next") {
-  // Two members, stage 0 one part each, stage 1 one part. Member 0's part
-  // holds on until member 1 (done with its part, so waiting for member 0's)
-  // has asked next_reads for stage 1. Where the two did not split stage 0
-  // that way (a second thread came late, or took both parts), there is
-  // nothing to check.
+namespace {
+
+// Stages of 2 and 1 parts on two members, member 0 holding its part of
+// stage 0 until released() (at most 5 s), then `extra` longer. Returns
+// whether the two split stage 0 so that member 1 waited for member 0
+// (member 0 ran part 0 and member 1 part 1); where they did not (a second
+// thread came late, or one took both parts), the caller has nothing to check.
+bool run_with_member0_held(const StageReads& next_reads, const std::function<bool()>& released,
+                           std::chrono::milliseconds extra = std::chrono::milliseconds(0)) {
   tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
   const std::vector<uint32_t> parts = {2, 1};
-  const std::vector<std::byte> bytes(4096);
+  std::atomic<bool> split{false};
+  run_stages(
+      parts, 2,
+      [&](size_t stage, size_t part, size_t member) {
+        if (stage != 0) return;
+        if (member == 1 && part == 1) split = true;
+        if (member == 0 && part == 0) {
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+          while (!released() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+          std::this_thread::sleep_for(extra);
+        }
+      },
+      next_reads);
+  return split.load();
+}
+
+}  // namespace
+
+TEST_CASE("run_stages: a member that waits is asked what it reads next") {
+  // Member 0's part holds on until member 1 (done with its part, so waiting
+  // for member 0's) has asked next_reads for stage 1.
   for (int round = 0; round < 5; ++round) {
-    std::atomic<bool> asked{false}, split{false};  // split: member 0 ran part 0 and member 1 part 1
+    std::atomic<bool> asked{false};
     std::atomic<int> bad_args{0};
-    const StageReads next_reads = [&](size_t j, size_t m) -> std::span<const std::byte> {
-      if (j != 1 || m != 1) bad_args.fetch_add(1);
+    const StageReads next_reads = [&](size_t j, size_t m, size_t run) -> std::span<const std::byte> {
+      if (j != 1 || m != 1 || run != 0) bad_args.fetch_add(1);
       asked = true;
-      return bytes;
+      return {};
     };
-    run_stages(
-        parts, 2,
-        [&](size_t stage, size_t part, size_t member) {
-          if (stage != 0) return;
-          if (member == 1 && part == 1) split = true;
-          if (member == 0 && part == 0) {
-            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-            while (!asked && std::chrono::steady_clock::now() < until) std::this_thread::yield();
-          }
-        },
-        next_reads);
+    const bool split = run_with_member0_held(next_reads, [&] { return asked.load(); });
     CHECK(bad_args.load() == 0);
-    // Member 1 finished part 1 while member 0 held part 0, so it waited.
-    if (split) CHECK(asked.load());
+    if (split) CHECK(asked.load());  // member 1 finished part 1 while member 0 held part 0, so it waited
+  }
+}
+
+TEST_CASE("run_stages: a waiting member asks for the runs it reads in order, up to the cap") {
+  // As above, member 1 waits for member 0's part of stage 0. It asks for
+  // run 0, 1, 2, ... of stage 1, each once, and stops at the first empty run
+  // (case 1: run 2 is empty) or once kStagePrefetchCap bytes are requested
+  // (case 2: runs of 0.6 cap each, so never run 2). Member 0 holds its part
+  // until member 1 has asked for run 1, and 50 ms more, time enough to
+  // request a megabyte of prefetches many times over.
+  const std::vector<std::byte> bytes(2 * kStagePrefetchCap);
+  for (const size_t run_bytes : {size_t{4096}, kStagePrefetchCap * 6 / 10}) {
+    CAPTURE(run_bytes);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<std::atomic<int>> asked(8);
+      std::atomic<int> bad_args{0};
+      const StageReads next_reads = [&](size_t j, size_t m, size_t run) -> std::span<const std::byte> {
+        if (j != 1 || m != 1 || run >= asked.size()) return bad_args.fetch_add(1), std::span<const std::byte>();
+        for (size_t r = 0; r < run; ++r)
+          if (asked[r].load() != 1) bad_args.fetch_add(1);  // runs asked out of order
+        asked[run].fetch_add(1);
+        if (run_bytes == 4096 && run == 2) return {};
+        return {bytes.data() + run * run_bytes, run_bytes};
+      };
+      const bool split =
+          run_with_member0_held(next_reads, [&] { return asked[1].load() != 0; }, std::chrono::milliseconds(50));
+      CHECK(bad_args.load() == 0);
+      for (size_t r = 0; r < asked.size(); ++r) CHECK(asked[r].load() <= 1);
+      CHECK(asked[3].load() == 0);
+      if (run_bytes != 4096) CHECK(asked[2].load() == 0);  // 1.2 cap requested after run 1: the cap
+      if (split) {
+        CHECK(asked[0].load() == 1);
+        CHECK(asked[1].load() == 1);
+        if (run_bytes == 4096) CHECK(asked[2].load() == 1);  // the empty run that ends them
+      }
+    }
   }
 }
 
