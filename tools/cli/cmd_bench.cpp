@@ -8,7 +8,8 @@
 // reads every weight once (the LM head included), so
 //   frac_of_bw = weight bytes per step * steps/s / read bandwidth
 // where the read bandwidth is measured in this process, with the same thread
-// count, right before each timed run, by streaming the model's own mapped file
+// count, right before each timed run (after a pause of kProbeSettle, so the
+// threads of the run before are quiet), by streaming the model's own mapped file
 // (the very pages decode reads) with plain vector loads (bench/machine_limits.hpp),
 // best of two passes, each started with the file evicted from the CPU caches
 // (x86): a file only a few times the L3 is otherwise partly read from the L3
@@ -33,6 +34,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -52,6 +54,9 @@ namespace mmgpt::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// Idle time before each bandwidth probe, so the threads of the run before
+// have gone quiet (below).
+constexpr auto kProbeSettle = std::chrono::milliseconds(200);
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 struct BenchArgs {
@@ -226,6 +231,10 @@ void run_bench(const BenchArgs& a) {
         const ModelFile& file = lm.model().file();
         for (size_t r = 0; r < a.reps; ++r) {
           // The limit, measured now: the machine's load moves both figures together.
+          // First a pause: right after a run (the warm-up or the previous one) a
+          // two-thread probe read 33-55 GB/s where the same probe 200 ms later
+          // read 47-61 (124M f32, 2026-11-25), which overstated frac_of_bw.
+          std::this_thread::sleep_for(kProbeSettle);
           mbw.push_back(limits::read_bandwidth_gbps(file.mapped_bytes(), file.file_size(), threads, 2, /*from_memory=*/true));
           const RunTimes t = run_once(exec, caches, prompts, n);
           pre.push_back(double(b * p) / t.prefill_s);
