@@ -15,8 +15,9 @@
 // values W[16p + j][k], so a 64-byte line is k and k+1 of the 16 rows,
 // k-major, and the lines of the two panels of a pair alternate. VDPBF16PS
 // wants lane j = (w[j][2i], w[j][2i+1]): one VPERMW per line interleaves the
-// two halves (amortized over the rows of a tile). An odd K's last k is alone
-// in its 32 bytes: loaded as half a vector, its pair is zero.
+// two halves (amortized over the rows of a tile; decode on one thread widens
+// the halves instead: decode_tile). An odd K's last k is alone in its 32
+// bytes: loaded as half a vector, its pair is zero.
 // Activations: rows of bf16 pairs (bf16dot_round_rows, zero-padded to even
 // K); one 32-bit pair broadcast to every lane per row and pair.
 //
@@ -33,12 +34,16 @@
 #endif
 #include <immintrin.h>
 
+#include <bit>
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/avx512_tile_finish.hpp"
 #include "kernels/decode_prefetch.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/parallel.hpp"
 
 namespace mmgpt::kernels::detail {
 namespace {
@@ -51,20 +56,21 @@ constexpr size_t MR = 8;
 constexpr size_t NP = 2;
 // Decode (one row): one pair of panels at a time, which lie in one run of
 // memory, so the matrix is read front to back as a single stream, each line
-// prefetched ahead as decode_prefetch.hpp describes. A line is 16 pairs of k
-// of one panel, one VDPBF16PS on that panel's accumulator chain; one chain
-// alone waits on the instruction's latency when a thread gets 40 GB/s
-// (docs/decode-streaming.md). Measured on Zen 5 with `mmgpt bench`, 355M at
-// 2 threads: 104.7-105.9 tok/s with pairs against 65.7-96.7 one panel at a
-// time; the demo model (in cache) 40.0k-40.6k against 28.2k-28.6k. Before
-// pairs, with panels stored one after another (whole decode steps against a
-// plain read in the same run): 124M / 355M at 1 thread 1.01 / 0.97 with one
-// panel, 0.93 / 0.92 with two (two streams) and 0.93 / 0.86 with four.
+// prefetched ahead as decode_prefetch.hpp describes, two accumulator chains
+// (one per panel). Measured on Zen 5 with `mmgpt bench`, 355M at 2 threads:
+// 104.7-105.9 tok/s with pairs against 65.7-96.7 one panel at a time; the
+// demo model (in cache) 40.0k-40.6k against 28.2k-28.6k. Before pairs, with
+// panels stored one after another (whole decode steps against a plain read
+// in the same run): 124M / 355M at 1 thread 1.01 / 0.97 with one panel, 0.93
+// / 0.92 with two (two streams) and 0.93 / 0.86 with four. On one thread
+// the same arithmetic runs on FMAs instead (decode_panels, below).
 // Prefill with a single row tile: the weights are read once, prefetched this
 // far ahead within each panel (bytes).
 constexpr size_t kPrefetchBytes = 1536;
 // Rows of rounded activations kept in L2 while a panel pair sweeps them.
 constexpr size_t kActivationL2Budget = 256 * 1024;
+// MXCSR's flush-to-zero (bit 15) and denormals-are-zero (bit 6).
+constexpr unsigned kFtzDaz = 0x8040;
 
 // Words 2j, 2j+1 of the result are words j, 16 + j of the source: lane j
 // becomes (w[j][2i], w[j][2i+1]).
@@ -135,6 +141,88 @@ template <size_t R, size_t P, Ahead Prefetch>
     finish<R, P>(acc, o);
 }
 
+// Decode (one row): the same arithmetic on FMAs. VDPBF16PS's step is two
+// FMAs, odd element first, with subnormal inputs read as zeros and subnormal
+// results flushed (the product of two bf16 is exact in f32, so each FMA
+// rounds once, as the instruction does): with MXCSR's DAZ and FTZ set, an
+// FMA does exactly that, so this gives VDPBF16PS's result bit for bit
+// (tests/test_kernels_bf16dot.cpp checks it against the reference, with
+// subnormals, infinities and NaNs). A line needs no VPERMW (the widening of
+// its two halves is a zero-extend and a shift each); it takes more
+// instructions than VDPBF16PS's three, and was faster on one thread only
+// (gemm_panels; docs/decode-streaming.md, "bf16 decode on FMAs").
+//
+// Panels p, p + P - 1 into part (16 P floats, before the epilogue), with
+// DAZ and FTZ set by the caller. xf: the rounded activation row widened to
+// f32 (Kp values, the pad zero).
+template <size_t P>
+[[gnu::always_inline]] inline void decode_tile(const float* xf, const uint16_t* wp, size_t N, size_t K, size_t p,
+                                               float* part) {
+    __m512 acc[P];
+    PanelSteps st[P];
+    const uint16_t* line[P];
+#pragma GCC unroll 16
+    for (size_t j = 0; j < P; ++j) {
+        acc[j] = _mm512_setzero_ps();
+        st[j] = half_panel_steps(N, K, p + j), line[j] = wp + st[j].first;
+    }
+    // bf16 to f32: the 16 bits become the high half of the 32.
+    auto widen = [](const uint16_t* src) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    };
+    const size_t pairs = K / 2;
+    for (size_t k = 0; k < 2 * pairs; k += 2) {
+        const __m512 xo = _mm512_set1_ps(xf[k + 1]), xe = _mm512_set1_ps(xf[k]);
+#pragma GCC unroll 16
+        for (size_t j = 0; j < P; ++j) {
+            const uint16_t* src = line[j];
+            prefetch_decode(src);
+            const __m512 we = widen(src), wo = widen(src + kPanelWidth);
+            acc[j] = _mm512_fmadd_ps(xo, wo, acc[j]);
+            acc[j] = _mm512_fmadd_ps(xe, we, acc[j]);
+            line[j] += st[j].pitch;
+        }
+    }
+    if (K & 1) {  // the last k alone: its pair (in w and in x) is zero, and still added
+        const __m512 xo = _mm512_set1_ps(xf[K]), xe = _mm512_set1_ps(xf[K - 1]);
+#pragma GCC unroll 16
+        for (size_t j = 0; j < P; ++j) {
+            acc[j] = _mm512_fmadd_ps(xo, _mm512_setzero_ps(), acc[j]);
+            acc[j] = _mm512_fmadd_ps(xe, widen(wp + st[j].tail), acc[j]);
+        }
+    }
+#pragma GCC unroll 16
+    for (size_t j = 0; j < P; ++j) _mm512_storeu_ps(part + j * kPanelWidth, acc[j]);
+}
+
+// Decode of panels [p0, p1): every tile's sums with DAZ and FTZ set (once
+// per call, not per tile), then the epilogues in the caller's mode.
+void decode_panels(const uint16_t* x, const uint16_t* wp, size_t K, size_t N, size_t p0, size_t p1,
+                   const auto& out) {
+    const size_t Kp = bf16dot_row_elems(K);
+    thread_local std::vector<float> xf, part;
+    if (xf.size() < Kp) xf.resize(Kp);
+    if (part.size() < (p1 - p0) * kPanelWidth) part.resize((p1 - p0) * kPanelWidth);
+    for (size_t k = 0; k < Kp; ++k) xf[k] = std::bit_cast<float>(uint32_t{x[k]} << 16);
+    float* at = part.data();  // panel p's sums at at + 16 (p - p0)
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | kFtzDaz);
+    for_panel_pairs(
+        p0, p1, [&](size_t p) { decode_tile<1>(xf.data(), wp, N, K, p, at + (p - p0) * kPanelWidth); },
+        [&](size_t p) { decode_tile<2>(xf.data(), wp, N, K, p, at + (p - p0) * kPanelWidth); });
+    _mm_setcsr(csr);
+    auto finish_panels = [&]<size_t P>(size_t p) {
+        __m512 acc[1][P];
+#pragma GCC unroll 16
+        for (size_t j = 0; j < P; ++j) acc[0][j] = _mm512_loadu_ps(at + (p - p0 + j) * kPanelWidth);
+        finish<1, P>(acc, out(0, p, P));
+    };
+    for_panel_pairs(
+        p0, p1, [&](size_t p) { finish_panels.template operator()<1>(p); },
+        [&](size_t p) { finish_panels.template operator()<2>(p); });
+}
+
 // tile<rows, ...> for rows in 1 .. R.
 template <size_t P, Ahead Prefetch, size_t R = MR>
 void tile_rows(size_t rows, const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K, size_t p,
@@ -156,7 +244,15 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
 
     if (M == 1) {
         // Decode: memory-bound, one prefetched stream, a pair of panels at a
-        // time (for_panel_pairs).
+        // time (for_panel_pairs). On one thread on FMAs (decode_panels), on
+        // more with VDPBF16PS: the same bits either way, so this is speed
+        // only. Measured on Zen 5 (2 vCPUs), bf16 124M and 355M, `mmgpt
+        // bench -p 1,512 -n 64`, the two alternated, tok/s FMAs over
+        // VDPBF16PS per pair of runs: 1 thread median 1.17 (0.94-1.48, 16
+        // pairs), 2 threads 0.95 (0.85-1.22, 16 pairs): at two threads each
+        // streams half the bandwidth and VDPBF16PS's fewer instructions a
+        // line win (docs/decode-streaming.md, "bf16 decode on FMAs").
+        if (thread_budget() == 1) return decode_panels(x, wp, K, N, p0, p1, out);
         for_panel_pairs(
             p0, p1, [&](size_t p) { tile<1, 1, Ahead::Decode>(x, Kp, wp, N, K, p, out(0, p, 1)); },
             [&](size_t p) { tile<1, 2, Ahead::Decode>(x, Kp, wp, N, K, p, out(0, p, 2)); });

@@ -25,8 +25,10 @@
 #include <vector>
 
 #include <tbb/global_control.h>
+#include <tbb/task_arena.h>
 
 #include "formats/half.hpp"
+#include "kernels/parallel.hpp"
 #include "kernels_testing.hpp"
 
 namespace k = mmgpt::kernels;
@@ -214,57 +216,70 @@ TEST_CASE("every bf16 dot-product set equals the reference bit for bit, every sh
                                   {Activation::GeluErf, false},  {Activation::GeluErf, true},
                                   {Activation::GeluTanh, false}, {Activation::GeluTanh, true}};
     size_t compared = 0, differ = 0, gelu_far = 0;
-    for (bool special : {false, true})
-        for (size_t K : kKs)
-            for (size_t N : kNs) {
-                const uint32_t seed = static_cast<uint32_t>(K * 131 + N + special * 7);
-                const auto w = special ? special_floats(N * K, seed) : kt::random_floats(N * K, -1.0f, 1.0f, seed);
-                const auto wp = pack_bf16(w, N, K);
-                const auto bias = kt::random_floats(N, -1.0f, 1.0f, seed + 1);
-                for (size_t M = 1; M <= 13; ++M) {
-                    const auto x = special ? special_floats(M * K, seed + 2 + M)
-                                           : kt::random_floats(M * K, -2.0f, 2.0f, seed + 2 + M);
-                    const auto xr = round_rows(x, M, K);
-                    const auto y0 = kt::random_floats(M * N, -1.0f, 1.0f, seed + 3);
-                    for (const Epilogue& e : epilogues) {
-                        const float* b = (M + int(e.act)) % 2 ? bias.data() : nullptr;
-                        for (const kd::Bf16DotKernels* set : sets) {
-                            const kd::Bf16DotKernels& ref = kt::bf16dot_reference_of(*set);
-                            const auto want = kt::bf16dot_expected(x.data(), wp.data(), b, y0, M, K, N, e, &ref);
-                            std::vector<float> got = y0;
-                            // Two panel ranges, as threads would split them.
-                            const size_t split = k::panel_count(N) / 2;
-                            set->gemm_panels(xr.data(), wp.data(), b, got.data(), M, K, N, 0, split, e);
-                            set->gemm_panels(xr.data(), wp.data(), b, got.data(), M, K, N, split, k::panel_count(N), e);
-                            ++compared;
-                            if (set == &ref && e.act != Activation::None) {
-                                // The reference's own GELU is the scalar one (std::erf / std::tanh):
-                                // within test_kernels_simd.cpp's bound of the vector one, twice over.
-                                if (special) continue;
-                                const auto pre = kt::bf16dot_expected(x.data(), wp.data(), b, y0, M, K, N, {}, &ref);
-                                for (size_t i = 0; i < got.size(); ++i) {
-                                    const double tol = 8 * kt::ulp(want[i]) + std::fabs(pre[i]) * 0x1p-21 +
-                                                       (e.accumulate ? kt::ulp(want[i]) : 0.0);
-                                    gelu_far += !(std::fabs(double(got[i]) - want[i]) <= tol);
+    // Decode (M = 1) runs on FMAs when the thread budget is one and on
+    // VDPBF16PS otherwise (bf16dot_avx512bf16.cpp): both must give the bits.
+    auto sweep = [&] {
+        for (bool special : {false, true})
+            for (size_t K : kKs)
+                for (size_t N : kNs) {
+                    const uint32_t seed = static_cast<uint32_t>(K * 131 + N + special * 7);
+                    const auto w = special ? special_floats(N * K, seed) : kt::random_floats(N * K, -1.0f, 1.0f, seed);
+                    const auto wp = pack_bf16(w, N, K);
+                    const auto bias = kt::random_floats(N, -1.0f, 1.0f, seed + 1);
+                    for (size_t M = 1; M <= 13; ++M) {
+                        const auto x = special ? special_floats(M * K, seed + 2 + M)
+                                               : kt::random_floats(M * K, -2.0f, 2.0f, seed + 2 + M);
+                        const auto xr = round_rows(x, M, K);
+                        const auto y0 = kt::random_floats(M * N, -1.0f, 1.0f, seed + 3);
+                        for (const Epilogue& e : epilogues) {
+                            const float* b = (M + int(e.act)) % 2 ? bias.data() : nullptr;
+                            for (const kd::Bf16DotKernels* set : sets) {
+                                const kd::Bf16DotKernels& ref = kt::bf16dot_reference_of(*set);
+                                const auto want = kt::bf16dot_expected(x.data(), wp.data(), b, y0, M, K, N, e, &ref);
+                                std::vector<float> got = y0;
+                                // Two panel ranges, as threads would split them.
+                                const size_t split = k::panel_count(N) / 2;
+                                set->gemm_panels(xr.data(), wp.data(), b, got.data(), M, K, N, 0, split, e);
+                                set->gemm_panels(xr.data(), wp.data(), b, got.data(), M, K, N, split, k::panel_count(N), e);
+                                ++compared;
+                                if (set == &ref && e.act != Activation::None) {
+                                    // The reference's own GELU is the scalar one (std::erf / std::tanh):
+                                    // within test_kernels_simd.cpp's bound of the vector one, twice over.
+                                    if (special) continue;
+                                    const auto pre = kt::bf16dot_expected(x.data(), wp.data(), b, y0, M, K, N, {}, &ref);
+                                    for (size_t i = 0; i < got.size(); ++i) {
+                                        const double tol = 8 * kt::ulp(want[i]) + std::fabs(pre[i]) * 0x1p-21 +
+                                                           (e.accumulate ? kt::ulp(want[i]) : 0.0);
+                                        gelu_far += !(std::fabs(double(got[i]) - want[i]) <= tol);
+                                    }
+                                    continue;
                                 }
-                                continue;
+                                const size_t d = count_differ(got, want);
+                                if (d != 0) {
+                                    CAPTURE(std::string(set->name));
+                                    CAPTURE(special);
+                                    CAPTURE(M);
+                                    CAPTURE(K);
+                                    CAPTURE(N);
+                                    CAPTURE(int(e.act));
+                                    CAPTURE(e.accumulate);
+                                    CHECK(d == 0);
+                                }
+                                differ += d;
                             }
-                            const size_t d = count_differ(got, want);
-                            if (d != 0) {
-                                CAPTURE(std::string(set->name));
-                                CAPTURE(special);
-                                CAPTURE(M);
-                                CAPTURE(K);
-                                CAPTURE(N);
-                                CAPTURE(int(e.act));
-                                CAPTURE(e.accumulate);
-                                CHECK(d == 0);
-                            }
-                            differ += d;
                         }
                     }
                 }
-            }
+    };
+    for (int budget : {1, 2}) {
+        CAPTURE(budget);
+        tbb::global_control c(tbb::global_control::max_allowed_parallelism, budget);
+        tbb::task_arena arena(budget);
+        arena.execute([&] {
+            REQUIRE(mmgpt::thread_budget() == size_t(budget));  // so both decode paths run
+            sweep();
+        });
+    }
     CHECK(differ == 0);
     CHECK(gelu_far == 0);
     MESSAGE(compared << " products compared over " << sets.size() << " kernel sets");
