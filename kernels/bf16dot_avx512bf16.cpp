@@ -34,11 +34,11 @@
 #endif
 #include <immintrin.h>
 
-#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "formats/half.hpp"
 #include "kernels/avx512_tile_finish.hpp"
 #include "kernels/decode_prefetch.hpp"
 #include "kernels/isa_table.hpp"
@@ -69,8 +69,6 @@ constexpr size_t NP = 2;
 constexpr size_t kPrefetchBytes = 1536;
 // Rows of rounded activations kept in L2 while a panel pair sweeps them.
 constexpr size_t kActivationL2Budget = 256 * 1024;
-// MXCSR's flush-to-zero (bit 15) and denormals-are-zero (bit 6).
-constexpr unsigned kFtzDaz = 0x8040;
 
 // Words 2j, 2j+1 of the result are words j, 16 + j of the source: lane j
 // becomes (w[j][2i], w[j][2i+1]).
@@ -152,7 +150,7 @@ template <size_t R, size_t P, Ahead Prefetch>
 // instructions than VDPBF16PS's three, and was faster on one thread only
 // (gemm_panels; docs/decode-streaming.md, "bf16 decode on FMAs").
 //
-// Panels p, p + P - 1 into part (16 P floats, before the epilogue), with
+// Panels p .. p + P - 1 into part (16 P floats, before the epilogue), with
 // DAZ and FTZ set by the caller. xf: the rounded activation row widened to
 // f32 (Kp values, the pad zero).
 template <size_t P>
@@ -166,7 +164,7 @@ template <size_t P>
         acc[j] = _mm512_setzero_ps();
         st[j] = half_panel_steps(N, K, p + j), line[j] = wp + st[j].first;
     }
-    // bf16 to f32: the 16 bits become the high half of the 32.
+    // bf16 to f32 (as widen_simd.hpp): the 16 bits become the high half of the 32.
     auto widen = [](const uint16_t* src) {
         const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -204,10 +202,10 @@ void decode_panels(const uint16_t* x, const uint16_t* wp, size_t K, size_t N, si
     thread_local std::vector<float> xf, part;
     if (xf.size() < Kp) xf.resize(Kp);
     if (part.size() < (p1 - p0) * kPanelWidth) part.resize((p1 - p0) * kPanelWidth);
-    for (size_t k = 0; k < Kp; ++k) xf[k] = std::bit_cast<float>(uint32_t{x[k]} << 16);
+    for (size_t k = 0; k < Kp; ++k) xf[k] = bf16_to_f32(x[k]);
     float* at = part.data();  // panel p's sums at at + 16 (p - p0)
     const unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | kFtzDaz);
+    _mm_setcsr(csr | _MM_FLUSH_ZERO_ON | _MM_DENORMALS_ZERO_ON);
     for_panel_pairs(
         p0, p1, [&](size_t p) { decode_tile<1>(xf.data(), wp, N, K, p, at + (p - p0) * kPanelWidth); },
         [&](size_t p) { decode_tile<2>(xf.data(), wp, N, K, p, at + (p - p0) * kPanelWidth); });
@@ -249,9 +247,9 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
         // only. Measured on Zen 5 (2 vCPUs), bf16 124M and 355M, `mmgpt
         // bench -p 1,512 -n 64`, the two alternated, tok/s FMAs over
         // VDPBF16PS per pair of runs: 1 thread median 1.17 (0.94-1.48, 16
-        // pairs), 2 threads 0.95 (0.85-1.22, 16 pairs): at two threads each
-        // streams half the bandwidth and VDPBF16PS's fewer instructions a
-        // line win (docs/decode-streaming.md, "bf16 decode on FMAs").
+        // pairs), 2 threads 0.95 (0.85-1.22, 16 pairs); why two threads
+        // prefer VDPBF16PS (fewer instructions a line) is not established
+        // (docs/decode-streaming.md, "bf16 decode on FMAs").
         if (thread_budget() == 1) return decode_panels(x, wp, K, N, p0, p1, out);
         for_panel_pairs(
             p0, p1, [&](size_t p) { tile<1, 1, Ahead::Decode>(x, Kp, wp, N, K, p, out(0, p, 1)); },
