@@ -8,6 +8,7 @@
 #include <tbb/blocked_range.h>
 #include <tbb/partitioner.h>
 
+#include "kernels/decode_prefetch_kind.hpp"
 #include "kernels/parallel.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -40,11 +41,15 @@ void wait_for(const std::atomic<uint32_t>& done, uint32_t parts, const StageRead
     return r.first(std::min(r.size(), kStagePrefetchCap - requested));
   };
   std::span<const std::byte> ahead = next_run();
+  const bool t0 = kernels::decode_prefetch() == kernels::DecodePrefetch::T0;
   for (unsigned spins = 0; done.load(std::memory_order_acquire) < parts; ++spins) {
     if (!ahead.empty() && at >= ahead.size()) ahead = next_run(), at = 0;
     if (at < ahead.size()) {
       for (size_t k = 0; k < kLinesPerLook && at < ahead.size(); ++k, at += kLine, requested += kLine)
-        __builtin_prefetch(ahead.data() + at, 0, 0);  // read, non-temporal: as the decode kernels do
+        if (t0)  // the decode kernels' hint (kernels/decode_prefetch.hpp)
+          __builtin_prefetch(ahead.data() + at, 0, 3);
+        else
+          __builtin_prefetch(ahead.data() + at, 0, 0);
       spins = 0;
     } else if (spins < 4096) {
       cpu_relax();

@@ -98,7 +98,7 @@ template <size_t R, size_t P>
 
 // R rows of x (from row m, row stride ldx) against panels p .. p + P - 1 of
 // the packed W[N, K] at wp, all K.
-template <size_t R, size_t P, Ahead Prefetch>
+template <size_t R, size_t P, Ahead Prefetch, DecodePrefetch H = DecodePrefetch::Nta>
 [[gnu::always_inline]] inline void tile(const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K, size_t p,
                                         const Out& o) {
     const __m512i idx = _mm512_load_si512(kInterleave);
@@ -120,7 +120,7 @@ template <size_t R, size_t P, Ahead Prefetch>
             const uint16_t* src = line[j];
             if constexpr (Prefetch == Ahead::InPanel)
                 _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchBytes, _MM_HINT_T0);
-            if constexpr (Prefetch == Ahead::Decode) prefetch_decode(src);
+            if constexpr (Prefetch == Ahead::Decode) prefetch_decode<H>(src);
             wv[j] = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(src));
             line[j] += st[j].pitch;
         }
@@ -153,7 +153,7 @@ template <size_t R, size_t P, Ahead Prefetch>
 // Panels p .. p + P - 1 into part (16 P floats, before the epilogue), with
 // DAZ and FTZ set by the caller. xf: the rounded activation row widened to
 // f32 (Kp values, the pad zero).
-template <size_t P>
+template <size_t P, DecodePrefetch H>
 [[gnu::always_inline]] inline void decode_tile(const float* xf, const uint16_t* wp, size_t N, size_t K, size_t p,
                                                float* part) {
     __m512 acc[P];
@@ -175,7 +175,7 @@ template <size_t P>
 #pragma GCC unroll 16
         for (size_t j = 0; j < P; ++j) {
             const uint16_t* src = line[j];
-            prefetch_decode(src);
+            prefetch_decode<H>(src);
             const __m512 we = widen(src), wo = widen(src + kPanelWidth);
             acc[j] = _mm512_fmadd_ps(xo, wo, acc[j]);
             acc[j] = _mm512_fmadd_ps(xe, we, acc[j]);
@@ -206,9 +206,12 @@ void decode_panels(const uint16_t* x, const uint16_t* wp, size_t K, size_t N, si
     float* at = part.data();  // panel p's sums at at + 16 (p - p0)
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | _MM_FLUSH_ZERO_ON | _MM_DENORMALS_ZERO_ON);
-    for_panel_pairs(
-        p0, p1, [&](size_t p) { decode_tile<1>(xf.data(), wp, N, K, p, at + (p - p0) * kPanelWidth); },
-        [&](size_t p) { decode_tile<2>(xf.data(), wp, N, K, p, at + (p - p0) * kPanelWidth); });
+    with_decode_hint([&](auto hint) {
+        constexpr DecodePrefetch H = decltype(hint)::value;
+        for_panel_pairs(
+            p0, p1, [&](size_t p) { decode_tile<1, H>(xf.data(), wp, N, K, p, at + (p - p0) * kPanelWidth); },
+            [&](size_t p) { decode_tile<2, H>(xf.data(), wp, N, K, p, at + (p - p0) * kPanelWidth); });
+    });
     _mm_setcsr(csr);
     auto finish_panels = [&]<size_t P>(size_t p) {
         __m512 acc[1][P];
@@ -251,9 +254,12 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
         // prefer VDPBF16PS (fewer instructions a line) is not established
         // (docs/decode-streaming.md, "bf16 decode on FMAs").
         if (thread_budget() == 1) return decode_panels(x, wp, K, N, p0, p1, out);
-        for_panel_pairs(
-            p0, p1, [&](size_t p) { tile<1, 1, Ahead::Decode>(x, Kp, wp, N, K, p, out(0, p, 1)); },
-            [&](size_t p) { tile<1, 2, Ahead::Decode>(x, Kp, wp, N, K, p, out(0, p, 2)); });
+        with_decode_hint([&](auto hint) {
+            constexpr DecodePrefetch H = decltype(hint)::value;
+            for_panel_pairs(
+                p0, p1, [&](size_t p) { tile<1, 1, Ahead::Decode, H>(x, Kp, wp, N, K, p, out(0, p, 1)); },
+                [&](size_t p) { tile<1, 2, Ahead::Decode, H>(x, Kp, wp, N, K, p, out(0, p, 2)); });
+        });
         return;
     }
 

@@ -69,7 +69,7 @@ struct Out {
 
 // R rows of x (row stride ldx) against panels p .. p + P - 1 of the packed
 // W[N, K], all K. Decode prefetches the stream ahead (decode_prefetch.hpp).
-template <size_t R, size_t P, bool Decode>
+template <size_t R, size_t P, bool Decode, DecodePrefetch H = DecodePrefetch::Nta>
 void tile(const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K, size_t p, const Out& o) {
     float32x4_t acc[R][4 * P];
     for (size_t r = 0; r < R; ++r)
@@ -85,7 +85,7 @@ void tile(const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K,
 #pragma GCC unroll 2
         for (size_t j = 0; j < P; ++j) {
             const uint16_t* a = wp + st[j].at(K, k);
-            if constexpr (Decode) prefetch_decode(a);
+            if constexpr (Decode) prefetch_decode<H>(a);
             bfloat16x8_t z[4];
             zip_pair(a, k + 1 < K ? a + kPanelWidth : nullptr, z);
 #pragma GCC unroll 8
@@ -137,9 +137,12 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
     if (M == 1) {
         // Decode: a pair of panels at a time, whose lines alternate in memory
         // (one stream).
-        for_panel_pairs(
-            p0, p1, [&](size_t p) { tile<1, 1, true>(x, Kp, wp, N, K, p, out(0, p, 1)); },
-            [&](size_t p) { tile<1, 2, true>(x, Kp, wp, N, K, p, out(0, p, 2)); });
+        with_decode_hint([&](auto hint) {
+            constexpr DecodePrefetch H = decltype(hint)::value;
+            for_panel_pairs(
+                p0, p1, [&](size_t p) { tile<1, 1, true, H>(x, Kp, wp, N, K, p, out(0, p, 1)); },
+                [&](size_t p) { tile<1, 2, true, H>(x, Kp, wp, N, K, p, out(0, p, 2)); });
+        });
         return;
     }
     // Prefill: each panel (L1/L2-resident) sweeps all rows in MR-row tiles.

@@ -6,14 +6,26 @@
 // (widening f16, unpacking q4_0 nibbles, quantized dot products), because the
 // out-of-order window fills with arithmetic waiting on them. So every decode
 // kernel reads its matrix as one stream in memory order and prefetches each
-// line it loads kDecodeAheadBytes ahead, non-temporally (the hint for data
-// used once: the weights are not read again within the step); past the end
-// of a panel that is the next one, which is read next. The stream is one
-// panel at a time for f32, q8_0 and q4_0 (their panels hold the scales beside
-// the quants, quant_layout.hpp), and a pair of panels at a time for bf16 /
-// f16, whose lines alternate between the two panels (panel_layout.hpp): one
-// run of memory read with two accumulator chains, which a 16-bit line (two
-// k-steps) needs to keep up (gemm_simd.hpp, bf16dot_avx512bf16.cpp).
+// line it loads kDecodeAheadBytes ahead; past the end of a panel that is the
+// next one, which is read next. The stream is one panel at a time for f32,
+// q8_0 and q4_0 (their panels hold the scales beside the quants,
+// quant_layout.hpp), and a pair of panels at a time for bf16 / f16, whose
+// lines alternate between the two panels (panel_layout.hpp): one run of
+// memory read with two accumulator chains, which a 16-bit line (two k-steps)
+// needs to keep up (gemm_simd.hpp, bf16dot_avx512bf16.cpp).
+//
+// The prefetch instruction depends on the CPU, chosen once per process
+// (kernels::decode_prefetch(), dispatch.cpp): non-temporal (PREFETCHNTA, on
+// Arm PRFM PLDL1STRM: the hint for data used once) on AMD and Arm, PREFETCHT0
+// elsewhere. On Zen 5 T0 is no better (every 124M and 355M file,
+// alternated: T0's decode tok/s a median 0.96 of NTA's at one thread and
+// 1.05 at two; pairs 0.79-1.14 and 0.90-1.59, as this host moves the same
+// binary); on an Intel Xeon (a 16-vCPU VM of an Emerald Rapids-class host:
+// AMX, 2 MB L2 a core, 300 MB L3) NTA made decode 1.7 to 4.5 times slower
+// than T0 (0.41-0.63 of a plain read of the file; T0 0.96-2.18, above 1
+// where the weights stay in that L3): docs/decode-streaming.md, "A second
+// machine". So the decode loops are instantiated for both hints and each
+// call picks one (with_decode_hint).
 //
 // The figures behind these choices (Zen 5, 1 and 2 threads, against a plain
 // read of the same memory in the same run) are in docs/decode-streaming.md:
@@ -25,6 +37,9 @@
 // __builtin_prefetch `const` and deletes the calls (no prefetch was left).
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
+
+#include "kernels/decode_prefetch_kind.hpp"
 
 namespace mmgpt::kernels::detail {
 namespace {
@@ -32,16 +47,33 @@ namespace {
 // Bytes requested ahead of the loads, per core.
 constexpr size_t kDecodeAheadBytes = 8192;
 
-// A non-temporal prefetch of base + offset. Formed as an integer: the address
+// A prefetch of base + offset with hint H. Formed as an integer: the address
 // may lie past the matrix (prefetches never fault).
-[[gnu::always_inline]] inline void prefetch_nta(const void* base, size_t offset) {
-    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(base) + offset), 0, 0);
+template <DecodePrefetch H>
+[[gnu::always_inline]] inline void prefetch_hinted(const void* base, size_t offset) {
+    const void* at = reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(base) + offset);
+    if constexpr (H == DecodePrefetch::T0)
+        __builtin_prefetch(at, 0, 3);
+    else
+        __builtin_prefetch(at, 0, 0);
 }
 
 // The decode prefetch for the line at byte `at` from `base`: kDecodeAheadBytes
 // further along the stream.
+template <DecodePrefetch H>
 [[gnu::always_inline]] inline void prefetch_decode(const void* base, size_t at = 0) {
-    prefetch_nta(base, at + kDecodeAheadBytes);
+    prefetch_hinted<H>(base, at + kDecodeAheadBytes);
+}
+
+// Calls f(std::integral_constant<DecodePrefetch, H>{}) with the process's
+// hint, so a decode loop is compiled once per hint and none of them tests it
+// per line.
+template <class F>
+[[gnu::always_inline]] inline void with_decode_hint(F&& f) {
+    if (decode_prefetch() == DecodePrefetch::T0)
+        f(std::integral_constant<DecodePrefetch, DecodePrefetch::T0>{});
+    else
+        f(std::integral_constant<DecodePrefetch, DecodePrefetch::Nta>{});
 }
 
 // How a tile that streams its weights prefetches them: not at all, a fixed

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <string_view>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -14,6 +16,7 @@
 #include <sys/auxv.h>
 #endif
 
+#include "kernels/decode_prefetch_kind.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
 
@@ -150,6 +153,30 @@ std::atomic<const IsaTable*>& current() {
     return table;
 }
 
+bool parse_decode_prefetch(std::string_view name, DecodePrefetch& out) {
+    if (name == "nta") return out = DecodePrefetch::Nta, true;
+    if (name == "t0") return out = DecodePrefetch::T0, true;
+    return false;
+}
+
+// MMGPT_DECODE_PREFETCH=nta|t0 forces the decode kernels' prefetch hint;
+// another value is ignored with a warning, as MMGPT_ISA's.
+DecodePrefetch initial_decode_prefetch() {
+    const DecodePrefetch by_cpu = decode_prefetch_for_vendor(cpu_vendor());
+    const char* env = std::getenv("MMGPT_DECODE_PREFETCH");
+    if (env == nullptr || *env == '\0') return by_cpu;
+    DecodePrefetch forced;
+    if (parse_decode_prefetch(env, forced)) return forced;
+    std::fprintf(stderr, "mmgpt: warning: MMGPT_DECODE_PREFETCH=%s is not a decode prefetch hint (nta, t0); using %s\n",
+                 env, by_cpu == DecodePrefetch::T0 ? "t0" : "nta");
+    return by_cpu;
+}
+
+std::atomic<DecodePrefetch>& current_decode_prefetch() {
+    static std::atomic<DecodePrefetch> hint{initial_decode_prefetch()};
+    return hint;
+}
+
 }  // namespace
 
 const IsaTable& active_table() { return *current().load(std::memory_order_acquire); }
@@ -189,6 +216,39 @@ std::string_view quant_isa_name() { return detail::active_table().quant->name; }
 std::string_view bf16_isa_name() {
     const detail::Bf16DotKernels* k = detail::active_table().bf16dot;
     return k ? k->name : "f32";
+}
+
+std::string cpu_vendor() {
+#if defined(__x86_64__) || defined(_M_X64)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return {};
+    char v[12];
+    std::memcpy(v, &ebx, 4), std::memcpy(v + 4, &edx, 4), std::memcpy(v + 8, &ecx, 4);
+    return std::string(v, sizeof v);
+#else
+    return {};
+#endif
+}
+
+// Non-temporal on AMD (and Hygon, the same cores) and off x86; T0 on Intel
+// and any other x86 vendor. Measured: decode_prefetch.hpp. T0 is the default
+// for an unknown x86 vendor because it was never far behind (Zen 5: within
+// this host's spread) while PREFETCHNTA was, on an Intel Xeon, 1.7 to 4.5
+// times slower.
+DecodePrefetch decode_prefetch_for_vendor(std::string_view vendor) {
+    if (vendor.empty() || vendor == "AuthenticAMD" || vendor == "HygonGenuine") return DecodePrefetch::Nta;
+    return DecodePrefetch::T0;
+}
+
+DecodePrefetch decode_prefetch() { return detail::current_decode_prefetch().load(std::memory_order_relaxed); }
+
+std::string_view decode_prefetch_name() { return decode_prefetch() == DecodePrefetch::T0 ? "t0" : "nta"; }
+
+bool force_decode_prefetch(std::string_view name) {
+    DecodePrefetch h;
+    if (!detail::parse_decode_prefetch(name, h)) return false;
+    detail::current_decode_prefetch().store(h, std::memory_order_relaxed);
+    return true;
 }
 
 bool force_isa(std::string_view name, bool bf16dot) {

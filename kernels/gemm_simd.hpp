@@ -127,8 +127,8 @@ struct PanelGemm {
     // K block, go through the epilogue to o. The k-steps go two at a time, a
     // line of 16-bit weights (two of f32). Decode: the NP panels are one
     // memory stream (one panel, or a 16-bit pair), each line
-    // prefetched kDecodeAheadBytes ahead (decode_prefetch.hpp).
-    template <size_t R, size_t NP, bool Decode>
+    // prefetched kDecodeAheadBytes ahead with hint H (decode_prefetch.hpp).
+    template <size_t R, size_t NP, bool Decode, DecodePrefetch H = DecodePrefetch::Nta>
     static void micro(const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p, size_t k0, size_t k1,
                       const float* part_in, float* part_out, size_t ldp, const Out& o) {
         constexpr size_t V = NP * VP;
@@ -158,7 +158,7 @@ struct PanelGemm {
             for (size_t j = 0; j < NP; ++j) {
                 if constexpr (Decode)
 #pragma GCC unroll 2
-                    for (size_t b = 0; b < 2 * kPanelWidth * sizeof(WE); b += 64) detail::prefetch_decode(line[j], b);
+                    for (size_t b = 0; b < 2 * kPanelWidth * sizeof(WE); b += 64) detail::prefetch_decode<H>(line[j], b);
                 odd[j] = line[j] + kPanelWidth;
             }
             kstep<R, NP>(acc, x, ldx, k, line);
@@ -213,13 +213,18 @@ struct PanelGemm {
             // 16-bit panels (two accumulator chains: one would not keep up
             // with two dependent FMAs a line). A range that starts at an odd
             // panel (a thread's share) takes that one alone (for_panel_pairs).
-            auto one = [&](size_t p) { micro<1, 1, true>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, 1)); };
-            if constexpr (sizeof(WE) == 2)
-                for_panel_pairs(p0, p1, one, [&](size_t p) {
-                    micro<1, 2, true>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, 2));
-                });
-            else
-                for (size_t p = p0; p < p1; ++p) one(p);
+            detail::with_decode_hint([&](auto hint) {
+                constexpr DecodePrefetch H = decltype(hint)::value;
+                auto one = [&](size_t p) {
+                    micro<1, 1, true, H>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, 1));
+                };
+                if constexpr (sizeof(WE) == 2)
+                    for_panel_pairs(p0, p1, one, [&](size_t p) {
+                        micro<1, 2, true, H>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, 2));
+                    });
+                else
+                    for (size_t p = p0; p < p1; ++p) one(p);
+            });
             return;
         }
 

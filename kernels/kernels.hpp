@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kernels/decode_prefetch_kind.hpp"
 #include "kernels/epilogue.hpp"
 #include "kernels/panel_layout.hpp"
 #include "kernels/quant_layout.hpp"

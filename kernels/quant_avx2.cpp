@@ -98,7 +98,7 @@ struct Panels {
     size_t Kb;
 };
 
-template <bool Q4, size_t R, size_t P, Ahead Prefetch>
+template <bool Q4, size_t R, size_t P, Ahead Prefetch, DecodePrefetch H = DecodePrefetch::Nta>
 [[gnu::always_inline]] inline void tile(const QuantizedRows& x, size_t m, const Panels& pn, const Out& o) {
     constexpr size_t V = 2 * P;  // ymm per row
     constexpr WeightType T = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
@@ -109,7 +109,7 @@ template <bool Q4, size_t R, size_t P, Ahead Prefetch>
         const uint8_t* panel = pn.w + j * pn.stride;
         if constexpr (Prefetch == Ahead::InPanel)
             _mm_prefetch(reinterpret_cast<const char*>(panel + at) + kPrefetchQuant, _MM_HINT_T0);
-        if constexpr (Prefetch == Ahead::Decode) prefetch_decode(panel, at);
+        if constexpr (Prefetch == Ahead::Decode) prefetch_decode<H>(panel, at);
     };
 
     __m256 acc[R][V];
@@ -223,7 +223,10 @@ void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, f
     };
 
     if (M == 1) {  // decode: memory-bound, one prefetched stream
-        for (size_t p = p0; p < p1; ++p) tile<Q4, 1, 1, Ahead::Decode>(x, 0, panels(p), out(0, p, 1));
+        with_decode_hint([&](auto hint) {
+            constexpr DecodePrefetch H = decltype(hint)::value;
+            for (size_t p = p0; p < p1; ++p) tile<Q4, 1, 1, Ahead::Decode, H>(x, 0, panels(p), out(0, p, 1));
+        });
         return;
     }
 

@@ -172,14 +172,14 @@ template <bool Q4, size_t R, size_t P, bool Prefetch>
 // shifted down by 4 at the end of the block (exact: a sum of multiples of 16),
 // one instruction a line fewer than shift and mask. The integer sums are the
 // same, so the result is tile<Q4, 1, 1>'s bit for bit.
-template <bool Q4>
+template <bool Q4, DecodePrefetch H>
 [[gnu::always_inline]] inline void decode_tile(const QuantizedRows& x, const uint8_t* panel, size_t Kb, const Out& o) {
     constexpr WeightType T = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
     constexpr int32_t kOffset = Q4 ? 8 : 128;
     const __m512i lo_mask = _mm512_set1_epi8(0x0F), hi_mask = _mm512_set1_epi8(static_cast<char>(0xF0));
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     auto line = [&](size_t at) __attribute__((always_inline)) {
-        prefetch_decode(panel, at);
+        prefetch_decode<H>(panel, at);
         return _mm512_loadu_si512(panel + at);
     };
 
@@ -201,7 +201,7 @@ template <bool Q4>
                 lo = _mm512_dpbusd_epi32(lo, _mm512_xor_si512(line(qoff + g * 64), flip),
                                          bcast4(x.q + b * kQuantBlock + g * 4));
         }
-        if (b % 2 == 0) prefetch_decode(panel, soff);  // the unit's line of scales is in the stream too
+        if (b % 2 == 0) prefetch_decode<H>(panel, soff);  // the unit's line of scales is in the stream too
         // acc = fma(float(isum), dw * dx, acc), as the reference.
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + soff)));
         const __m512i isum = Q4 ? _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4)) : lo;
@@ -238,7 +238,10 @@ void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, f
     };
 
     if (M == 1) {
-        for (size_t p = p0; p < p1; ++p) decode_tile<Q4>(x, wp + p * stride, Kb, out(0, p, 1));
+        with_decode_hint([&](auto hint) {
+            for (size_t p = p0; p < p1; ++p)
+                decode_tile<Q4, decltype(hint)::value>(x, wp + p * stride, Kb, out(0, p, 1));
+        });
         return;
     }
 

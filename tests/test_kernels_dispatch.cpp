@@ -1,12 +1,18 @@
 // Dispatch (which instantiation runs) and thread-count independence.
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include <tbb/global_control.h>
+#include <tbb/task_arena.h>
 
+#include "kernels/parallel.hpp"
 #include "kernels_testing.hpp"
 
 namespace k = mmgpt::kernels;
+using k::Activation;
+using k::WeightType;
 
 TEST_CASE("the default instantiation is the best the CPU runs") {
     const std::string name{k::isa_name()};
@@ -106,4 +112,87 @@ TEST_CASE("results are bit-identical for any thread count") {
     kt::IsaGuard guard;
     REQUIRE(k::force_isa("scalar"));
     check_isa("scalar");
+}
+
+TEST_CASE("decode prefetch hint: non-temporal on AMD and off x86, T0 on other x86 vendors; forced by name") {
+    using k::DecodePrefetch;
+    CHECK(k::decode_prefetch_for_vendor("AuthenticAMD") == DecodePrefetch::Nta);
+    CHECK(k::decode_prefetch_for_vendor("HygonGenuine") == DecodePrefetch::Nta);
+    CHECK(k::decode_prefetch_for_vendor("") == DecodePrefetch::Nta);  // no CPUID (Arm)
+    CHECK(k::decode_prefetch_for_vendor("GenuineIntel") == DecodePrefetch::T0);
+    CHECK(k::decode_prefetch_for_vendor("CentaurHauls") == DecodePrefetch::T0);
+    if (std::getenv("MMGPT_DECODE_PREFETCH") == nullptr)
+        CHECK(k::decode_prefetch() == k::decode_prefetch_for_vendor(k::cpu_vendor()));
+    MESSAGE("CPU vendor '" << k::cpu_vendor() << "', decode prefetch " << k::decode_prefetch_name());
+
+    const std::string before{k::decode_prefetch_name()};
+    CHECK(k::force_decode_prefetch("t0"));
+    CHECK(k::decode_prefetch() == DecodePrefetch::T0);
+    CHECK(k::decode_prefetch_name() == "t0");
+    for (const char* bad : {"", "NTA", "t1", "t0 "}) {
+        CAPTURE(bad);
+        CHECK_FALSE(k::force_decode_prefetch(bad));
+        CHECK(k::decode_prefetch_name() == "t0");  // a refused name changes nothing
+    }
+    CHECK(k::force_decode_prefetch("nta"));
+    CHECK(k::decode_prefetch() == DecodePrefetch::Nta);
+    CHECK(k::decode_prefetch_name() == "nta");
+    CHECK(k::force_decode_prefetch(before));
+}
+
+TEST_CASE("decode under either prefetch hint: every weight type and instantiation, the prefill row bit for bit") {
+    // The hint picks which instantiation of each decode loop runs
+    // (decode_prefetch.hpp); a prefetch never changes a result, so both must
+    // equal the same product's row in a 3-row prefill (which does not use the
+    // decode loops), at thread budgets 1 and 2 (bf16 on the bf16 dot product
+    // has a decode loop for each). Shapes with K odd, K below a q8 block, and
+    // N not a multiple of the panel width; ranges of panels longer than
+    // the prefetch distance, so the prefetches run past panels and matrices.
+    const std::string before{k::decode_prefetch_name()};
+    size_t compared = 0, differ = 0;
+    kt::for_each_simd_isa([&](std::string_view isa) {
+        for (WeightType t : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8_0, WeightType::Q4_0})
+            for (auto nk : {std::pair<size_t, size_t>{13, 1}, {261, 95}, {70, 768}, {1031, 129}}) {
+                const size_t N = nk.first, K = nk.second, M = 3;
+                const auto w = kt::random_floats(N * K, -1, 1, static_cast<uint32_t>(N + K));
+                const auto x = kt::random_floats(M * K, -2, 2, static_cast<uint32_t>(7 * K + N));
+                const auto bias = kt::random_floats(N, -1, 1, 3);
+                std::vector<uint8_t> wp(k::packed_weight_bytes(t, N, K));  // prefetches past its end never fault
+                if (t == WeightType::F32)
+                    k::pack_panels(w.data(), N, K, reinterpret_cast<float*>(wp.data()));
+                else if (t == WeightType::BF16 || t == WeightType::F16)
+                    k::pack_half_panels(w.data(), N, K, t, reinterpret_cast<uint16_t*>(wp.data()));
+                else
+                    k::quantize_panels(w.data(), N, K, t, wp.data());
+                for (int budget : {1, 2}) {
+                    tbb::global_control c(tbb::global_control::max_allowed_parallelism, budget);
+                    tbb::task_arena arena(budget);
+                    arena.execute([&] {
+                        REQUIRE(mmgpt::thread_budget() == size_t(budget));
+                        std::vector<float> prefill(M * N);
+                        k::matmul_packed(x.data(), wp.data(), t, bias.data(), prefill.data(), M, K, N,
+                                         {Activation::GeluTanh, false});
+                        for (const char* hint : {"nta", "t0"}) {
+                            REQUIRE(k::force_decode_prefetch(hint));
+                            for (size_t m = 0; m < M; ++m) {
+                                std::vector<float> one(N);
+                                k::matmul_packed(x.data() + m * K, wp.data(), t, bias.data(), one.data(), 1, K, N,
+                                                 {Activation::GeluTanh, false});
+                                const bool same = std::memcmp(one.data(), prefill.data() + m * N, N * 4) == 0;
+                                if (!same) {
+                                    MESSAGE(isa << " type " << int(t) << " N " << N << " K " << K << " budget "
+                                                << budget << " hint " << std::string(hint) << " row " << m);
+                                }
+                                differ += !same;
+                                ++compared;
+                            }
+                        }
+                    });
+                }
+            }
+    });
+    REQUIRE(k::force_decode_prefetch(before));
+    CHECK(differ == 0);
+    CHECK(compared > 0);
+    MESSAGE(compared << " decoded rows compared");
 }

@@ -1,5 +1,6 @@
-// MMGPT_ISA is read once, at the first use of a kernel in the process. This
-// executable holds only this test so that its first use is the one below.
+// MMGPT_ISA and MMGPT_DECODE_PREFETCH are each read once, at the first use
+// of what they choose in the process. This executable holds only these tests
+// so that those first uses are the ones below.
 #include <cstdlib>
 #include <vector>
 
@@ -15,4 +16,14 @@ TEST_CASE("MMGPT_ISA=scalar forces the scalar reference") {
     std::vector<float> x = {1.0f, 2.0f};
     k::softmax(x.data(), x.size());
     CHECK(k::isa_name() == "scalar");
+}
+
+TEST_CASE("MMGPT_DECODE_PREFETCH forces the decode prefetch hint, read once") {
+    // The hint this CPU would get, and the other one, which the variable forces.
+    const bool t0_by_cpu = k::decode_prefetch_for_vendor(k::cpu_vendor()) == k::DecodePrefetch::T0;
+    const char* other = t0_by_cpu ? "nta" : "t0";
+    REQUIRE(setenv("MMGPT_DECODE_PREFETCH", other, 1) == 0);
+    CHECK(k::decode_prefetch_name() == other);
+    REQUIRE(setenv("MMGPT_DECODE_PREFETCH", t0_by_cpu ? "t0" : "nta", 1) == 0);
+    CHECK(k::decode_prefetch_name() == other);
 }

@@ -284,6 +284,7 @@ void run_bench(const BenchArgs& a) {
     j["kernel_isa"] = isa;
     j["quant_kernel_isa"] = std::string(kernels::quant_isa_name());
     j["bf16_kernel_isa"] = std::string(kernels::bf16_isa_name());
+    j["decode_prefetch"] = std::string(kernels::decode_prefetch_name());
     j["weight_bytes_per_decode_step"] = step_bytes;
     j["kv_dtype"] = a.kv_dtype;
     j["decode_team"] = Executor::decode_team_by_default();
@@ -325,11 +326,11 @@ void run_bench(const BenchArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("model: %s (%.1fM params, %u layers, width %u); kernels: %s, quantized %s, bf16 %s; KV cache %s; decode of "
+  std::printf("model: %s (%.1fM params, %u layers, width %u); kernels: %s, quantized %s, bf16 %s, decode prefetch %s; KV cache %s; decode of "
               "one sequence on 2+ threads: %s; %zu runs after 1 warm-up\n",
               a.model.c_str(), params / 1e6, config.n_layer, config.n_embd, isa.c_str(),
               std::string(kernels::quant_isa_name()).c_str(), std::string(kernels::bf16_isa_name()).c_str(),
-              a.kv_dtype.c_str(),
+              std::string(kernels::decode_prefetch_name()).c_str(), a.kv_dtype.c_str(),
               Executor::decode_team_by_default() ? "a team" : "TBB tasks per op (MMGPT_DECODE_TEAM=0)", a.reps);
   std::printf("weights read per decode step: %.1f MB (%s on 2 MB pages), KV cache %.1f KB per position; reference read "
               "bandwidth (%s, %zu MiB, best of 3):",
