@@ -8,7 +8,7 @@
 #include <tbb/blocked_range.h>
 #include <tbb/partitioner.h>
 
-#include "kernels/decode_prefetch_kind.hpp"
+#include "kernels/decode_prefetch.hpp"
 #include "kernels/parallel.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -46,10 +46,10 @@ void wait_for(const std::atomic<uint32_t>& done, uint32_t parts, const StageRead
     if (!ahead.empty() && at >= ahead.size()) ahead = next_run(), at = 0;
     if (at < ahead.size()) {
       for (size_t k = 0; k < kLinesPerLook && at < ahead.size(); ++k, at += kLine, requested += kLine)
-        if (t0)  // the decode kernels' hint (kernels/decode_prefetch.hpp)
-          __builtin_prefetch(ahead.data() + at, 0, 3);
+        if (t0)  // the decode kernels' hint
+          kernels::detail::prefetch_hinted<kernels::DecodePrefetch::T0>(ahead.data(), at);
         else
-          __builtin_prefetch(ahead.data() + at, 0, 0);
+          kernels::detail::prefetch_hinted<kernels::DecodePrefetch::Nta>(ahead.data(), at);
       spins = 0;
     } else if (spins < 4096) {
       cpu_relax();

@@ -153,6 +153,8 @@ std::atomic<const IsaTable*>& current() {
     return table;
 }
 
+std::string_view name_of(DecodePrefetch h) { return h == DecodePrefetch::T0 ? "t0" : "nta"; }
+
 bool parse_decode_prefetch(std::string_view name, DecodePrefetch& out) {
     if (name == "nta") return out = DecodePrefetch::Nta, true;
     if (name == "t0") return out = DecodePrefetch::T0, true;
@@ -168,7 +170,7 @@ DecodePrefetch initial_decode_prefetch() {
     DecodePrefetch forced;
     if (parse_decode_prefetch(env, forced)) return forced;
     std::fprintf(stderr, "mmgpt: warning: MMGPT_DECODE_PREFETCH=%s is not a decode prefetch hint (nta, t0); using %s\n",
-                 env, by_cpu == DecodePrefetch::T0 ? "t0" : "nta");
+                 env, name_of(by_cpu).data());
     return by_cpu;
 }
 
@@ -242,7 +244,7 @@ DecodePrefetch decode_prefetch_for_vendor(std::string_view vendor) {
 
 DecodePrefetch decode_prefetch() { return detail::current_decode_prefetch().load(std::memory_order_relaxed); }
 
-std::string_view decode_prefetch_name() { return decode_prefetch() == DecodePrefetch::T0 ? "t0" : "nta"; }
+std::string_view decode_prefetch_name() { return detail::name_of(decode_prefetch()); }
 
 bool force_decode_prefetch(std::string_view name) {
     DecodePrefetch h;

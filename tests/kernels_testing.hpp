@@ -70,6 +70,12 @@ struct IsaGuard {
     ~IsaGuard() { mmgpt::kernels::force_isa(saved); }
 };
 
+// Restores the decode prefetch hint when a test that forces one ends.
+struct DecodePrefetchGuard {
+    std::string saved{mmgpt::kernels::decode_prefetch_name()};
+    ~DecodePrefetchGuard() { mmgpt::kernels::force_decode_prefetch(saved); }
+};
+
 // Runs body() once for every SIMD instantiation this CPU can run, with it
 // forced, and logs which ran and which were skipped. Returns how many ran.
 template <class F>

@@ -125,7 +125,7 @@ TEST_CASE("decode prefetch hint: non-temporal on AMD and off x86, T0 on other x8
         CHECK(k::decode_prefetch() == k::decode_prefetch_for_vendor(k::cpu_vendor()));
     MESSAGE("CPU vendor '" << k::cpu_vendor() << "', decode prefetch " << k::decode_prefetch_name());
 
-    const std::string before{k::decode_prefetch_name()};
+    kt::DecodePrefetchGuard guard;
     CHECK(k::force_decode_prefetch("t0"));
     CHECK(k::decode_prefetch() == DecodePrefetch::T0);
     CHECK(k::decode_prefetch_name() == "t0");
@@ -137,7 +137,6 @@ TEST_CASE("decode prefetch hint: non-temporal on AMD and off x86, T0 on other x8
     CHECK(k::force_decode_prefetch("nta"));
     CHECK(k::decode_prefetch() == DecodePrefetch::Nta);
     CHECK(k::decode_prefetch_name() == "nta");
-    CHECK(k::force_decode_prefetch(before));
 }
 
 TEST_CASE("decode under either prefetch hint: every weight type and instantiation, the prefill row bit for bit") {
@@ -148,7 +147,7 @@ TEST_CASE("decode under either prefetch hint: every weight type and instantiatio
     // has a decode loop for each). Shapes with K odd, K below a q8 block, and
     // N not a multiple of the panel width; ranges of panels longer than
     // the prefetch distance, so the prefetches run past panels and matrices.
-    const std::string before{k::decode_prefetch_name()};
+    kt::DecodePrefetchGuard guard;
     size_t compared = 0, differ = 0;
     kt::for_each_simd_isa([&](std::string_view isa) {
         for (WeightType t : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8_0, WeightType::Q4_0})
@@ -191,7 +190,6 @@ TEST_CASE("decode under either prefetch hint: every weight type and instantiatio
                 }
             }
     });
-    REQUIRE(k::force_decode_prefetch(before));
     CHECK(differ == 0);
     CHECK(compared > 0);
     MESSAGE(compared << " decoded rows compared");
