@@ -133,20 +133,24 @@ bool run_with_member0_held(const StageReads& next_reads, const std::function<boo
                            std::chrono::milliseconds extra = std::chrono::milliseconds(0)) {
   tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
   const std::vector<uint32_t> parts = {2, 1};
-  std::atomic<bool> split{false};
+  // Both, not only member 1 running part 1: one thread may run member 1 and
+  // claim part 0 too before member 0 starts (seen under qemu), and then
+  // nobody waits.
+  std::atomic<bool> member1_ran_part1{false}, member0_ran_part0{false};
   run_stages(
       parts, 2,
       [&](size_t stage, size_t part, size_t member) {
         if (stage != 0) return;
-        if (member == 1 && part == 1) split = true;
+        if (member == 1 && part == 1) member1_ran_part1 = true;
         if (member == 0 && part == 0) {
+          member0_ran_part0 = true;
           const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
           while (!released() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
           std::this_thread::sleep_for(extra);
         }
       },
       next_reads);
-  return split.load();
+  return member0_ran_part0.load() && member1_ran_part1.load();
 }
 
 }  // namespace
