@@ -162,8 +162,10 @@ TEST_CASE("run_stages: a member that waits is asked what it reads next") {
     std::atomic<bool> asked{false};
     std::atomic<int> bad_args{0};
     const StageReads next_reads = [&](size_t j, size_t m, size_t run) -> std::span<const std::byte> {
-      if (j != 1 || m != 1 || run != 0) bad_args.fetch_add(1);
-      asked = true;
+      // Member 0 may wait too (for part 1, where member 1 claimed it and
+      // has not finished it yet), so either member may ask.
+      if (j != 1 || m > 1 || run != 0) bad_args.fetch_add(1);
+      if (m == 1) asked = true;
       return {};
     };
     const bool split = run_with_member0_held(next_reads, [&] { return asked.load(); });
@@ -178,31 +180,37 @@ TEST_CASE("run_stages: a waiting member asks for the runs it reads in order, up 
   // (case 1: run 2 is empty) or once kStagePrefetchCap bytes are requested
   // (case 2: runs of 0.6 cap each, so never run 2). Member 0 holds its part
   // until member 1 has asked for run 1, and 50 ms more, time enough to
-  // request a megabyte of prefetches many times over.
+  // request a megabyte of prefetches many times over. Member 0 may wait too
+  // (for part 1, claimed by member 1 and not yet finished: a descheduled
+  // thread), so each member's asks are counted apart, and the same rules
+  // hold for both.
   const std::vector<std::byte> bytes(2 * kStagePrefetchCap);
   for (const size_t run_bytes : {size_t{4096}, kStagePrefetchCap * 6 / 10}) {
     CAPTURE(run_bytes);
     for (int round = 0; round < 3; ++round) {
-      std::vector<std::atomic<int>> asked(8);
+      std::vector<std::atomic<int>> asked(2 * 8);  // asked[8 m + run]
       std::atomic<int> bad_args{0};
       const StageReads next_reads = [&](size_t j, size_t m, size_t run) -> std::span<const std::byte> {
-        if (j != 1 || m != 1 || run >= asked.size()) return bad_args.fetch_add(1), std::span<const std::byte>();
+        if (j != 1 || m > 1 || run >= 8) return bad_args.fetch_add(1), std::span<const std::byte>();
         for (size_t r = 0; r < run; ++r)
-          if (asked[r].load() != 1) bad_args.fetch_add(1);  // runs asked out of order
-        asked[run].fetch_add(1);
+          if (asked[8 * m + r].load() != 1) bad_args.fetch_add(1);  // runs asked out of order
+        asked[8 * m + run].fetch_add(1);
         if (run_bytes == 4096 && run == 2) return {};
         return {bytes.data() + run * run_bytes, run_bytes};
       };
       const bool split =
-          run_with_member0_held(next_reads, [&] { return asked[1].load() != 0; }, std::chrono::milliseconds(50));
+          run_with_member0_held(next_reads, [&] { return asked[8 + 1].load() != 0; }, std::chrono::milliseconds(50));
       CHECK(bad_args.load() == 0);
-      for (size_t r = 0; r < asked.size(); ++r) CHECK(asked[r].load() <= 1);
-      CHECK(asked[3].load() == 0);
-      if (run_bytes != 4096) CHECK(asked[2].load() == 0);  // 1.2 cap requested after run 1: the cap
+      for (size_t m = 0; m < 2; ++m) {
+        CAPTURE(m);
+        for (size_t r = 0; r < 8; ++r) CHECK(asked[8 * m + r].load() <= 1);
+        CHECK(asked[8 * m + 3].load() == 0);
+        if (run_bytes != 4096) CHECK(asked[8 * m + 2].load() == 0);  // 1.2 cap requested after run 1: the cap
+      }
       if (split) {
-        CHECK(asked[0].load() == 1);
-        CHECK(asked[1].load() == 1);
-        if (run_bytes == 4096) CHECK(asked[2].load() == 1);  // the empty run that ends them
+        CHECK(asked[8 + 0].load() == 1);
+        CHECK(asked[8 + 1].load() == 1);
+        if (run_bytes == 4096) CHECK(asked[8 + 2].load() == 1);  // the empty run that ends them
       }
     }
   }
