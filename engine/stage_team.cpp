@@ -41,22 +41,22 @@ void wait_for(const std::atomic<uint32_t>& done, uint32_t parts, const StageRead
     return r.first(std::min(r.size(), kStagePrefetchCap - requested));
   };
   std::span<const std::byte> ahead = next_run();
-  const bool t0 = kernels::decode_prefetch() == kernels::DecodePrefetch::T0;
-  for (unsigned spins = 0; done.load(std::memory_order_acquire) < parts; ++spins) {
-    if (!ahead.empty() && at >= ahead.size()) ahead = next_run(), at = 0;
-    if (at < ahead.size()) {
-      for (size_t k = 0; k < kLinesPerLook && at < ahead.size(); ++k, at += kLine, requested += kLine)
-        if (t0)  // the decode kernels' hint
-          kernels::detail::prefetch_hinted<kernels::DecodePrefetch::T0>(ahead.data(), at);
-        else
-          kernels::detail::prefetch_hinted<kernels::DecodePrefetch::Nta>(ahead.data(), at);
-      spins = 0;
-    } else if (spins < 4096) {
-      cpu_relax();
-    } else {
-      std::this_thread::yield();
+  // With the decode kernels' prefetch hint, chosen once for the wait.
+  kernels::detail::with_decode_hint([&](auto hint) {
+    constexpr kernels::DecodePrefetch H = decltype(hint)::value;
+    for (unsigned spins = 0; done.load(std::memory_order_acquire) < parts; ++spins) {
+      if (!ahead.empty() && at >= ahead.size()) ahead = next_run(), at = 0;
+      if (at < ahead.size()) {
+        for (size_t k = 0; k < kLinesPerLook && at < ahead.size(); ++k, at += kLine, requested += kLine)
+          kernels::detail::prefetch_hinted<H>(ahead.data(), at);
+        spins = 0;
+      } else if (spins < 4096) {
+        cpu_relax();
+      } else {
+        std::this_thread::yield();
+      }
     }
-  }
+  });
 }
 
 size_t block_begin(size_t parts, size_t members, size_t b) { return b * parts / members; }

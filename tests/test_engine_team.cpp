@@ -125,23 +125,30 @@ TEST_CASE("run_stages: a waiting member is asked for the next stage it runs, and
 namespace {
 
 // Stages of 2 and 1 parts on two members, member 0 holding its part of
-// stage 0 until released() (at most 5 s), then `extra` longer. Returns
-// whether the two split stage 0 so that member 1 waited for member 0
-// (member 0 ran part 0 and member 1 part 1); where they did not (a second
-// thread came late, or one took both parts), the caller has nothing to check.
+// stage 0 until released() (at most 5 s), then `extra` longer; member 1
+// holding its part until member 0 has started (at most 5 s), so that it
+// finds part 0 taken and waits. Returns whether the two split stage 0 so
+// that member 1 waited for member 0 (member 0 ran part 0 and member 1 part
+// 1); where they did not (no second thread within 5 s), the caller has
+// nothing to check.
 bool run_with_member0_held(const StageReads& next_reads, const std::function<bool()>& released,
                            std::chrono::milliseconds extra = std::chrono::milliseconds(0)) {
   tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
   const std::vector<uint32_t> parts = {2, 1};
-  // Both, not only member 1 running part 1: one thread may run member 1 and
-  // claim part 0 too before member 0 starts (seen under qemu), and then
-  // nobody waits.
+  // Both, not only member 1 running part 1: member 1 alone (member 0 not
+  // started within 5 s) claims part 0 too, and then nobody waits.
   std::atomic<bool> member1_ran_part1{false}, member0_ran_part0{false};
   run_stages(
       parts, 2,
       [&](size_t stage, size_t part, size_t member) {
         if (stage != 0) return;
-        if (member == 1 && part == 1) member1_ran_part1 = true;
+        if (member == 1 && part == 1) {
+          // Let member 0 claim part 0 first (at most 5 s), so the two split
+          // the stage whenever they run at the same time.
+          member1_ran_part1 = true;
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+          while (!member0_ran_part0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+        }
         if (member == 0 && part == 0) {
           member0_ran_part0 = true;
           const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -158,6 +165,7 @@ bool run_with_member0_held(const StageReads& next_reads, const std::function<boo
 TEST_CASE("run_stages: a member that waits is asked what it reads next") {
   // Member 0's part holds on until member 1 (done with its part, so waiting
   // for member 0's) has asked next_reads for stage 1.
+  int splits = 0;
   for (int round = 0; round < 5; ++round) {
     std::atomic<bool> asked{false};
     std::atomic<int> bad_args{0};
@@ -171,7 +179,9 @@ TEST_CASE("run_stages: a member that waits is asked what it reads next") {
     const bool split = run_with_member0_held(next_reads, [&] { return asked.load(); });
     CHECK(bad_args.load() == 0);
     if (split) CHECK(asked.load());  // member 1 finished part 1 while member 0 held part 0, so it waited
+    splits += split;
   }
+  MESSAGE(splits << " of 5 rounds split the stage (the rest had nothing to check)");
 }
 
 TEST_CASE("run_stages: a waiting member asks for the runs it reads in order, up to the cap") {
@@ -185,6 +195,7 @@ TEST_CASE("run_stages: a waiting member asks for the runs it reads in order, up 
   // thread), so each member's asks are counted apart, and the same rules
   // hold for both.
   const std::vector<std::byte> bytes(2 * kStagePrefetchCap);
+  int splits = 0;
   for (const size_t run_bytes : {size_t{4096}, kStagePrefetchCap * 6 / 10}) {
     CAPTURE(run_bytes);
     for (int round = 0; round < 3; ++round) {
@@ -212,8 +223,10 @@ TEST_CASE("run_stages: a waiting member asks for the runs it reads in order, up 
         CHECK(asked[8 + 1].load() == 1);
         if (run_bytes == 4096) CHECK(asked[8 + 2].load() == 1);  // the empty run that ends them
       }
+      splits += split;
     }
   }
+  MESSAGE(splits << " of 6 rounds split the stage (the rest had nothing to check)");
 }
 
 namespace {
