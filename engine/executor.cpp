@@ -11,6 +11,7 @@
 #include <tbb/partitioner.h>
 
 #include "engine/attention.hpp"
+#include "engine/decode_prefetch_tuner.hpp"
 #include "engine/stage_team.hpp"
 #include "formats/error.hpp"
 #include "kernels/kernels.hpp"
@@ -44,6 +45,8 @@ bool Executor::decode_team_by_default() {
   const char* v = std::getenv("MMGPT_DECODE_TEAM");
   return v == nullptr || std::string(v) != "0";
 }
+
+Executor::~Executor() { forget_decode_prefetch_owner(this); }
 
 std::span<const float> Executor::run(std::span<const int32_t> ids, KVCache& cache, size_t logit_rows) {
   const SequenceStep step{ids, &cache, logit_rows};
@@ -83,10 +86,19 @@ std::span<const float> Executor::run(std::span<const SequenceStep> steps) {
                                   arena_storage_.size() * sizeof(Line));
   }
 
-  if (const size_t members = team_members(steps, tokens); members > 1)
-    run_team(steps.front(), members);
-  else
-    for (const Op& op : graph_.ops) run_op(op, steps, tokens, logit_rows);
+  auto compute = [&] {
+    if (const size_t members = team_members(steps, tokens); members > 1)
+      run_team(steps.front(), members);
+    else
+      for (const Op& op : graph_.ops) run_op(op, steps, tokens, logit_rows);
+  };
+  if (steps.size() == 1 && tokens == 1) {  // a decode step of one sequence: timed for the prefetch hint
+    TunedDecodeStep timed(this);
+    compute();
+    timed.done();
+  } else {
+    compute();
+  }
   for (const SequenceStep& s : steps) s.cache->set_length(s.cache->length() + s.ids.size());
   return {buffer(graph_.logits), logit_rows * c.vocab_size};
 }

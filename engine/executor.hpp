@@ -27,6 +27,9 @@ struct SequenceStep {
 class Executor {
  public:
   explicit Executor(std::shared_ptr<const Model> model);
+  ~Executor();  // ends a prefetch comparison of its decode steps (decode_prefetch_tuner.hpp)
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
 
   const Model& model() const { return *model_; }
   const Graph& graph() const { return graph_; }
@@ -52,6 +55,10 @@ class Executor {
   // kernels::panel_range_grain), 1 turns the team off, more forces a team of
   // that many. MMGPT_DECODE_TEAM=0 in the environment turns it off too.
   // Results are the same bit for bit either way.
+  //
+  // Such a step (one sequence, one token) is also timed for the decode
+  // kernels' prefetch hint while its setting is auto
+  // (engine/decode_prefetch_tuner.hpp): which hint runs changes no result.
   void set_decode_team(size_t members) { decode_team_ = members; }
   // Whether new Executors run decode as a team (false when MMGPT_DECODE_TEAM=0).
   static bool decode_team_by_default();

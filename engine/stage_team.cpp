@@ -40,10 +40,12 @@ void wait_for(const std::atomic<uint32_t>& done, uint32_t parts, const StageRead
     const std::span<const std::byte> r = (*reads)(stage, member, run++);
     return r.first(std::min(r.size(), kStagePrefetchCap - requested));
   };
-  std::span<const std::byte> ahead = next_run();
-  // With the decode kernels' prefetch hint, chosen once for the wait.
+  // With the decode kernels' prefetch hint, chosen once for the wait; with
+  // none, the member only waits (and asks for nothing).
   kernels::detail::with_decode_hint([&](auto hint) {
     constexpr kernels::DecodePrefetch H = decltype(hint)::value;
+    std::span<const std::byte> ahead;
+    if constexpr (H != kernels::DecodePrefetch::None) ahead = next_run();
     for (unsigned spins = 0; done.load(std::memory_order_acquire) < parts; ++spins) {
       if (!ahead.empty() && at >= ahead.size()) ahead = next_run(), at = 0;
       if (at < ahead.size()) {

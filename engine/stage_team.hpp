@@ -44,7 +44,8 @@ namespace mmgpt {
 // k) gives the k-th run of those bytes for stage j and member m, in the
 // order the member reads them (k = 0, 1, ...; an empty span ends them),
 // requested with the decode kernels' prefetch hint (non-temporal or T0,
-// kernels/decode_prefetch.hpp) a few lines between looks at the stage's count,
+// kernels/decode_prefetch.hpp; with none it asks for nothing and only
+// waits) a few lines between looks at the stage's count,
 // until the stage is done, the runs are, or kStagePrefetchCap bytes have
 // been requested. The wait turns into reads the member would make anyway,
 // and it starts the next stage with them arriving (2 threads, whole decode

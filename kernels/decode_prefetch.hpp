@@ -24,8 +24,19 @@
 // AMX, 2 MB L2 a core, 300 MB L3) NTA made decode 1.7 to 4.5 times slower
 // than T0 (0.41-0.63 of a plain read of the file; T0 0.96-2.18, above 1
 // where the weights stay in that L3): docs/decode-streaming.md, "A second
-// machine". So the decode loops are instantiated for both hints and each
+// machine". So the decode loops are instantiated for each hint and each
 // call picks one (with_decode_hint).
+//
+// Nor is one choice right at every moment on one machine. When the host
+// shares this core with another tenant (the development machine's shared
+// Zen 5: the FMA peak one thread measures halves, 115-117 GFLOP/s instead
+// of 193-285), the same decode runs faster with no software prefetch at all:
+// whole steps alternated one by one, 1 thread, none over NTA: q8_0 1.155,
+// q4_0 1.068 (355M 1.094), f16 1.044, f32 1.03, bf16 1.006; 2 threads q8_0
+// 1.14, bf16 1.07, q4_0 1.04. With the core to itself, no prefetch was
+// 0.82 of NTA for q4_0 (and 0.62-0.77 for f16 and q4_0 earlier). So the
+// engine times decode steps and switches between the vendor's hint and None
+// (engine/decode_prefetch_tuner.hpp); MMGPT_DECODE_PREFETCH fixes one.
 //
 // The figures behind these choices (Zen 5, 1 and 2 threads, against a plain
 // read of the same memory in the same run) are in docs/decode-streaming.md:
@@ -54,8 +65,10 @@ template <DecodePrefetch H>
     const void* at = reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(base) + offset);
     if constexpr (H == DecodePrefetch::T0)
         __builtin_prefetch(at, 0, 3);
-    else
+    else if constexpr (H == DecodePrefetch::Nta)
         __builtin_prefetch(at, 0, 0);
+    else
+        (void)at;  // None: the hardware prefetchers alone
 }
 
 // The decode prefetch for the line at byte `at` from `base`: kDecodeAheadBytes
@@ -70,10 +83,12 @@ template <DecodePrefetch H>
 // per line.
 template <class F>
 [[gnu::always_inline]] inline void with_decode_hint(F&& f) {
-    if (decode_prefetch() == DecodePrefetch::T0)
-        f(std::integral_constant<DecodePrefetch, DecodePrefetch::T0>{});
-    else
-        f(std::integral_constant<DecodePrefetch, DecodePrefetch::Nta>{});
+    switch (decode_prefetch()) {
+        case DecodePrefetch::T0: return f(std::integral_constant<DecodePrefetch, DecodePrefetch::T0>{});
+        case DecodePrefetch::None: return f(std::integral_constant<DecodePrefetch, DecodePrefetch::None>{});
+        case DecodePrefetch::Nta: break;
+    }
+    f(std::integral_constant<DecodePrefetch, DecodePrefetch::Nta>{});
 }
 
 // How a tile that streams its weights prefetches them: not at all, a fixed

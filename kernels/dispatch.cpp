@@ -153,30 +153,45 @@ std::atomic<const IsaTable*>& current() {
     return table;
 }
 
-std::string_view name_of(DecodePrefetch h) { return h == DecodePrefetch::T0 ? "t0" : "nta"; }
+std::string_view name_of(DecodePrefetch h) {
+    switch (h) {
+        case DecodePrefetch::T0: return "t0";
+        case DecodePrefetch::None: return "none";
+        case DecodePrefetch::Nta: break;
+    }
+    return "nta";
+}
 
 bool parse_decode_prefetch(std::string_view name, DecodePrefetch& out) {
     if (name == "nta") return out = DecodePrefetch::Nta, true;
     if (name == "t0") return out = DecodePrefetch::T0, true;
+    if (name == "none") return out = DecodePrefetch::None, true;
     return false;
 }
 
-// MMGPT_DECODE_PREFETCH=nta|t0 forces the decode kernels' prefetch hint;
-// another value is ignored with a warning, as MMGPT_ISA's.
-DecodePrefetch initial_decode_prefetch() {
-    const DecodePrefetch by_cpu = decode_prefetch_for_vendor(cpu_vendor());
-    const char* env = std::getenv("MMGPT_DECODE_PREFETCH");
-    if (env == nullptr || *env == '\0') return by_cpu;
-    DecodePrefetch forced;
-    if (parse_decode_prefetch(env, forced)) return forced;
-    std::fprintf(stderr, "mmgpt: warning: MMGPT_DECODE_PREFETCH=%s is not a decode prefetch hint (nta, t0); using %s\n",
-                 env, name_of(by_cpu).data());
-    return by_cpu;
-}
+// The hint in use and whether the engine may move it (auto).
+struct DecodePrefetchState {
+    std::atomic<DecodePrefetch> hint;
+    std::atomic<bool> tuned;
+};
 
-std::atomic<DecodePrefetch>& current_decode_prefetch() {
-    static std::atomic<DecodePrefetch> hint{initial_decode_prefetch()};
-    return hint;
+// MMGPT_DECODE_PREFETCH=nta|t0|none fixes the decode kernels' prefetch hint,
+// "auto" (or unset) leaves it to the engine, starting from the vendor's;
+// another value is ignored with a warning, as MMGPT_ISA's.
+DecodePrefetchState& decode_prefetch_state() {
+    static DecodePrefetchState state = [] {
+        const DecodePrefetch by_cpu = decode_prefetch_for_vendor(cpu_vendor());
+        const char* env = std::getenv("MMGPT_DECODE_PREFETCH");
+        DecodePrefetch forced;
+        if (env == nullptr || *env == '\0' || std::string_view(env) == "auto") return DecodePrefetchState{by_cpu, true};
+        if (parse_decode_prefetch(env, forced)) return DecodePrefetchState{forced, false};
+        std::fprintf(stderr,
+                     "mmgpt: warning: MMGPT_DECODE_PREFETCH=%s is not a decode prefetch setting (auto, nta, t0, "
+                     "none); using auto\n",
+                     env);
+        return DecodePrefetchState{by_cpu, true};
+    }();
+    return state;
 }
 
 }  // namespace
@@ -242,15 +257,32 @@ DecodePrefetch decode_prefetch_for_vendor(std::string_view vendor) {
     return DecodePrefetch::T0;
 }
 
-DecodePrefetch decode_prefetch() { return detail::current_decode_prefetch().load(std::memory_order_relaxed); }
+DecodePrefetch decode_prefetch() { return detail::decode_prefetch_state().hint.load(std::memory_order_relaxed); }
 
 std::string_view decode_prefetch_name() { return detail::name_of(decode_prefetch()); }
+std::string_view decode_prefetch_name(DecodePrefetch h) { return detail::name_of(h); }
+
+bool decode_prefetch_auto() { return detail::decode_prefetch_state().tuned.load(std::memory_order_relaxed); }
+
+std::string_view decode_prefetch_setting() { return decode_prefetch_auto() ? "auto" : decode_prefetch_name(); }
 
 bool force_decode_prefetch(std::string_view name) {
+    detail::DecodePrefetchState& s = detail::decode_prefetch_state();
     DecodePrefetch h;
+    if (name == "auto") {
+        s.hint.store(decode_prefetch_for_vendor(cpu_vendor()), std::memory_order_relaxed);
+        s.tuned.store(true, std::memory_order_relaxed);
+        return true;
+    }
     if (!detail::parse_decode_prefetch(name, h)) return false;
-    detail::current_decode_prefetch().store(h, std::memory_order_relaxed);
+    s.tuned.store(false, std::memory_order_relaxed);
+    s.hint.store(h, std::memory_order_relaxed);
     return true;
+}
+
+void use_decode_prefetch(DecodePrefetch h) {
+    detail::DecodePrefetchState& s = detail::decode_prefetch_state();
+    if (s.tuned.load(std::memory_order_relaxed)) s.hint.store(h, std::memory_order_relaxed);
 }
 
 bool force_isa(std::string_view name, bool bf16dot) {

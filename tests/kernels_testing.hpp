@@ -70,9 +70,10 @@ struct IsaGuard {
     ~IsaGuard() { mmgpt::kernels::force_isa(saved); }
 };
 
-// Restores the decode prefetch hint when a test that forces one ends.
+// Restores the decode prefetch setting (auto, or a fixed hint) when a test
+// that forces one ends.
 struct DecodePrefetchGuard {
-    std::string saved{mmgpt::kernels::decode_prefetch_name()};
+    std::string saved{mmgpt::kernels::decode_prefetch_setting()};
     ~DecodePrefetchGuard() { mmgpt::kernels::force_decode_prefetch(saved); }
 };
 

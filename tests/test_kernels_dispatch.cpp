@@ -121,27 +121,52 @@ TEST_CASE("decode prefetch hint: non-temporal on AMD and off x86, T0 on other x8
     CHECK(k::decode_prefetch_for_vendor("") == DecodePrefetch::Nta);  // no CPUID (Arm)
     CHECK(k::decode_prefetch_for_vendor("GenuineIntel") == DecodePrefetch::T0);
     CHECK(k::decode_prefetch_for_vendor("CentaurHauls") == DecodePrefetch::T0);
-    if (std::getenv("MMGPT_DECODE_PREFETCH") == nullptr)
+    if (std::getenv("MMGPT_DECODE_PREFETCH") == nullptr) {
+        // Unset: auto, starting from the vendor's hint (only the engine moves it).
+        CHECK(k::decode_prefetch_auto());
+        CHECK(k::decode_prefetch_setting() == "auto");
         CHECK(k::decode_prefetch() == k::decode_prefetch_for_vendor(k::cpu_vendor()));
-    MESSAGE("CPU vendor '" << k::cpu_vendor() << "', decode prefetch " << k::decode_prefetch_name());
+    }
+    MESSAGE("CPU vendor '" << k::cpu_vendor() << "', decode prefetch " << k::decode_prefetch_setting() << " ("
+                           << k::decode_prefetch_name() << ")");
+    CHECK(k::decode_prefetch_name(DecodePrefetch::Nta) == "nta");
+    CHECK(k::decode_prefetch_name(DecodePrefetch::T0) == "t0");
+    CHECK(k::decode_prefetch_name(DecodePrefetch::None) == "none");
 
     kt::DecodePrefetchGuard guard;
     CHECK(k::force_decode_prefetch("t0"));
     CHECK(k::decode_prefetch() == DecodePrefetch::T0);
     CHECK(k::decode_prefetch_name() == "t0");
-    for (const char* bad : {"", "NTA", "t1", "t0 "}) {
+    CHECK_FALSE(k::decode_prefetch_auto());
+    CHECK(k::decode_prefetch_setting() == "t0");
+    for (const char* bad : {"", "NTA", "t1", "t0 ", "Auto", "off"}) {
         CAPTURE(bad);
         CHECK_FALSE(k::force_decode_prefetch(bad));
         CHECK(k::decode_prefetch_name() == "t0");  // a refused name changes nothing
+        CHECK(k::decode_prefetch_setting() == "t0");
     }
+    // A fixed hint: the tuner's calls change nothing.
+    k::use_decode_prefetch(DecodePrefetch::None);
+    CHECK(k::decode_prefetch() == DecodePrefetch::T0);
+    CHECK(k::force_decode_prefetch("none"));
+    CHECK(k::decode_prefetch() == DecodePrefetch::None);
+    CHECK(k::decode_prefetch_setting() == "none");
     CHECK(k::force_decode_prefetch("nta"));
     CHECK(k::decode_prefetch() == DecodePrefetch::Nta);
     CHECK(k::decode_prefetch_name() == "nta");
+    // Auto: the vendor's hint again, which the tuner may move; the setting stays auto.
+    CHECK(k::force_decode_prefetch("auto"));
+    CHECK(k::decode_prefetch_auto());
+    CHECK(k::decode_prefetch() == k::decode_prefetch_for_vendor(k::cpu_vendor()));
+    k::use_decode_prefetch(DecodePrefetch::None);
+    CHECK(k::decode_prefetch() == DecodePrefetch::None);
+    CHECK(k::decode_prefetch_setting() == "auto");
+    CHECK(k::decode_prefetch_name() == "none");
 }
 
-TEST_CASE("decode under either prefetch hint: every weight type and instantiation, the prefill row bit for bit") {
+TEST_CASE("decode under each prefetch hint: every weight type and instantiation, the prefill row bit for bit") {
     // The hint picks which instantiation of each decode loop runs
-    // (decode_prefetch.hpp); a prefetch never changes a result, so both must
+    // (decode_prefetch.hpp); a prefetch never changes a result, so each must
     // equal the same product's row in a 3-row prefill (which does not use the
     // decode loops), at thread budgets 1 and 2 (bf16 on the bf16 dot product
     // has a decode loop for each). Shapes with K odd, K below a q8 block, and
@@ -171,7 +196,7 @@ TEST_CASE("decode under either prefetch hint: every weight type and instantiatio
                         std::vector<float> prefill(M * N);
                         k::matmul_packed(x.data(), wp.data(), t, bias.data(), prefill.data(), M, K, N,
                                          {Activation::GeluTanh, false});
-                        for (const char* hint : {"nta", "t0"}) {
+                        for (const char* hint : {"nta", "t0", "none"}) {
                             REQUIRE(k::force_decode_prefetch(hint));
                             for (size_t m = 0; m < M; ++m) {
                                 std::vector<float> one(N);

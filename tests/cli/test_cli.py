@@ -170,7 +170,7 @@ expect_error('generate: --batch-file with -p', 'generate', '-m', model, '--batch
 rc, out, err = run('generate', '-m', model, '-p', 'ab', '-n', '10', '--stats', '--seed', '1')
 check('--stats reports load, prefill, decode, first token, RSS and resident weights on stderr',
       rc == 0 and all(k in err for k in ('load', 'prefill', 'decode', 'first token', 'peak RSS', 'resident',
-                                        'kernels:')), err)
+                                        'kernels:', 'prefetch')), err)
 
 # --- the embedding example program, built beside mmgpt
 example = os.path.join(os.path.dirname(MM), 'mmgpt_embed_example')

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/decode_prefetch_tuner.hpp"
 #include "engine/graph.hpp"
 #include "engine/mmgpt.hpp"
 #include "formats/error.hpp"
@@ -63,7 +64,7 @@ nlohmann::json to_json(const ModelFile& f) {
   j["kernel_isa"] = std::string(kernels::isa_name());
   j["quant_kernel_isa"] = std::string(kernels::quant_isa_name());
   j["bf16_kernel_isa"] = std::string(kernels::bf16_isa_name());
-  j["decode_prefetch"] = std::string(kernels::decode_prefetch_name());
+  j["decode_prefetch"] = std::string(kernels::decode_prefetch_setting());
   j["format_version"] = f.version();
   j["file_bytes"] = f.file_size();
   j["config"] = {{"n_layer", c.n_layer},        {"n_head", c.n_head},
@@ -104,9 +105,9 @@ void print_text(const ModelFile& f) {
   std::printf("file          %s (%llu bytes, format version %u)\n", f.path().c_str(),
               static_cast<unsigned long long>(f.file_size()), f.version());
   std::printf("kernels       %s, quantized %s, bf16 %s, decode prefetch %s (chosen for this CPU; "
-              "MMGPT_ISA=scalar|avx2|avx512|neon and MMGPT_DECODE_PREFETCH=nta|t0 force them)\n",
+              "MMGPT_ISA=scalar|avx2|avx512|neon and MMGPT_DECODE_PREFETCH=nta|t0|none force them)\n",
               std::string(kernels::isa_name()).c_str(), std::string(kernels::quant_isa_name()).c_str(),
-              std::string(kernels::bf16_isa_name()).c_str(), std::string(kernels::decode_prefetch_name()).c_str());
+              std::string(kernels::bf16_isa_name()).c_str(), describe_decode_prefetch().c_str());
   std::printf("model         GPT: %u layers, %u heads, width %u, MLP width %u, context %u, vocabulary %u\n", c.n_layer,
               c.n_head, c.n_embd, c.n_ff, c.n_ctx, c.vocab_size);
   std::printf("              %llu parameters, layer-norm eps %g, GELU %s, LM head %s\n",
