@@ -53,7 +53,6 @@ DecodePrefetch DecodePrefetchTuner::next(const void* owner) {
 
 void DecodePrefetchTuner::record(const void* owner, DecodePrefetch used, double seconds) {
   std::lock_guard lock(mutex_);
-  ++counts_.steps[static_cast<size_t>(used)];
   if (owner_ == nullptr) {
     if (first_left_ > 0)
       --first_left_;
@@ -120,7 +119,7 @@ DecodePrefetchTuner::Counts DecodePrefetchTuner::counts() const {
 
 namespace {
 
-std::array<std::atomic<size_t>, 3> g_steps{};
+std::array<std::atomic<size_t>, std::tuple_size_v<DecodePrefetchSteps>> g_steps{};
 
 // The process's tuners, by thread budget (never removed: references stay valid).
 struct Tuners {
@@ -156,10 +155,19 @@ void forget_decode_prefetch_owner(const void* owner) {
   for (auto& [threads, t] : all.by_threads) t->forget(owner);
 }
 
-std::array<size_t, 3> decode_prefetch_steps() {
-  std::array<size_t, 3> n{};
+DecodePrefetchSteps decode_prefetch_steps() {
+  DecodePrefetchSteps n{};
   for (size_t i = 0; i < n.size(); ++i) n[i] = g_steps[i].load(std::memory_order_relaxed);
   return n;
+}
+
+std::string describe_decode_prefetch_steps(const DecodePrefetchSteps& steps) {
+  std::string s;
+  for (size_t h = 0; h < steps.size(); ++h)
+    if (steps[h] > 0)
+      s += (s.empty() ? "" : ", ") + std::string(kernels::decode_prefetch_name(DecodePrefetch(h))) + " " +
+           std::to_string(steps[h]);
+  return s;
 }
 
 TunedDecodeStep::TunedDecodeStep(const void* owner)

@@ -16,8 +16,7 @@
 // and takes the median over the pairs of the ratio of the blocks' mean step
 // times: steps next to each other see the same host, which whole runs do
 // not. A block's first `settle` steps are not timed (a step right after one
-// with the other hint finds the caches, and the code, as that one left
-// them); then its steps are timed until they add up to `block_seconds`, so a
+// with the other hint finds the caches as that one left them); then its steps are timed until they add up to `block_seconds`, so a
 // model whose steps take microseconds (weights in cache) is compared over
 // many steps and one whose steps take milliseconds over one. The other hint
 // is taken when the median ratio is below 1 - `margin`. The next comparison
@@ -59,7 +58,6 @@ class DecodePrefetchTuner {
     double margin = 0.02;         // how much faster the other hint must be to switch
   };
   struct Counts {
-    std::array<size_t, 3> steps{};  // decode steps recorded with each hint (by DecodePrefetch value)
     size_t comparisons = 0;
     size_t switches = 0;
   };
@@ -107,9 +105,14 @@ std::string describe_decode_prefetch();
 // Ends `owner`'s comparison in every tuner (an Executor going away).
 void forget_decode_prefetch_owner(const void* owner);
 
-// One-token steps of one sequence the process has run with each hint (by
-// DecodePrefetch value), tuned or not: what `mmgpt bench` and `--stats` report.
-std::array<size_t, 3> decode_prefetch_steps();
+// Steps counted by hint, indexed by DecodePrefetch value.
+using DecodePrefetchSteps = std::array<size_t, 3>;
+
+// One-token steps of one sequence the process has run with each hint, tuned
+// or not: what `mmgpt bench` and `--stats` report.
+DecodePrefetchSteps decode_prefetch_steps();
+// "nta 12, none 370": the hints with any steps, in enum order.
+std::string describe_decode_prefetch_steps(const DecodePrefetchSteps& steps);
 
 // One decode step of one sequence under the tuner: the constructor picks the
 // hint (and sets it for the kernels while the setting is auto), done()

@@ -62,8 +62,6 @@ TEST_CASE("tuner: the first comparison after `first` steps, in blocks, the pairs
   CHECK(t.counts().comparisons == 1);
   CHECK(t.counts().switches == 0);  // equal times: no switch
   CHECK(t.choice() == kStart);
-  CHECK(t.counts().steps[size_t(kStart)] == 11);
-  CHECK(t.counts().steps[size_t(kOther)] == 8);
 }
 
 TEST_CASE("tuner: a block of short steps lasts until its timed steps add up to block_seconds") {
@@ -208,4 +206,10 @@ TEST_CASE("decode under the process's tuner gives the bits of a fixed hint, and 
   CHECK(steps == ids.size());
   CHECK(none > 0);  // the comparison ran some steps with none, whichever won
   MESSAGE(none << " of " << steps << " steps with none");
+}
+
+TEST_CASE("describe_decode_prefetch_steps: the hints with steps, in order") {
+  CHECK(describe_decode_prefetch_steps({3, 0, 5}) == "nta 3, none 5");
+  CHECK(describe_decode_prefetch_steps({0, 7, 0}) == "t0 7");
+  CHECK(describe_decode_prefetch_steps({0, 0, 0}).empty());
 }

@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -141,7 +140,7 @@ struct Result {
   double kv_bytes_per_step = 0, frac_of_bw_with_kv = 0;  // KV cache reads, mean over the decode steps
   Spread model_bw;  // GB/s streaming the mapped model file, probed before each run
   double prefill_gflops = 0, frac_of_peak = 0;
-  std::array<size_t, 3> prefetch_steps{};  // timed decode steps of one sequence by prefetch hint (DecodePrefetch value)
+  DecodePrefetchSteps prefetch_steps{};  // timed one-token steps of one sequence, by prefetch hint
 };
 
 // One timed run: prefill then decode, b sequences together.
@@ -232,7 +231,7 @@ void run_bench(const BenchArgs& a) {
         // KV bytes of the n steps: step s attends over p + s + 1 positions in each sequence.
         const double kv_bytes = double(b) * double(kv_per_position) * (double(n) * double(p) + double(n) * double(n + 1) / 2);
         const ModelFile& file = lm.model().file();
-        const std::array<size_t, 3> steps_before = decode_prefetch_steps();
+        const DecodePrefetchSteps steps_before = decode_prefetch_steps();
         for (size_t r = 0; r < a.reps; ++r) {
           // The limit, measured now: the machine's load moves both figures together.
           // First a pause: right after a run (the warm-up or the previous one) a
@@ -264,7 +263,7 @@ void run_bench(const BenchArgs& a) {
           res.frac_of_bw_with_kv = spread(frac_kv).median;
         }
         res.peak_rss = peak_rss_mib();
-        const std::array<size_t, 3> steps_after = decode_prefetch_steps();
+        const DecodePrefetchSteps steps_after = decode_prefetch_steps();
         for (size_t h = 0; h < res.prefetch_steps.size(); ++h) res.prefetch_steps[h] = steps_after[h] - steps_before[h];
         results.push_back(std::move(res));
       }
@@ -372,12 +371,8 @@ void run_bench(const BenchArgs& a) {
     std::printf("\ndecode steps by prefetch hint (auto), per row:");
     for (const Result& r : results) {
       if (r.decode == 0) continue;
-      std::printf(" %ut pp%zu+tg%zu:", r.threads, r.prompt, r.decode);
-      for (size_t h = 0; h < r.prefetch_steps.size(); ++h)
-        if (r.prefetch_steps[h] > 0)
-          std::printf(" %s %zu", std::string(kernels::decode_prefetch_name(kernels::DecodePrefetch(h))).c_str(),
-                      r.prefetch_steps[h]);
-      std::printf(";");
+      std::printf(" %ut pp%zu+tg%zu: %s;", r.threads, r.prompt, r.decode,
+                  describe_decode_prefetch_steps(r.prefetch_steps).c_str());
     }
     std::printf("\n");
   }

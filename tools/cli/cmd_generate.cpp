@@ -1,7 +1,6 @@
 // mmgpt generate: prompt(s) (text or ids) -> continuation(s), streamed to stdout.
 #include <sys/resource.h>
 
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -74,13 +73,10 @@ void print_stats(const LanguageModel& lm, double load_s, double ttft_s, const st
                t.decode_seconds > 0 ? (generated - results.size()) / t.decode_seconds : 0.0, generated,
                t.decode_steps);
   std::fprintf(stderr, "first token   %8.2f ms\n", ttft_s * 1e3);
-  const std::array<size_t, 3> hinted = decode_prefetch_steps();  // one sequence's decode steps, by hint
-  std::string by_hint;
-  for (size_t h = 0; h < hinted.size(); ++h)
-    if (hinted[h] > 0)
-      by_hint += (by_hint.empty() ? ": " : ", ") + std::string(kernels::decode_prefetch_name(kernels::DecodePrefetch(h))) +
-                 " " + std::to_string(hinted[h]) + " steps";
-  std::fprintf(stderr, "prefetch      %s%s\n", describe_decode_prefetch().c_str(), by_hint.c_str());
+  // One sequence's one-token steps, by hint.
+  const std::string by_hint = describe_decode_prefetch_steps(decode_prefetch_steps());
+  std::fprintf(stderr, "prefetch      %s%s%s\n", describe_decode_prefetch().c_str(), by_hint.empty() ? "" : ": steps ",
+               by_hint.c_str());
   std::fprintf(stderr, "peak RSS      %8.1f MiB\n", usage.ru_maxrss / 1024.0);
   std::fprintf(stderr, "weights       %8.1f MiB mapped, %.1f MiB resident\n", f.file_size() / 1048576.0,
                f.resident_bytes() / 1048576.0);
