@@ -27,6 +27,7 @@
 namespace k = mmgpt::kernels;
 namespace kd = mmgpt::kernels::detail;
 using k::Activation;
+using k::DecodePrefetch;
 using k::Epilogue;
 using k::WeightType;
 
@@ -353,47 +354,84 @@ TEST_CASE("decode (one row) over many panels: every set equals the reference bit
     // with NEON's dot product), prefetching past the end of the panel and of
     // their range into the panels that follow: ranges that start and end
     // anywhere, over matrices of 13 and 17 panels, with K giving an odd number
-    // of blocks (a unit's second block missing) and an even one.
+    // of blocks (a unit's second block missing) and an even one. Under each
+    // prefetch hint: each is its own instantiation (and q4_0 without prefetch
+    // its own loop on AVX-512).
     const auto sets = kd::runnable_quant_kernels();
-    const Epilogue epilogues[] = {{Activation::None, false}, {Activation::None, true}};
-    for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0})
-        for (size_t K : {size_t{32}, size_t{95}, size_t{768}})
-            for (size_t N : {size_t{208}, size_t{261}}) {
-                const auto w = awkward_weights(N, K, static_cast<uint32_t>(3 * K + N));
-                std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
-                k::quantize_panels(w.data(), N, K, t, p.data());
-                const auto x = kt::random_floats(K, -2.0f, 2.0f, static_cast<uint32_t>(K + N));
-                const Quantized xq = quantize_with(kd::scalar_quant_kernels(), x, 1, K);
-                const auto bias = kt::random_floats(N, -1.0f, 1.0f, 4);
-                const auto y0 = kt::random_floats(N, -1.0f, 1.0f, 5);
-                const size_t panels = k::panel_count(N);
-                for (const Epilogue& e : epilogues) {
-                    const float* b = e.accumulate ? nullptr : bias.data();
-                    auto ref = t == WeightType::Q8_0 ? kd::scalar_quant_kernels().gemm_panels_q8_0
-                                                     : kd::scalar_quant_kernels().gemm_panels_q4_0;
-                    std::vector<float> want = y0;
-                    ref(xq.rows(), p.data(), b, want.data(), 1, K, N, 0, panels, e);
-                    for (const kd::QuantKernels* qk : sets) {
-                        auto gemm = t == WeightType::Q8_0 ? qk->gemm_panels_q8_0 : qk->gemm_panels_q4_0;
-                        for (size_t first : {size_t{0}, size_t{1}, size_t{3}, size_t{5}})
-                            for (size_t split : {size_t{4}, size_t{7}, size_t{8}, size_t{9}, size_t{12}}) {
-                                // Three ranges covering the matrix: [0, first), [first, mid), [mid, panels).
-                                const size_t mid = std::min(first + split, panels);
-                                std::vector<float> got = y0;
-                                gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, 0, first, e);
-                                gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, first, mid, e);
-                                gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, mid, panels, e);
-                                CAPTURE(std::string(qk->name));
-                                CAPTURE(std::string(type_name(t)));
-                                CAPTURE(K);
-                                CAPTURE(N);
-                                CAPTURE(first);
-                                CAPTURE(split);
-                                CHECK(std::memcmp(got.data(), want.data(), N * 4) == 0);
-                            }
+    const std::string saved{k::decode_prefetch_setting()};
+    for (DecodePrefetch hint : {DecodePrefetch::Nta, DecodePrefetch::T0, DecodePrefetch::None}) {
+        REQUIRE(k::force_decode_prefetch(k::decode_prefetch_name(hint)));
+        const Epilogue epilogues[] = {{Activation::None, false}, {Activation::None, true}};
+        for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0})
+            for (size_t K : {size_t{32}, size_t{95}, size_t{768}})
+                for (size_t N : {size_t{208}, size_t{261}}) {
+                    const auto w = awkward_weights(N, K, static_cast<uint32_t>(3 * K + N));
+                    std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
+                    k::quantize_panels(w.data(), N, K, t, p.data());
+                    const auto x = kt::random_floats(K, -2.0f, 2.0f, static_cast<uint32_t>(K + N));
+                    const Quantized xq = quantize_with(kd::scalar_quant_kernels(), x, 1, K);
+                    const auto bias = kt::random_floats(N, -1.0f, 1.0f, 4);
+                    const auto y0 = kt::random_floats(N, -1.0f, 1.0f, 5);
+                    const size_t panels = k::panel_count(N);
+                    for (const Epilogue& e : epilogues) {
+                        const float* b = e.accumulate ? nullptr : bias.data();
+                        auto ref = t == WeightType::Q8_0 ? kd::scalar_quant_kernels().gemm_panels_q8_0
+                                                         : kd::scalar_quant_kernels().gemm_panels_q4_0;
+                        std::vector<float> want = y0;
+                        ref(xq.rows(), p.data(), b, want.data(), 1, K, N, 0, panels, e);
+                        for (const kd::QuantKernels* qk : sets) {
+                            auto gemm = t == WeightType::Q8_0 ? qk->gemm_panels_q8_0 : qk->gemm_panels_q4_0;
+                            for (size_t first : {size_t{0}, size_t{1}, size_t{3}, size_t{5}})
+                                for (size_t split : {size_t{4}, size_t{7}, size_t{8}, size_t{9}, size_t{12}}) {
+                                    // Three ranges covering the matrix: [0, first), [first, mid), [mid, panels).
+                                    const size_t mid = std::min(first + split, panels);
+                                    std::vector<float> got = y0;
+                                    gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, 0, first, e);
+                                    gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, first, mid, e);
+                                    gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, mid, panels, e);
+                                    CAPTURE(std::string(qk->name));
+                                    CAPTURE(std::string(type_name(t)));
+                                    CAPTURE(K);
+                                    CAPTURE(N);
+                                    CAPTURE(first);
+                                    CAPTURE(split);
+                                    CAPTURE(std::string(k::decode_prefetch_name(hint)));
+                                    CHECK(std::memcmp(got.data(), want.data(), N * 4) == 0);
+                                }
+                        }
                     }
                 }
+    }
+    k::force_decode_prefetch(saved);
+}
+
+TEST_CASE("decode of a row longer than 1024 blocks (AVX-512 q4_0 keeps its per-block offsets on the heap)") {
+    const size_t K = 1025 * 32 + 7, N = 33;  // 1026 blocks, the last partial
+    const std::string saved{k::decode_prefetch_setting()};
+    for (DecodePrefetch hint : {DecodePrefetch::Nta, DecodePrefetch::None}) {
+        REQUIRE(k::force_decode_prefetch(k::decode_prefetch_name(hint)));
+        for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0}) {
+            const auto w = awkward_weights(N, K, 11);
+            std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
+            k::quantize_panels(w.data(), N, K, t, p.data());
+            const auto x = kt::random_floats(K, -2.0f, 2.0f, 12);
+            const Quantized xq = quantize_with(kd::scalar_quant_kernels(), x, 1, K);
+            auto pick = [t](const kd::QuantKernels& qk) {
+                return t == WeightType::Q8_0 ? qk.gemm_panels_q8_0 : qk.gemm_panels_q4_0;
+            };
+            std::vector<float> want(N);
+            pick(kd::scalar_quant_kernels())(xq.rows(), p.data(), nullptr, want.data(), 1, K, N, 0, k::panel_count(N), {});
+            for (const kd::QuantKernels* qk : kd::runnable_quant_kernels()) {
+                std::vector<float> got(N);
+                pick(*qk)(xq.rows(), p.data(), nullptr, got.data(), 1, K, N, 0, k::panel_count(N), {});
+                CAPTURE(std::string(qk->name));
+                CAPTURE(std::string(type_name(t)));
+                CAPTURE(std::string(k::decode_prefetch_name(hint)));
+                CHECK(std::memcmp(got.data(), want.data(), N * 4) == 0);
             }
+        }
+    }
+    k::force_decode_prefetch(saved);
 }
 
 TEST_CASE("matmul_packed with quantized weights: threaded, any thread count, equals the reference") {
