@@ -15,6 +15,7 @@
 #include <cpuid.h>
 #endif
 
+#include "decode_prefetch_guard.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
 
@@ -68,13 +69,6 @@ inline std::vector<float> random_ints(size_t n, int lo, int hi, uint32_t seed) {
 struct IsaGuard {
     std::string saved{mmgpt::kernels::isa_name()};
     ~IsaGuard() { mmgpt::kernels::force_isa(saved); }
-};
-
-// Restores the decode prefetch setting (auto, or a fixed hint) when a test
-// that forces one ends.
-struct DecodePrefetchGuard {
-    std::string saved{mmgpt::kernels::decode_prefetch_setting()};
-    ~DecodePrefetchGuard() { mmgpt::kernels::force_decode_prefetch(saved); }
 };
 
 // Runs body() once for every SIMD instantiation this CPU can run, with it

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "decode_prefetch_guard.hpp"
 #include "engine/decode_prefetch_tuner.hpp"
 #include "engine/executor.hpp"
 #include "engine_test_model.hpp"
@@ -181,7 +182,7 @@ TEST_CASE("decode under the process's tuner gives the bits of a fixed hint, and 
   test::write_random_model(path, cfg, 3, "", 0.2f, -1, Layout::Panel16, DType::Q4_0);
   auto model = Model::load(path);
   const auto ids = test::random_ids(cfg.n_ctx, cfg.vocab_size, 9);
-  const std::string saved(kernels::decode_prefetch_setting());
+  kt::DecodePrefetchGuard guard;
   auto decode_all = [&] {
     Executor ex(model);
     KVCache cache(cfg);
@@ -198,7 +199,6 @@ TEST_CASE("decode under the process's tuner gives the bits of a fixed hint, and 
   const auto before = decode_prefetch_steps();
   const auto tuned = decode_all();  // 600 steps: a comparison from step 4 on
   const auto after = decode_prefetch_steps();
-  kernels::force_decode_prefetch(saved);
   CHECK(std::memcmp(tuned.data(), fixed.data(), fixed.size() * sizeof(float)) == 0);
   size_t steps = 0;
   for (size_t h = 0; h < after.size(); ++h) steps += after[h] - before[h];

@@ -12,10 +12,12 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <tbb/global_control.h>
 #include <vector>
 
+#include "decode_prefetch_guard.hpp"
 #include "engine/executor.hpp"
 #include "engine/stage_team.hpp"
 #include "engine_test_model.hpp"
@@ -26,18 +28,12 @@ using namespace mmgpt;
 
 namespace {
 
-// Fixes the decode prefetch hint for a test (a waiting member prefetches,
-// and asks next_reads, only under a hint that prefetches), restoring the
-// setting after.
-struct FixedDecodePrefetch {
-  std::string saved{kernels::decode_prefetch_setting()};
-  explicit FixedDecodePrefetch(kernels::DecodePrefetch h) {
-    REQUIRE(kernels::force_decode_prefetch(kernels::decode_prefetch_name(h)));
-  }
-  ~FixedDecodePrefetch() { kernels::force_decode_prefetch(saved); }
-};
-
-kernels::DecodePrefetch vendor_hint() { return kernels::decode_prefetch_for_vendor(kernels::cpu_vendor()); }
+// The CPU vendor's hint, fixed for a test: a waiting member prefetches, and
+// asks next_reads, only under a hint that prefetches (the tuner may have
+// moved an auto setting to none).
+std::string_view vendor_hint() {
+  return kernels::decode_prefetch_name(kernels::decode_prefetch_for_vendor(kernels::cpu_vendor()));
+}
 
 }  // namespace
 
@@ -104,7 +100,7 @@ TEST_CASE("run_stages: a waiting member is asked for the next stage it runs, and
   // members of the team; the spans it returns are read by nothing but
   // prefetches, so every part still runs once with the stages in order.
   // (Whether a member waits at all depends on the threads' timing.)
-  FixedDecodePrefetch hint(vendor_hint());
+  kt::DecodePrefetchGuard hint(vendor_hint());
   const std::vector<uint32_t> parts = {0, 3, 0, 0, 5, 1, 0, 8, 2};
   const std::vector<std::byte> bytes(100000);
   for (int threads : {1, 2, 4}) {
@@ -184,7 +180,7 @@ bool run_with_member0_held(const StageReads& next_reads, const std::function<boo
 TEST_CASE("run_stages: a member that waits is asked what it reads next") {
   // Member 0's part holds on until member 1 (done with its part, so waiting
   // for member 0's) has asked next_reads for stage 1.
-  FixedDecodePrefetch hint(vendor_hint());
+  kt::DecodePrefetchGuard hint(vendor_hint());
   int splits = 0;
   for (int round = 0; round < 5; ++round) {
     std::atomic<bool> asked{false};
@@ -214,7 +210,7 @@ TEST_CASE("run_stages: a waiting member asks for the runs it reads in order, up 
   // (for part 1, claimed by member 1 and not yet finished: a descheduled
   // thread), so each member's asks are counted apart, and the same rules
   // hold for both.
-  FixedDecodePrefetch hint(vendor_hint());
+  kt::DecodePrefetchGuard hint(vendor_hint());
   const std::vector<std::byte> bytes(2 * kStagePrefetchCap);
   int splits = 0;
   for (const size_t run_bytes : {size_t{4096}, kStagePrefetchCap * 6 / 10}) {
@@ -253,7 +249,7 @@ TEST_CASE("run_stages: a waiting member asks for the runs it reads in order, up 
 TEST_CASE("run_stages: with the prefetch hint none, a waiting member asks for nothing") {
   // The same held run, member 0 released after 20 ms: member 1 waits for it
   // (when the two split the stage) without asking next_reads.
-  FixedDecodePrefetch hint(kernels::DecodePrefetch::None);
+  kt::DecodePrefetchGuard hint("none");
   int splits = 0;
   for (int round = 0; round < 3; ++round) {
     std::atomic<int> asked{0};
@@ -340,7 +336,7 @@ TEST_CASE("a decode step run by a team equals the op-by-op run bit for bit, for 
              {kernels::DecodePrefetch::Nta, kernels::DecodePrefetch::T0, kernels::DecodePrefetch::None}) {
           CAPTURE(threads);
           CAPTURE(std::string(kernels::decode_prefetch_name(h)));
-          FixedDecodePrefetch hint(h);
+          kt::DecodePrefetchGuard hint(kernels::decode_prefetch_name(h));
           const auto team = decode_logits(model, ids, 0, kv);
           CHECK(std::memcmp(team.data(), plain.data(), plain.size() * sizeof(float)) == 0);
         }

@@ -358,9 +358,8 @@ TEST_CASE("decode (one row) over many panels: every set equals the reference bit
     // prefetch hint: each is its own instantiation (and q4_0 without prefetch
     // its own loop on AVX-512).
     const auto sets = kd::runnable_quant_kernels();
-    const std::string saved{k::decode_prefetch_setting()};
     for (DecodePrefetch hint : {DecodePrefetch::Nta, DecodePrefetch::T0, DecodePrefetch::None}) {
-        REQUIRE(k::force_decode_prefetch(k::decode_prefetch_name(hint)));
+        const kt::DecodePrefetchGuard fixed(k::decode_prefetch_name(hint));
         const Epilogue epilogues[] = {{Activation::None, false}, {Activation::None, true}};
         for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0})
             for (size_t K : {size_t{32}, size_t{95}, size_t{768}})
@@ -402,14 +401,12 @@ TEST_CASE("decode (one row) over many panels: every set equals the reference bit
                     }
                 }
     }
-    k::force_decode_prefetch(saved);
 }
 
 TEST_CASE("decode of a row longer than 1024 blocks (AVX-512 q4_0 keeps its per-block offsets on the heap)") {
     const size_t K = 1025 * 32 + 7, N = 33;  // 1026 blocks, the last partial
-    const std::string saved{k::decode_prefetch_setting()};
     for (DecodePrefetch hint : {DecodePrefetch::Nta, DecodePrefetch::None}) {
-        REQUIRE(k::force_decode_prefetch(k::decode_prefetch_name(hint)));
+        const kt::DecodePrefetchGuard fixed(k::decode_prefetch_name(hint));
         for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0}) {
             const auto w = awkward_weights(N, K, 11);
             std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
@@ -431,7 +428,6 @@ TEST_CASE("decode of a row longer than 1024 blocks (AVX-512 q4_0 keeps its per-b
             }
         }
     }
-    k::force_decode_prefetch(saved);
 }
 
 TEST_CASE("matmul_packed with quantized weights: threaded, any thread count, equals the reference") {
