@@ -29,6 +29,8 @@
 #include <tbb/task_arena.h>
 
 #include "bench/machine_limits.hpp"
+#include "engine/attention.hpp"
+#include "engine/kv_cache.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/quant_layout.hpp"
 
@@ -181,6 +183,38 @@ void bench_inplace(benchmark::State& state, std::string isa, size_t n) {
     set_rates(state, start, 0, 4.0 * 3 * n);  // copy: read + write; kernel: in cache
 }
 
+// A decode step's attention (engine/attention.cpp causal_attention: one new
+// token against n positions, every layer, all heads, split over the threads
+// as the engine splits it) on a GPT-2-shaped KV cache (engine/kv_cache.hpp,
+// f32 or f16 elements). It reads each layer's keys and values of n positions
+// once, so it cycles through copies of the cache (256 MiB in all) to read from
+// memory, as decode does; GB counts those bytes.
+void bench_attention(benchmark::State& state, std::string isa, size_t d, size_t n_layer, size_t n, mmgpt::DType kv) {
+    IsaScope scope(isa);
+    mmgpt::ModelConfig c;
+    c.n_layer = static_cast<uint32_t>(n_layer), c.n_head = static_cast<uint32_t>(d / 64);
+    c.n_embd = static_cast<uint32_t>(d), c.n_ctx = static_cast<uint32_t>(n);
+    const double bytes = 2.0 * n * d * mmgpt::KVCache::element_bytes(kv) * n_layer;
+    const size_t copies = std::max<size_t>(1, static_cast<size_t>(double(size_t{256} << 20) / bytes + 1));
+    std::vector<mmgpt::KVCache> caches;
+    const auto qkv = random_floats(n * 3 * d, 8);
+    std::vector<float> out(n * d);
+    for (size_t i = 0; i < copies; ++i) {  // filled as a prefill of n tokens fills it
+        caches.emplace_back(c, kv);
+        for (size_t l = 0; l < n_layer; ++l) mmgpt::causal_attention(qkv.data(), out.data(), n, 0, l, c.n_head, caches.back());
+    }
+    size_t next = 0;
+    const Clock::time_point start = Clock::now();
+    for (auto _ : state) {
+        for (size_t l = 0; l < n_layer; ++l)
+            mmgpt::causal_attention(qkv.data() + (n - 1) * 3 * d, out.data(), 1, n - 1, l, c.n_head, caches[next]);
+        next = next + 1 == copies ? 0 : next + 1;
+        benchmark::DoNotOptimize(out.data());
+        benchmark::ClobberMemory();
+    }
+    set_rates(state, start, 4.0 * n * d * n_layer, bytes);
+}
+
 // widths: model widths to cover; rows: matmul M values (1 = decode GEMV, 128/512 = prefill GEMM).
 void register_all(const std::string& isa, std::initializer_list<size_t> widths, std::initializer_list<size_t> rows) {
     auto reg = [&](const std::string& name, auto fn) {
@@ -233,6 +267,15 @@ void register_all(const std::string& isa, std::initializer_list<size_t> widths, 
             reg("gelu_tanh/" + isa + "/n=" + std::to_string(n),
                 [=](benchmark::State& st) { bench_inplace<k::gelu_tanh>(st, isa, n); });
         }
+    }
+    // Decode attention at a short and a long context, for each width's GPT-2 depth.
+    for (size_t d : widths) {
+        const size_t layers = d == 768 ? 12 : d == 1024 ? 24 : d == 1280 ? 36 : 48;
+        for (size_t n : {64, 576})
+            for (mmgpt::DType kv : {mmgpt::DType::F32, mmgpt::DType::F16})
+                reg("attention/" + isa + "/d=" + std::to_string(d) + "/layers=" + std::to_string(layers) + "/n=" +
+                        std::to_string(n) + "/kv=" + (kv == mmgpt::DType::F32 ? "f32" : "f16"),
+                    [=](benchmark::State& st) { bench_attention(st, isa, d, layers, n, kv); });
     }
     for (size_t n : {64, 1024, 50257})
         reg("softmax/" + isa + "/n=" + std::to_string(n),

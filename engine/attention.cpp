@@ -15,34 +15,43 @@ namespace mmgpt {
 
 namespace {
 
-// Appends token t's key and value of head h (qkv row t) at position base + t,
-// rounded to a 16-bit cache's type.
-void append_kv(const float* qkv, size_t t, size_t base, size_t layer, size_t h, size_t n_head, KVCache& cache) {
+// Appends token t's keys and values of heads [h0, h1) (qkv row t) at position
+// base + t, rounded to a 16-bit cache's type.
+void append_kv(const float* qkv, size_t t, size_t base, size_t layer, size_t h0, size_t h1, size_t n_head,
+               KVCache& cache) {
   const size_t hd = cache.head_dim();
   const size_t d = n_head * hd;
   const auto kv = static_cast<kernels::WeightType>(cache.dtype());  // same ids: F32, BF16, F16
   const float* row = qkv + t * 3 * d;
-  void* k = cache.keys(layer, h);
-  void* v = cache.values(layer, h);
-  if (kv == kernels::WeightType::F32) {
-    std::memcpy(static_cast<float*>(k) + (base + t) * hd, row + d + h * hd, hd * sizeof(float));
-    std::memcpy(static_cast<float*>(v) + (base + t) * hd, row + 2 * d + h * hd, hd * sizeof(float));
-  } else {
-    kernels::narrow(row + d + h * hd, hd, kv, static_cast<uint16_t*>(k) + (base + t) * hd);
-    kernels::narrow(row + 2 * d + h * hd, hd, kv, static_cast<uint16_t*>(v) + (base + t) * hd);
+  for (size_t h = h0; h < h1; ++h) {
+    void* k = cache.key_row(layer, h, base + t);
+    void* v = cache.value_row(layer, h, base + t);
+    if (kv == kernels::WeightType::F32) {
+      std::memcpy(k, row + d + h * hd, hd * sizeof(float));
+      std::memcpy(v, row + 2 * d + h * hd, hd * sizeof(float));
+    } else {
+      kernels::narrow(row + d + h * hd, hd, kv, static_cast<uint16_t*>(k));
+      kernels::narrow(row + 2 * d + h * hd, hd, kv, static_cast<uint16_t*>(v));
+    }
   }
 }
 
-// Token t (qkv row t, position base + t) of head h against positions 0 .. base + t.
-// next_keys: the keys of the row this thread attends next, or null (a prefetch hint).
-void attend(const float* qkv, float* out, size_t t, size_t base, size_t layer, size_t h, size_t n_head,
-            KVCache& cache, float* scores, const void* next_keys) {
+// Token t (qkv row t, position base + t), heads [h0, h1), against positions
+// 0 .. base + t, a call per group of the cache they span. scores: (h1 - h0) *
+// (base + t + 1) floats.
+void attend(const float* qkv, float* out, size_t t, size_t base, size_t layer, size_t h0, size_t h1, size_t n_head,
+            KVCache& cache, float* scores) {
   const size_t hd = cache.head_dim();
   const size_t d = n_head * hd;
+  const size_t n = base + t + 1;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const auto kv = static_cast<kernels::WeightType>(cache.dtype());
-  kernels::attention_row(qkv + t * 3 * d + h * hd, cache.keys(layer, h), cache.values(layer, h), kv, base + t + 1,
-                         hd, scale, scores, out + t * d + h * hd, next_keys);
+  for (size_t a = h0; a < h1;) {
+    const size_t g = cache.group_of(a), b = std::min(h1, cache.group_begin(g + 1));
+    kernels::attention_heads(qkv + t * 3 * d + a * hd, cache.keys(layer, a), cache.values(layer, a), kv, n, b - a, hd,
+                             cache.blocks(g), scale, scores + (a - h0) * n, out + t * d + a * hd);
+    a = b;
+  }
 }
 
 }  // namespace
@@ -50,36 +59,37 @@ void attend(const float* qkv, float* out, size_t t, size_t base, size_t layer, s
 void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, size_t layer, size_t n_head,
                       KVCache& cache) {
   const size_t hd = cache.head_dim();
-  for (size_t h = 0; h < n_head; ++h)
-    for (size_t t = 0; t < tokens; ++t) append_kv(qkv, t, base, layer, h, n_head, cache);
+  for (size_t t = 0; t < tokens; ++t) append_kv(qkv, t, base, layer, 0, n_head, n_head, cache);
 
-  // One task per group of (head, token) rows with enough work to be worth
-  // scheduling: decode has one row per head, prefill many. Rows are
-  // independent, so the split never changes a result.
-  const size_t rows = n_head * tokens;
-  const size_t work_per_row = (base + (tokens + 1) / 2) * hd * 2 + 1;  // multiply-adds, on average
-  const size_t grain = std::max<size_t>(1, (size_t{1} << 15) / work_per_row);
+  // Tasks: a token's heads in `groups` blocks, as few as keep the threads
+  // busy (decode: one block per thread, the cache's groups when it was made
+  // for as many threads), since a call reads its heads' keys as one run of
+  // each block of the cache and one head a call reads runs of 64 rows far
+  // apart (kv_cache.hpp). Ranges of tasks small enough to be worth scheduling
+  // together where contexts are short. Each head's result does not depend on
+  // the grouping.
+  const size_t groups = std::min(n_head, std::max<size_t>(1, (mmgpt::thread_budget() + tokens - 1) / tokens));
+  const size_t tasks = groups * tokens;
+  const size_t work_per_task = (base + (tokens + 1) / 2) * hd * 2 * n_head / groups + 1;  // multiply-adds, on average
+  const size_t grain = std::max<size_t>(1, (size_t{1} << 15) / work_per_task);
   mmgpt::parallel_for(
-      tbb::blocked_range<size_t>(0, rows, grain),
+      tbb::blocked_range<size_t>(0, tasks, grain),
       [&](const tbb::blocked_range<size_t>& r) {
-        std::vector<float> scores(base + tokens);
-        // Row i + 1 is usually the next this thread runs, even past the end
-        // of r: a range's rows run in order, and the simple partitioner
-        // halves the whole range, so a thread with no other work (one
-        // thread: always) goes on with the next range. Its keys are prefetched
-        // as row i ends; a wrong guess costs a few KB of reads.
-        for (size_t i = r.begin(); i < r.end(); ++i)
-          attend(qkv, out, i % tokens, base, layer, i / tokens, n_head, cache, scores.data(),
-                 i + 1 < rows ? cache.keys(layer, (i + 1) / tokens) : nullptr);
+        std::vector<float> scores;
+        for (size_t i = r.begin(); i < r.end(); ++i) {
+          const size_t t = i / groups, g = i % groups;
+          const size_t h0 = g * n_head / groups, h1 = (g + 1) * n_head / groups;
+          scores.resize((h1 - h0) * (base + t + 1));
+          attend(qkv, out, t, base, layer, h0, h1, n_head, cache, scores.data());
+        }
       },
       tbb::simple_partitioner());
 }
 
-void causal_attention_head(const float* qkv, float* out, size_t base, size_t layer, size_t head, size_t n_head,
-                           KVCache& cache, float* scores, size_t next_head) {
-  append_kv(qkv, 0, base, layer, head, n_head, cache);
-  attend(qkv, out, 0, base, layer, head, n_head, cache, scores,
-         next_head < n_head ? cache.keys(layer, next_head) : nullptr);
+void causal_attention_heads(const float* qkv, float* out, size_t base, size_t layer, size_t h0, size_t h1,
+                            size_t n_head, KVCache& cache, float* scores) {
+  append_kv(qkv, 0, base, layer, h0, h1, n_head, cache);
+  attend(qkv, out, 0, base, layer, h0, h1, n_head, cache, scores);
 }
 
 }  // namespace mmgpt

@@ -125,7 +125,11 @@ size_t Executor::team_members(std::span<const SequenceStep> steps, size_t tokens
       team_parts_[i] = static_cast<uint32_t>((panels + team_grain_[i] - 1) / team_grain_[i]);
       split = split || team_parts_[i] > 1;
     } else if (op.kind == OpKind::Attention) {
-      team_parts_[i] = static_cast<uint32_t>(c.n_head);
+      // A block of heads a member (a group of the cache when it was made for
+      // as many threads): its keys are then one run of each block of the
+      // cache (kv_cache.hpp), where a head a part would read runs of 64 rows
+      // far apart.
+      team_parts_[i] = static_cast<uint32_t>(std::min<size_t>(c.n_head, members));
     }
   }
   // A layer norm read only by the matmul after it is no stage of its own:
@@ -197,18 +201,23 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
   };
   // What member m reads first in stage j, for it to prefetch while it waits
   // for the stage before (run_stages): its own block of a matmul's weights;
-  // before attention, the keys and values so far of its own heads, each
-  // head's keys then its values, as it attends (its own block of heads runs
-  // first and in order). run_stages stops at about what L2 holds.
+  // before attention, its own block of heads' keys so far, block by block of
+  // the cache, then their values, as it attends. run_stages stops at about
+  // what L2 holds.
   const StageReads next_reads = [&](size_t j, size_t m, size_t run) -> std::span<const std::byte> {
     const Op& op = ops[j];
     if (op.kind == OpKind::Attention) {
-      const auto [h0, h1] = stage_own_block(c.n_head, members, m);
-      const size_t h = h0 + run / 2, layer = static_cast<size_t>(op.layer);
-      if (h >= h1 || base == 0) return {};
+      if (m >= team_parts_[j] || base == 0) return {};
       KVCache& kv = *step.cache;
-      const void* rows = run % 2 == 0 ? kv.keys(layer, h) : kv.values(layer, h);
-      return {static_cast<const std::byte*>(rows), base * head_dim * KVCache::element_bytes(kv.dtype())};
+      const auto [h0, own_end] = stage_own_block(c.n_head, team_parts_[j], m);
+      const size_t h1 = std::min(own_end, kv.group_begin(kv.group_of(h0) + 1));  // its heads in h0's group
+      const size_t blocks = (base + KVCache::kBlock - 1) / KVCache::kBlock, layer = static_cast<size_t>(op.layer);
+      if (h0 >= h1 || run >= 2 * blocks) return {};
+      const size_t pos = run % blocks * KVCache::kBlock;
+      const void* rows = run < blocks ? kv.key_row(layer, h0, pos) : kv.value_row(layer, h0, pos);
+      const size_t bytes = ((h1 - h0 - 1) * KVCache::kBlock + std::min(KVCache::kBlock, base - pos)) * head_dim *
+                           KVCache::element_bytes(kv.dtype());
+      return {static_cast<const std::byte*>(rows), bytes};
     }
     if (op.kind != OpKind::MatMul || team_parts_[j] < members || run != 0) return {};
     const auto [b0, b1] = stage_own_block(team_parts_[j], members, m);
@@ -250,16 +259,12 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
         break;
       }
       case OpKind::Attention: {
+        const auto [h0, h1] = stage_own_block(c.n_head, team_parts_[i], part);
         thread_local std::vector<float> scores;
-        if (scores.size() < base + 1) scores.resize(base + 1);
-        // The head this member runs next: the next of its own block (run_stages
-        // runs those in order), or none past it (the others' heads are stolen
-        // from their ends, by whichever member is free).
-        const auto [own_begin, own_end] = stage_own_block(c.n_head, members, m);
-        const bool next_own = own_begin <= part && part + 1 < own_end;
-        causal_attention_head(buffer(op.input), buffer(op.output), base, static_cast<size_t>(op.layer), part,
-                              c.n_head, *step.cache, scores.data(), next_own ? part + 1 : c.n_head);
-        if (team_quantizes_[i]) quantize_for_next(op, part * head_dim, (part + 1) * head_dim);
+        if (scores.size() < (h1 - h0) * (base + 1)) scores.resize((h1 - h0) * (base + 1));
+        causal_attention_heads(buffer(op.input), buffer(op.output), base, static_cast<size_t>(op.layer), h0, h1,
+                               c.n_head, *step.cache, scores.data());
+        if (team_quantizes_[i]) quantize_for_next(op, h0 * head_dim, h1 * head_dim);
         break;
       }
       default:

@@ -1,7 +1,12 @@
 #pragma once
 // Keys and values of the tokens a sequence has seen, per layer and head,
-// stored [layer][head][position][head_dim] so that attention for one head
-// reads its cache contiguously. The storage is huge-page memory, zero until
+// stored [layer][group][block][head][position in block][head_dim]: the heads
+// in `groups` consecutive groups (one per thread that decodes: each thread's
+// share of a step's attention is a group), a group's positions in blocks of
+// kBlock (kernels::KVBlocks). A head's rows in a block are one run and a
+// block holds every head of the group, so attention over a group, block by
+// block and head by head, reads its keys as one stream, then its values
+// (kernels/attention_simd.hpp). The storage is huge-page memory, zero until
 // written (engine/huge_page_buffer.hpp).
 //
 // Elements are f32, or (--kv-dtype) bf16 / f16: half the memory, and half the
@@ -13,6 +18,7 @@
 #include <string>
 
 #include "engine/huge_page_buffer.hpp"
+#include "kernels/kv_blocks.hpp"
 #include "formats/error.hpp"
 #include "formats/model_config.hpp"
 
@@ -20,11 +26,14 @@ namespace mmgpt {
 
 class KVCache {
  public:
-  explicit KVCache(const ModelConfig& config, DType dtype = DType::F32)
-      : n_head_(config.n_head), head_dim_(config.n_embd / config.n_head), capacity_(config.n_ctx),
-        dtype_(checked(dtype)), elem_(element_bytes(dtype)),
-        keys_(floats(size_t{config.n_layer} * n_head_ * capacity_ * head_dim_)),
-        values_(keys_.size()) {}
+  // groups: how many groups of heads (1 .. n_head); 0: one per thread of
+  // mmgpt::thread_budget(), at most n_head. Any value gives the same results.
+  explicit KVCache(const ModelConfig& config, DType dtype = DType::F32, size_t groups = 0);
+
+  // Positions in a block: 64 rows of a head are 16 KB of f32 keys (8 KB of
+  // 16-bit), runs long enough for the prefetcher, and a layer's first block
+  // is whole after 64 tokens.
+  static constexpr size_t kBlock = 64;
 
   DType dtype() const { return dtype_; }
   // Bytes of one key or value element in a cache of `dtype` (f32, bf16, f16).
@@ -36,10 +45,21 @@ class KVCache {
   void clear() { length_ = 0; }
   size_t head_dim() const { return head_dim_; }
 
-  // The [capacity, head_dim] block of (layer, head), elements of dtype().
-  void* keys(size_t layer, size_t head) { return static_cast<uint8_t*>(keys_.bytes()) + block(layer, head) * elem_; }
-  void* values(size_t layer, size_t head) {
-    return static_cast<uint8_t*>(values_.bytes()) + block(layer, head) * elem_;
+  size_t groups() const { return groups_; }
+  // The group holding `head`, and the heads [first, end) of group g.
+  size_t group_of(size_t head) const { return ((head + 1) * groups_ - 1) / n_head_; }
+  size_t group_begin(size_t g) const { return g * n_head_ / groups_; }
+
+  // Head `head`'s row at position 0 of `layer` (elements of dtype()); its
+  // other positions, and those of the next heads of its group, as
+  // blocks(group_of(head)) says.
+  void* keys(size_t layer, size_t head) { return at(keys_, layer, head, 0); }
+  void* values(size_t layer, size_t head) { return at(values_, layer, head, 0); }
+  // The row of (layer, head) at position `pos`.
+  void* key_row(size_t layer, size_t head, size_t pos) { return at(keys_, layer, head, pos); }
+  void* value_row(size_t layer, size_t head, size_t pos) { return at(values_, layer, head, pos); }
+  kernels::KVBlocks blocks(size_t group) const {
+    return {kBlock, kBlock * head_dim_, (group_begin(group + 1) - group_begin(group)) * kBlock * head_dim_};
   }
 
  private:
@@ -49,8 +69,14 @@ class KVCache {
     return d;
   }
   size_t floats(size_t elements) const { return elem_ == 4 ? elements : (elements + 1) / 2; }
-  size_t block(size_t layer, size_t head) const { return ((layer * n_head_) + head) * capacity_ * head_dim_; }
-  size_t n_head_, head_dim_, capacity_;
+  void* at(HugePageBuffer& buffer, size_t layer, size_t head, size_t pos) {
+    const size_t g = group_of(head), first = group_begin(g), heads = group_begin(g + 1) - first;
+    const size_t element = (layer * n_head_ + first) * padded_ * head_dim_ +  // the group's region
+                           ((pos / kBlock * heads + head - first) * kBlock + pos % kBlock) * head_dim_;
+    return static_cast<uint8_t*>(buffer.bytes()) + element * elem_;
+  }
+  size_t n_head_, head_dim_, capacity_, groups_;
+  size_t padded_;  // capacity_ rounded up to whole blocks
   DType dtype_;
   size_t elem_;  // bytes per element
   size_t length_ = 0;

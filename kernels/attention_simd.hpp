@@ -1,40 +1,42 @@
 #pragma once
-// One attention row, written once against xsimd and instantiated per ISA
-// through kernels_simd.hpp (include only from there):
-//   out[d] = sum_j softmax_j(scale * q . k_j) v_j[d]   for keys j < n.
-// Keys and values are rows of hd elements, contiguous per head (the KV cache's
-// layout), so the row streams them front to back. Elements are f32, or bf16 /
-// f16 (a 16-bit KV cache, template parameter KT), widened to f32 exactly as
-// they are loaded: a 16-bit cache gives bit for bit what the f32 kernel gives
-// on the widened rows.
+// Causal attention of one query for consecutive heads, written once against
+// xsimd and instantiated per ISA through kernels_simd.hpp (include only from
+// there): for each head h,
+//   out_h[d] = sum_j softmax_j(scale * q_h . k_hj) v_hj[d]   for keys j < n.
+// Keys and values lie in the KV cache's blocks (kv_blocks.hpp KVBlocks): a block
+// holds `block` positions of every head, each head's rows contiguous, heads
+// one after another. Elements are f32, or bf16 / f16 (a 16-bit KV cache,
+// template parameter KT), widened to f32 exactly as they are loaded: a 16-bit
+// cache gives bit for bit what the f32 kernel gives on the widened rows.
 //
 // Scores: W keys at a time, each with its own vector accumulator over d,
 // folded by one parallel horizontal add (column_sums) instead of W separate
 // reductions. Weighted sum of values: the output stays in registers (up to
-// 8 vectors) while the keys stream by. Everything is sequenced per element,
-// so the result for a query does not depend on the other rows of the step.
-// Tails of rows that are not whole vectors use explicit fmaf, so the compiler's
-// contraction choices cannot differ between the f32 and 16-bit instantiations.
+// 8 vectors) while a block's rows stream by, and is carried from block to
+// block through `out`. Everything is sequenced per element (keys in groups of
+// W from position 0, values in position order), so the result for a head
+// depends neither on the block size (a multiple of 16, so of W) nor on the
+// other heads of the call.
 //
-// Decode reads each head's keys and values once, from memory: streams of a few
-// hundred KB, too short for the hardware prefetcher to ramp up on its own, one
-// head after another. So the row reads them as one stream: its keys, then its
-// values, then (where the caller names them) the keys of the row it runs next,
-// each line prefetched kPrefetchAhead bytes ahead along that stream, so the
-// values and the next head start with their first lines already requested.
-// The scores walk their W keys row after row (each row's lines in memory
-// order), so the prefetches go out in memory order too. Measured on Zen 5
-// against the kernel before (scores column by column, no next head), whole
-// 355M q4_0 decode steps alternated step by step in one process: 1.010-1.032
-// of its speed at 2 threads and 576 positions (three runs), 0.993-1.015 at 64
-// positions and at 1 thread. In a prototype, either change alone gave
-// 0.99-1.02 (docs/decode-streaming.md, "Attention as one stream").
+// Decode reads the whole cache every step. The kernel walks it block by block
+// and, within a block, head by head: the keys of the call's heads are then one
+// run of memory per block, and with the heads of a group of the KV cache
+// (engine/kv_cache.hpp: a group's blocks follow one another) one stream, then
+// the values likewise. The hardware prefetcher streams that at about the bare
+// read loop's rate, with no software prefetch; with one run per head (the
+// layout before, [layer][head][position]) a step read runs of 16 KB (64
+// positions) to a few hundred KB far apart, which a bare loop on one thread
+// read at 12-15 GB/s at 64 positions where one stream read 26-30
+// (development machine, Zen 5 with its core shared, the 124M shape's cache;
+// at 576 positions 24-27 against 27-33): docs/decode-streaming.md, "Keys and
+// values in blocks of positions".
 #include <algorithm>
 #include <cstddef>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
+#include "kernels/kv_blocks.hpp"
 #include "kernels/widen_simd.hpp"
 
 #if defined(__AVX512F__)
@@ -77,7 +79,7 @@ xsimd::batch<float, Arch> column_sums(const xsimd::batch<float, Arch>* acc) {
 }
 
 template <class Arch, class Softmax, class KT = WeightF32>
-struct AttentionRow {
+struct AttentionHeads {
     using B = xsimd::batch<float, Arch>;
     using KE = typename KT::E;
     static constexpr size_t W = B::size;
@@ -85,45 +87,22 @@ struct AttentionRow {
     static B load(const KE* p) { return load_weights<KT, B>(p); }
     static float one(KE e) { return widen_one<KT, B>(e); }
 
-    static constexpr size_t kPrefetchAhead = 4096;  // bytes
-
-    // The stream a row reads (see the top of the file): `bytes` of keys, as
-    // many of values, then the next row's keys (or nothing).
-    struct Stream {
-        const char* k;
-        const char* v;
-        const char* next;
-        size_t bytes;
-        // Prefetches the line `at` bytes into the stream. Prefetches never
-        // fault, so past the end (no next row) the address is just past v.
-        // always_inline: GCC can delete the calls of an out-of-line wrapper of
-        // __builtin_prefetch (decode_prefetch.hpp).
-        [[gnu::always_inline]] void prefetch(size_t at) const {
-            const char* p = at < bytes ? k + at : at < 2 * bytes || !next ? v + (at - bytes) : next + (at - 2 * bytes);
-            __builtin_prefetch(p);
-        }
-    };
-
-    static void scores(const float* q, const KE* k, size_t n, size_t hd, float scale, float* s, const Stream& st) {
+    // s[0 .. m) = scale * q . k_j for m keys in rows of hd from k; the first is
+    // key number j0 of the head, a multiple of W (groups of W as from key 0).
+    static void scores(const float* q, const KE* k, size_t m, size_t hd, float scale, float* s) {
         const B sv(scale);
+        const size_t dv = hd - hd % W;  // a row's whole vectors
         size_t j = 0;
-        for (; j + W <= n; j += W) {
+        for (; j + W <= m; j += W) {
             B acc[W];
 #pragma GCC unroll 16
             for (size_t i = 0; i < W; ++i) acc[i] = B(0.0f);
-            // Row by row; each accumulator still sums its row over d in
-            // order, so the result is the column-by-column loop's.
-            const size_t dv = hd - hd % W;  // the row's whole vectors
+            // Row by row (memory order); each accumulator sums its row over d
+            // in order.
 #pragma GCC unroll 16
             for (size_t i = 0; i < W; ++i) {
                 const KE* row = k + (j + i) * hd;
-                for (size_t d = 0; d < dv; d += W) {
-                    // A line ahead for every line of keys loaded (a 16-bit
-                    // row chunk is half a line: every other chunk).
-                    const size_t at = ((j + i) * hd + d) * sizeof(KE);
-                    if (at % 64 == 0) st.prefetch(at + kPrefetchAhead);
-                    acc[i] = xsimd::fma(B::load_unaligned(q + d), load(row + d), acc[i]);
-                }
+                for (size_t d = 0; d < dv; d += W) acc[i] = xsimd::fma(B::load_unaligned(q + d), load(row + d), acc[i]);
             }
             B sum = column_sums<Arch>(acc);
             if (dv < hd) {  // head sizes that are not a multiple of the vector width
@@ -135,7 +114,7 @@ struct AttentionRow {
             }
             (sum * sv).store_unaligned(s + j);
         }
-        for (; j < n; ++j) {  // the last n % W keys, one at a time
+        for (; j < m; ++j) {  // the last m % W keys (of the last block), one at a time
             B acc(0.0f);
             size_t d = 0;
             for (; d + W <= hd; d += W) acc = xsimd::fma(B::load_unaligned(q + d), load(k + j * hd + d), acc);
@@ -145,18 +124,16 @@ struct AttentionRow {
         }
     }
 
-    // out[d0 .. d0 + NV*W) = sum_j p[j] v[j][d0 ..], accumulated in registers.
+    // out[d0 .. d0 + NV*W) (+)= sum_j p[j] v[j][d0 ..] over m rows, in
+    // registers; `carry`: out holds the sums of the blocks before.
     template <size_t NV>
-    static void weighted_values(const float* p, const KE* v, size_t n, size_t hd, size_t d0, float* out,
-                                const Stream& st) {
+    static void weighted_values(const float* p, const KE* v, size_t m, size_t hd, size_t d0, float* out, bool carry) {
         B acc[NV];
 #pragma GCC unroll 8
-        for (size_t i = 0; i < NV; ++i) acc[i] = B(0.0f);
-        for (size_t j = 0; j < n; ++j) {
+        for (size_t i = 0; i < NV; ++i) acc[i] = carry ? B::load_unaligned(out + d0 + i * W) : B(0.0f);
+        for (size_t j = 0; j < m; ++j) {
             const B pj(p[j]);
             const KE* vj = v + j * hd + d0;
-            if (d0 == 0)  // the row's lines, kPrefetchAhead further along the stream
-                for (size_t b = 0; b < hd * sizeof(KE); b += 64) st.prefetch(st.bytes + j * hd * sizeof(KE) + b + kPrefetchAhead);
 #pragma GCC unroll 8
             for (size_t i = 0; i < NV; ++i) acc[i] = xsimd::fma(pj, load(vj + i * W), acc[i]);
         }
@@ -164,22 +141,32 @@ struct AttentionRow {
         for (size_t i = 0; i < NV; ++i) acc[i].store_unaligned(out + d0 + i * W);
     }
 
-    // next_k: the keys of the row the caller runs next, or null.
-    static void run(const float* q, const KE* k, const KE* v, size_t n, size_t hd, float scale, float* s, float* out,
-                    const KE* next_k = nullptr) {
-        const Stream st{reinterpret_cast<const char*>(k), reinterpret_cast<const char*>(v),
-                        reinterpret_cast<const char*>(next_k), n * hd * sizeof(KE)};
-        for (size_t b = 0; b < std::min(st.bytes, kPrefetchAhead); b += 64) st.prefetch(st.bytes + b);  // the values' first lines
-        scores(q, k, n, hd, scale, s, st);
-        Softmax::softmax(s, n);
+    static void values(const float* p, const KE* v, size_t m, size_t hd, float* out, bool carry) {
         size_t d = 0;
-        for (; d + 8 * W <= hd; d += 8 * W) weighted_values<8>(s, v, n, hd, d, out, st);
-        for (; d + 4 * W <= hd; d += 4 * W) weighted_values<4>(s, v, n, hd, d, out, st);
-        for (; d + W <= hd; d += W) weighted_values<1>(s, v, n, hd, d, out, st);
+        for (; d + 8 * W <= hd; d += 8 * W) weighted_values<8>(p, v, m, hd, d, out, carry);
+        for (; d + 4 * W <= hd; d += 4 * W) weighted_values<4>(p, v, m, hd, d, out, carry);
+        for (; d + W <= hd; d += W) weighted_values<1>(p, v, m, hd, d, out, carry);
         for (; d < hd; ++d) {
-            float acc = 0.0f;
-            for (size_t j = 0; j < n; ++j) acc = __builtin_fmaf(s[j], one(v[j * hd + d]), acc);
+            float acc = carry ? out[d] : 0.0f;
+            for (size_t j = 0; j < m; ++j) acc = __builtin_fmaf(p[j], one(v[j * hd + d]), acc);
             out[d] = acc;
+        }
+    }
+
+    // q, out: heads x hd floats; k, v: the first head's block 0; s: heads x n.
+    static void run(const float* q, const KE* k, const KE* v, size_t n, size_t heads, size_t hd, KVBlocks at,
+                    float scale, float* s, float* out) {
+        if (n == 0) return std::fill(out, out + heads * hd, 0.0f);
+        for (size_t j0 = 0; j0 < n; j0 += at.block) {
+            const size_t m = std::min(at.block, n - j0), b = j0 / at.block;
+            for (size_t h = 0; h < heads; ++h)
+                scores(q + h * hd, k + b * at.block_stride + h * at.head_stride, m, hd, scale, s + h * n + j0);
+        }
+        for (size_t h = 0; h < heads; ++h) Softmax::softmax(s + h * n, n);
+        for (size_t j0 = 0; j0 < n; j0 += at.block) {
+            const size_t m = std::min(at.block, n - j0), b = j0 / at.block;
+            for (size_t h = 0; h < heads; ++h)
+                values(s + h * n + j0, v + b * at.block_stride + h * at.head_stride, m, hd, out + h * hd, j0 > 0);
         }
     }
 };

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/epilogue.hpp"
+#include "kernels/kv_blocks.hpp"
 #include "kernels/quant_layout.hpp"
 
 namespace mmgpt::kernels::detail {
@@ -103,10 +104,9 @@ struct IsaTable {
     // y[M, N] (+)= act(x[M, K] W^T + bias); scratch: gemm_scratch_floats(M, K, p1 - p0).
     void (*gemm_panels)(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                         size_t p0, size_t p1, Epilogue e, float* scratch);
-    // One attention row (see kernels.hpp attention_row); s: n floats of scratch;
-    // next_k: the keys of the row the caller runs next (prefetched), or null.
-    void (*attention_row)(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
-                          float* out, const void* next_k);
+    // One query's attention for consecutive heads (kernels.hpp attention_heads).
+    void (*attention_heads)(const float* q, const float* k, const float* v, size_t n, size_t heads, size_t hd,
+                            KVBlocks at, float scale, float* s, float* out);
     float (*dot)(const float* a, const float* b, size_t n);
     void (*axpy)(float a, const float* x, float* y, size_t n);
     void (*add)(float* y, const float* x, size_t n);
@@ -122,11 +122,11 @@ struct IsaTable {
                             size_t N, size_t p0, size_t p1, Epilogue e, float* scratch);
     // The quantized kernels paired with this table (set by dispatch.cpp).
     const QuantKernels* quant = nullptr;
-    // attention_row over a 16-bit KV cache (rows of bf16 / f16, widened exactly).
-    void (*attention_row_bf16)(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
-                               float* s, float* out, const void* next_k);
-    void (*attention_row_f16)(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
-                              float* s, float* out, const void* next_k);
+    // attention_heads over a 16-bit KV cache (bf16 / f16, widened exactly).
+    void (*attention_heads_bf16)(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t heads,
+                                 size_t hd, KVBlocks at, float scale, float* s, float* out);
+    void (*attention_heads_f16)(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t heads,
+                                size_t hd, KVBlocks at, float scale, float* s, float* out);
     // n floats to f16, round to nearest even (kernels::narrow_to_f16's numerics).
     void (*narrow_f16)(const float* in, size_t n, uint16_t* out);
     // The bf16 dot-product kernels paired with this table (set by dispatch.cpp),

@@ -145,8 +145,8 @@ void matmul_packed(const float* x, const void* wp, WeightType type, const float*
 }
 
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
-                   float* out, const void* next_k) {
-    detail::active_table().attention_row(q, k, v, n, hd, scale, s, out, next_k);
+                   float* out) {
+    attention_heads(q, k, v, WeightType::F32, n, 1, hd, contiguous_rows(n), scale, s, out);
 }
 
 void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, int32_t* sum) {
@@ -159,19 +159,21 @@ void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, 
     });
 }
 
-void attention_row(const float* q, const void* k, const void* v, WeightType kv, size_t n, size_t hd, float scale,
-                   float* s, float* out, const void* next_k) {
+void attention_heads(const float* q, const void* k, const void* v, WeightType kv, size_t n, size_t heads, size_t hd,
+                     KVBlocks at, float scale, float* s, float* out) {
+    if (n > 0 && (at.block == 0 || at.block % 16 != 0))
+        throw std::invalid_argument("attention_heads: the block of positions must be a positive multiple of 16");
     const auto& t = detail::active_table();
     switch (kv) {
         case WeightType::BF16:
-            return t.attention_row_bf16(q, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, hd,
-                                        scale, s, out, next_k);
+            return t.attention_heads_bf16(q, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n,
+                                          heads, hd, at, scale, s, out);
         case WeightType::F16:
-            return t.attention_row_f16(q, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, hd,
-                                       scale, s, out, next_k);
+            return t.attention_heads_f16(q, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n,
+                                         heads, hd, at, scale, s, out);
         default:
-            return t.attention_row(q, static_cast<const float*>(k), static_cast<const float*>(v), n, hd, scale, s,
-                                   out, next_k);
+            return t.attention_heads(q, static_cast<const float*>(k), static_cast<const float*>(v), n, heads, hd, at,
+                                     scale, s, out);
     }
 }
 

@@ -14,6 +14,7 @@
 
 #include "kernels/decode_prefetch_kind.hpp"
 #include "kernels/epilogue.hpp"
+#include "kernels/kv_blocks.hpp"
 #include "kernels/panel_layout.hpp"
 #include "kernels/quant_layout.hpp"
 
@@ -92,20 +93,20 @@ class PanelProduct {
     QuantizedRows xq_{};            // q8_0 / q4_0: x in q8 blocks
     const uint16_t* xb_ = nullptr;  // bf16 on a bf16 dot-product set: x rounded to bf16
 };
-// One query's causal attention over n keys and values (rows of hd floats):
-//   out[d] = sum_j softmax_j(scale * q . k_j) v_j[d].
-// s: n floats of scratch (left holding the probabilities). Serial: the
-// engine runs rows of different heads and tokens in parallel. next_k: the
-// keys (same element type) of the row the caller runs next on this thread,
-// whose first lines are then requested as this row's values run out
-// (attention_simd.hpp); a hint only: the result is the same without it.
+// One query's causal attention for `heads` consecutive heads over n positions:
+//   out_h[d] = sum_j softmax_j(scale * q_h . k_hj) v_hj[d],
+// q and out: the heads' hd floats one after another; k, v: the first head's
+// block 0, elements of `kv` (F32, or a 16-bit KV cache: BF16 / F16, widened
+// exactly as loaded, so the result is bit for bit the f32 one on the widened
+// values), laid out as `at` says. s: heads * n floats of scratch (left holding
+// head h's probabilities at s + h * n). Serial: the engine runs tokens and
+// groups of heads in parallel. Each head's result is the same whatever the
+// block size and whichever heads share the call (attention_simd.hpp).
+void attention_heads(const float* q, const void* k, const void* v, WeightType kv, size_t n, size_t heads, size_t hd,
+                     KVBlocks at, float scale, float* s, float* out);
+// One head over n contiguous rows of hd floats (s: n floats).
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
-                   float* out, const void* next_k = nullptr);
-// The same over keys and values stored as `kv` (F32, or a 16-bit KV cache:
-// BF16 / F16, widened exactly as loaded, so the result is bit for bit the f32
-// row's on the widened values).
-void attention_row(const float* q, const void* k, const void* v, WeightType kv, size_t n, size_t hd, float scale,
-                   float* s, float* out, const void* next_k = nullptr);
+                   float* out);
 // Rounds n floats to bf16 / f16 (nearest, ties to even; as narrow_to_bf16 /
 // narrow_to_f16, vectorized where the CPU converts f16 in hardware).
 void narrow(const float* in, size_t n, WeightType to, uint16_t* out);

@@ -145,21 +145,22 @@ struct Kernels {
         PanelGemm<Arch, Kernels, WeightF16>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
     }
 
-    MMGPT_SIMD_ENTRY static void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd,
-                                               float scale, float* s, float* out, const void* next_k) {
-        AttentionRow<Arch, Kernels>::run(q, k, v, n, hd, scale, s, out, static_cast<const float*>(next_k));
+    MMGPT_SIMD_ENTRY static void attention_heads(const float* q, const float* k, const float* v, size_t n,
+                                                 size_t heads, size_t hd, KVBlocks at, float scale, float* s,
+                                                 float* out) {
+        AttentionHeads<Arch, Kernels>::run(q, k, v, n, heads, hd, at, scale, s, out);
     }
 
-    MMGPT_SIMD_ENTRY static void attention_row_bf16(const float* q, const uint16_t* k, const uint16_t* v, size_t n,
-                                                    size_t hd, float scale, float* s, float* out, const void* next_k) {
-        AttentionRow<Arch, Kernels, WeightBF16>::run(q, k, v, n, hd, scale, s, out,
-                                                     static_cast<const uint16_t*>(next_k));
+    MMGPT_SIMD_ENTRY static void attention_heads_bf16(const float* q, const uint16_t* k, const uint16_t* v, size_t n,
+                                                      size_t heads, size_t hd, KVBlocks at, float scale, float* s,
+                                                      float* out) {
+        AttentionHeads<Arch, Kernels, WeightBF16>::run(q, k, v, n, heads, hd, at, scale, s, out);
     }
 
-    MMGPT_SIMD_ENTRY static void attention_row_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n,
-                                                   size_t hd, float scale, float* s, float* out, const void* next_k) {
-        AttentionRow<Arch, Kernels, WeightF16>::run(q, k, v, n, hd, scale, s, out,
-                                                    static_cast<const uint16_t*>(next_k));
+    MMGPT_SIMD_ENTRY static void attention_heads_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n,
+                                                     size_t heads, size_t hd, KVBlocks at, float scale, float* s,
+                                                     float* out) {
+        AttentionHeads<Arch, Kernels, WeightF16>::run(q, k, v, n, heads, hd, at, scale, s, out);
     }
 
     // f32 -> f16, round to nearest even (the hardware conversion; the tail
@@ -368,8 +369,8 @@ struct Kernels {
     }
 
     static detail::IsaTable table(const char* name) {
-        return detail::IsaTable{name, &matmul_cols, &gemm_panels, &attention_row, &dot, &axpy, &add, &layernorm, &gelu_erf, &gelu_tanh, &softmax,
-                                 &gemm_panels_bf16, &gemm_panels_f16, nullptr, &attention_row_bf16, &attention_row_f16,
+        return detail::IsaTable{name, &matmul_cols, &gemm_panels, &attention_heads, &dot, &axpy, &add, &layernorm, &gelu_erf, &gelu_tanh, &softmax,
+                                 &gemm_panels_bf16, &gemm_panels_f16, nullptr, &attention_heads_bf16, &attention_heads_f16,
                                  &narrow_f16};
     }
 };

@@ -3,6 +3,7 @@
 // in float in index order, std::erf / std::tanh / std::exp. Operation order
 // follows PyTorch's CPU kernels where it matters (gelu, layernorm), so the
 // reference is also what the PyTorch comparisons expect.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -138,19 +139,32 @@ void softmax(float* x, size_t n) {
 namespace mmgpt::kernels::detail {
 
 namespace {
-// The table's attention entries: the reference rows (no prefetching, so the
-// next row's keys go unused).
-void attention_entry(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
-                     float* out, const void*) {
-    scalar::attention_row(q, k, v, n, hd, scale, s, out);
+// The table's attention entries: each head's rows gathered from the blocks
+// into one run, then the reference row.
+template <class E, class Row>
+void attention_entry_of(const float* q, const E* k, const E* v, size_t n, size_t heads, size_t hd, KVBlocks at,
+                        float scale, float* s, float* out, Row row) {
+    std::vector<E> kr(n * hd), vr(n * hd);
+    for (size_t h = 0; h < heads; ++h) {
+        for (size_t j = 0; j < n; ++j) {
+            const size_t from = (j / at.block) * at.block_stride + h * at.head_stride + (j % at.block) * hd;
+            std::copy(k + from, k + from + hd, kr.begin() + j * hd);
+            std::copy(v + from, v + from + hd, vr.begin() + j * hd);
+        }
+        row(q + h * hd, kr.data(), vr.data(), n, hd, scale, s + h * n, out + h * hd);
+    }
 }
-void attention_entry_bf16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
-                          float* s, float* out, const void*) {
-    scalar::attention_row_bf16(q, k, v, n, hd, scale, s, out);
+void attention_entry(const float* q, const float* k, const float* v, size_t n, size_t heads, size_t hd, KVBlocks at,
+                     float scale, float* s, float* out) {
+    attention_entry_of(q, k, v, n, heads, hd, at, scale, s, out, scalar::attention_row);
 }
-void attention_entry_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
-                         float* s, float* out, const void*) {
-    scalar::attention_row_f16(q, k, v, n, hd, scale, s, out);
+void attention_entry_bf16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t heads, size_t hd,
+                          KVBlocks at, float scale, float* s, float* out) {
+    attention_entry_of(q, k, v, n, heads, hd, at, scale, s, out, scalar::attention_row_bf16);
+}
+void attention_entry_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t heads, size_t hd,
+                         KVBlocks at, float scale, float* s, float* out) {
+    attention_entry_of(q, k, v, n, heads, hd, at, scale, s, out, scalar::attention_row_f16);
 }
 }  // namespace
 

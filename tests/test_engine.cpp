@@ -9,6 +9,7 @@
 #include <tbb/global_control.h>
 #include <thread>
 
+#include "engine/attention.hpp"
 #include "engine/executor.hpp"
 #include "engine/huge_page_buffer.hpp"
 #include "engine/mmgpt.hpp"
@@ -370,4 +371,101 @@ TEST_CASE("KV-cache storage: zero until written, 2 MiB-aligned, copies and moves
   CHECK(empty.data() == nullptr);
   HugePageBuffer copy(empty);
   CHECK(copy.size() == 0);
+}
+
+// The KV cache's layout (engine/kv_cache.hpp): heads in groups, positions in
+// blocks. Every (layer, head, position) row has a place of its own inside the
+// storage, each group is a run of consecutive heads, and the rows of a group
+// are where the blocks() the attention kernels read says.
+TEST_CASE("KV-cache layout: each row its own place, where blocks() says, for any number of groups") {
+  for (uint32_t n_head : {1u, 3u, 5u, 12u}) {
+    for (size_t groups : {size_t{0}, size_t{1}, size_t{2}, size_t{5}, size_t{n_head}, size_t{40}}) {
+      for (uint32_t n_ctx : {1u, 63u, 65u, 130u}) {
+        for (DType dt : {DType::F32, DType::F16}) {
+          CAPTURE(n_head);
+          CAPTURE(groups);
+          CAPTURE(n_ctx);
+          ModelConfig cfg = test::small_config(2, n_head, 8 * n_head, n_ctx, 50);
+          KVCache cache(cfg, dt, groups);
+          const size_t hd = cache.head_dim(), elem = KVCache::element_bytes(dt);
+          const size_t G = cache.groups();
+          CHECK(G >= 1);
+          CHECK(G <= n_head);
+          if (groups != 0) CHECK(G == std::min<size_t>(groups, n_head));
+          CHECK(cache.group_begin(0) == 0);
+          CHECK(cache.group_begin(G) == n_head);
+          for (size_t h = 0; h < n_head; ++h) {
+            const size_t g = cache.group_of(h);
+            REQUIRE(g < G);
+            CHECK(cache.group_begin(g) <= h);
+            CHECK(h < cache.group_begin(g + 1));
+            CHECK(cache.group_begin(g) < cache.group_begin(g + 1));
+          }
+          const auto* base = static_cast<const uint8_t*>(cache.keys(0, 0));
+          const size_t padded = (n_ctx + KVCache::kBlock - 1) / KVCache::kBlock * KVCache::kBlock;
+          const size_t total = size_t{cfg.n_layer} * n_head * padded * hd * elem;
+          std::vector<size_t> offsets;
+          for (size_t l = 0; l < cfg.n_layer; ++l)
+            for (size_t h = 0; h < n_head; ++h) {
+              const size_t g = cache.group_of(h), first = cache.group_begin(g);
+              const kernels::KVBlocks at = cache.blocks(g);
+              CHECK(at.block == KVCache::kBlock);
+              const auto* start = static_cast<const uint8_t*>(cache.keys(l, first));
+              for (size_t p = 0; p < n_ctx; ++p) {
+                const auto* row = static_cast<const uint8_t*>(cache.key_row(l, h, p));
+                const size_t want = ((p / at.block) * at.block_stride + (h - first) * at.head_stride + (p % at.block) * hd) * elem;
+                CHECK(row == start + want);
+                CHECK(static_cast<const uint8_t*>(cache.value_row(l, h, p)) - static_cast<const uint8_t*>(cache.values(0, 0)) == row - base);
+                offsets.push_back(static_cast<size_t>(row - base));
+              }
+            }
+          std::sort(offsets.begin(), offsets.end());
+          CHECK(offsets.front() == 0);
+          CHECK(offsets.back() + hd * elem <= total);
+          bool apart = true;
+          for (size_t i = 1; i < offsets.size(); ++i) apart = apart && offsets[i] - offsets[i - 1] >= hd * elem;
+          CHECK(apart);
+        }
+      }
+    }
+  }
+}
+
+// Attention reads the cache a group at a time (engine/attention.cpp), so how
+// the heads are grouped must not change a bit: a prefill across a block
+// boundary, then decode steps, on caches of 1, 2, 3 and n_head groups, with
+// 1 and 2 threads, f32 and f16 caches.
+TEST_CASE("attention gives the same bits whatever the KV cache's groups and the thread count") {
+  const uint32_t n_head = 5;
+  const size_t hd = 16, d = n_head * hd, prefill = 70, steps = 6;
+  ModelConfig cfg = test::small_config(2, n_head, static_cast<uint32_t>(d), 128, 50);
+  std::vector<float> qkv(3 * d * (prefill + steps));
+  uint32_t x = 12345;
+  for (float& v : qkv) x = x * 1664525u + 1013904223u, v = static_cast<float>(x >> 8) / float(1 << 24) * 4.0f - 2.0f;
+  for (DType dt : {DType::F32, DType::F16}) {
+    std::vector<float> want;
+    for (size_t threads : {1, 2})
+      for (size_t groups : {size_t{1}, size_t{2}, size_t{3}, size_t{n_head}}) {
+        CAPTURE(threads);
+        CAPTURE(groups);
+        tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
+        KVCache cache(cfg, dt, groups);
+        std::vector<float> out(d * (prefill + steps), -1.0f);
+        for (size_t l = 0; l < cfg.n_layer; ++l) {
+          causal_attention(qkv.data(), out.data(), prefill, 0, l, n_head, cache);
+          for (size_t s = 0; s < steps; ++s)
+            causal_attention(qkv.data() + (prefill + s) * 3 * d, out.data() + (prefill + s) * d, 1, prefill + s, l,
+                             n_head, cache);
+        }
+        // One step split as the decode team splits it: a block of heads each.
+        std::vector<float> scores(n_head * (prefill + steps + 1)), team_out(d);
+        causal_attention_heads(qkv.data() + (prefill + steps - 1) * 3 * d, team_out.data(), prefill + steps - 1, 1, 0,
+                               2, n_head, cache, scores.data());
+        causal_attention_heads(qkv.data() + (prefill + steps - 1) * 3 * d, team_out.data(), prefill + steps - 1, 1, 2,
+                               n_head, n_head, cache, scores.data());
+        CHECK(std::memcmp(team_out.data(), out.data() + (prefill + steps - 1) * d, d * sizeof(float)) == 0);
+        if (want.empty()) want = out;
+        CHECK(std::memcmp(want.data(), out.data(), out.size() * sizeof(float)) == 0);
+      }
+  }
 }

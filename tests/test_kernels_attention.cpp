@@ -1,7 +1,8 @@
-// attention_row: every SIMD instantiation and the scalar reference against
-// an exact (double precision) evaluation, on awkward head sizes (not
-// multiples of any vector width) and key counts (around W and 8W), and a
-// check that a query's result does not depend on the rows around it.
+// attention_row / attention_heads: every SIMD instantiation and the scalar
+// reference against an exact (double precision) evaluation, on awkward head
+// sizes (not multiples of any vector width) and key counts (around W and 8W);
+// a 16-bit cache against the f32 kernel on the widened rows; and heads read
+// from the KV cache's blocks against the same heads' rows one after another.
 //
 // Bound: each score is a dot product of hd terms, off by at most
 // (hd+1) u sum|q k| scale (any summation order); softmax turns a score error
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <stdexcept>
 #include <string_view>
 #include <vector>
 
@@ -122,7 +124,8 @@ TEST_CASE("attention_row over bf16 / f16 keys and values: bit for bit the f32 ro
                             q.data(), k16.data(), v16.data(), n, hd, scale, s1.data(), o1.data());
                         k::scalar::attention_row(q.data(), kw.data(), vw.data(), n, hd, scale, s2.data(), o2.data());
                     } else {
-                        k::attention_row(q.data(), k16.data(), v16.data(), t, n, hd, scale, s1.data(), o1.data());
+                        k::attention_heads(q.data(), k16.data(), v16.data(), t, n, 1, hd, k::contiguous_rows(n), scale,
+                                           s1.data(), o1.data());
                         k::attention_row(q.data(), kw.data(), vw.data(), n, hd, scale, s2.data(), o2.data());
                     }
                     CHECK(std::memcmp(o1.data(), o2.data(), hd * sizeof(float)) == 0);
@@ -133,43 +136,86 @@ TEST_CASE("attention_row over bf16 / f16 keys and values: bit for bit the f32 ro
     kt::for_each_simd_isa([&](std::string_view) { run_all(false); });
 }
 
-// next_k (the keys of the row the caller runs next) only steers prefetches:
-// every path gives the same bits with it as without, whether it names other
-// keys, the row's own keys, or keys shorter than the row's (its prefetches
-// past them never fault).
-TEST_CASE("attention_row: naming the next row's keys changes no bit") {
+// Heads in the KV cache's blocks (kernels::KVBlocks: block b's rows of head h
+// at b * block_stride + h * head_stride): each head's output and
+// probabilities are bit for bit those of the same path over its rows copied
+// one after another (whatever the block size, the number of heads in the
+// call, or where the head sits among them). The cache's unused rows hold NaN,
+// so a read past position n would show.
+TEST_CASE("attention_heads over blocks of positions: each head bit for bit its rows read one after another") {
     const size_t hds[] = {1, 7, 16, 17, 64, 80};
-    const size_t ns[] = {1, 9, 16, 33, 129, 300};
-    kt::for_each_simd_isa([&](std::string_view) {
+    const size_t ns[] = {1, 9, 16, 33, 64, 65, 129, 300};
+    const size_t blocks[] = {16, 32, 64};
+    const size_t heads_counts[] = {1, 3, 12};
+    auto run_all = [&] {
         uint32_t seed = 500;
         for (k::WeightType t : {k::WeightType::F32, k::WeightType::BF16, k::WeightType::F16})
             for (size_t hd : hds)
-                for (size_t n : ns) {
-                    CAPTURE(hd);
-                    CAPTURE(n);
-                    CAPTURE(static_cast<int>(t));
-                    const auto q = kt::random_floats(hd, -2, 2, seed += 3);
-                    const auto kf = kt::random_floats(n * hd, -2, 2, seed + 1), vf = kt::random_floats(n * hd, -1, 1, seed + 2);
-                    const auto other = kt::random_floats(3, -1, 1, seed + 4);
-                    std::vector<uint16_t> k16(n * hd), v16(n * hd);
-                    const void* kp = kf.data();
-                    const void* vp = vf.data();
-                    if (t != k::WeightType::F32) {
-                        k::narrow(kf.data(), kf.size(), t, k16.data());
-                        k::narrow(vf.data(), vf.size(), t, v16.data());
-                        kp = k16.data(), vp = v16.data();
-                    }
-                    const float scale = 1.0f / std::sqrt(float(hd));
-                    std::vector<float> s0(n), o0(hd);
-                    k::attention_row(q.data(), kp, vp, t, n, hd, scale, s0.data(), o0.data());
-                    for (const void* next : {static_cast<const void*>(other.data()), kp}) {
-                        std::vector<float> s1(n), o1(hd);
-                        k::attention_row(q.data(), kp, vp, t, n, hd, scale, s1.data(), o1.data(), next);
-                        CHECK(std::memcmp(o0.data(), o1.data(), hd * sizeof(float)) == 0);
-                        CHECK(std::memcmp(s0.data(), s1.data(), n * sizeof(float)) == 0);
-                    }
-                }
-    });
+                for (size_t n : ns)
+                    for (size_t block : blocks)
+                        for (size_t heads : heads_counts) {
+                            if (heads * hd * n > 40000 && block != 64) continue;  // keep the test quick
+                            CAPTURE(hd);
+                            CAPTURE(n);
+                            CAPTURE(block);
+                            CAPTURE(heads);
+                            CAPTURE(static_cast<int>(t));
+                            const size_t nb = (n + block - 1) / block + 1;  // one block more than n needs
+                            const k::KVBlocks at{block, block * hd, heads * block * hd};
+                            const size_t cells = nb * at.block_stride;
+                            const auto q = kt::random_floats(heads * hd, -2, 2, seed += 3);
+                            std::vector<float> kf(cells, std::numeric_limits<float>::quiet_NaN()), vf = kf;
+                            const auto kr = kt::random_floats(heads * n * hd, -2, 2, seed + 1);
+                            const auto vr = kt::random_floats(heads * n * hd, -1, 1, seed + 2);
+                            for (size_t h = 0; h < heads; ++h)
+                                for (size_t j = 0; j < n; ++j) {
+                                    const size_t at_row = (j / block) * at.block_stride + h * at.head_stride + (j % block) * hd;
+                                    std::copy_n(kr.begin() + (h * n + j) * hd, hd, kf.begin() + at_row);
+                                    std::copy_n(vr.begin() + (h * n + j) * hd, hd, vf.begin() + at_row);
+                                }
+                            // The same element type for both sides: narrowed copies where 16-bit.
+                            std::vector<uint16_t> kb(cells), vb(cells), krb(kr.size()), vrb(vr.size());
+                            const void *kp = kf.data(), *vp = vf.data(), *krp = kr.data(), *vrp = vr.data();
+                            size_t elem = sizeof(float);
+                            if (t != k::WeightType::F32) {
+                                k::narrow(kf.data(), cells, t, kb.data());
+                                k::narrow(vf.data(), cells, t, vb.data());
+                                k::narrow(kr.data(), kr.size(), t, krb.data());
+                                k::narrow(vr.data(), vr.size(), t, vrb.data());
+                                kp = kb.data(), vp = vb.data(), krp = krb.data(), vrp = vrb.data();
+                                elem = sizeof(uint16_t);
+                            }
+                            const float scale = 1.0f / std::sqrt(float(hd));
+                            std::vector<float> s(heads * n), out(heads * hd);
+                            k::attention_heads(q.data(), kp, vp, t, n, heads, hd, at, scale, s.data(), out.data());
+                            for (size_t h = 0; h < heads; ++h) {
+                                CAPTURE(h);
+                                std::vector<float> s1(n), o1(hd);
+                                const auto* kh = static_cast<const char*>(krp) + h * n * hd * elem;
+                                const auto* vh = static_cast<const char*>(vrp) + h * n * hd * elem;
+                                k::attention_heads(q.data() + h * hd, kh, vh, t, n, 1, hd, k::contiguous_rows(n), scale,
+                                                   s1.data(), o1.data());
+                                CHECK(std::memcmp(out.data() + h * hd, o1.data(), hd * sizeof(float)) == 0);
+                                CHECK(std::memcmp(s.data() + h * n, s1.data(), n * sizeof(float)) == 0);
+                            }
+                        }
+    };
+    {
+        kt::IsaGuard guard;
+        REQUIRE(k::force_isa("scalar"));  // the scalar table's entry (gathers each head's rows)
+        run_all();
+    }
+    kt::for_each_simd_isa([&](std::string_view) { run_all(); });
+}
+
+TEST_CASE("attention_heads: a block that is not a positive multiple of 16 is refused") {
+    std::vector<float> q(4), kv(64), s(2), out(4);
+    CHECK_THROWS_AS(k::attention_heads(q.data(), kv.data(), kv.data(), k::WeightType::F32, 2, 1, 4, {8, 0, 0}, 1.0f,
+                                       s.data(), out.data()),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(k::attention_heads(q.data(), kv.data(), kv.data(), k::WeightType::F32, 2, 1, 4, {0, 0, 0}, 1.0f,
+                                       s.data(), out.data()),
+                    std::invalid_argument);
 }
 
 // narrow (the KV cache's rounding): every path gives the scalar conversions'
