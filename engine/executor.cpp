@@ -207,12 +207,13 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
   const StageReads next_reads = [&](size_t j, size_t m, size_t run) -> std::span<const std::byte> {
     const Op& op = ops[j];
     if (op.kind == OpKind::Attention) {
-      if (m >= team_parts_[j] || base == 0) return {};
+      const auto [part, own_end] = stage_own_block(team_parts_[j], members, m);  // part: the first it runs
+      if (part >= own_end || base == 0) return {};
       KVCache& kv = *step.cache;
-      const auto [h0, own_end] = stage_own_block(c.n_head, team_parts_[j], m);
-      const size_t h1 = std::min(own_end, kv.group_begin(kv.group_of(h0) + 1));  // its heads in h0's group
+      const auto [h0, part_end] = stage_own_block(c.n_head, team_parts_[j], part);
+      const size_t h1 = std::min(part_end, kv.group_begin(kv.group_of(h0) + 1));  // its heads in h0's group
       const size_t blocks = (base + KVCache::kBlock - 1) / KVCache::kBlock, layer = static_cast<size_t>(op.layer);
-      if (h0 >= h1 || run >= 2 * blocks) return {};
+      if (run >= 2 * blocks) return {};
       const size_t pos = run % blocks * KVCache::kBlock;
       const void* rows = run < blocks ? kv.key_row(layer, h0, pos) : kv.value_row(layer, h0, pos);
       const size_t bytes = ((h1 - h0 - 1) * KVCache::kBlock + std::min(KVCache::kBlock, base - pos)) * head_dim *

@@ -34,6 +34,7 @@ class KVCache {
   // 16-bit), runs long enough for the prefetcher, and a layer's first block
   // is whole after 64 tokens.
   static constexpr size_t kBlock = 64;
+  static_assert(kBlock % kernels::kKVBlockMultiple == 0);
 
   DType dtype() const { return dtype_; }
   // Bytes of one key or value element in a cache of `dtype` (f32, bf16, f16).

@@ -15,8 +15,10 @@
 // 8 vectors) while a block's rows stream by, and is carried from block to
 // block through `out`. Everything is sequenced per element (keys in groups of
 // W from position 0, values in position order), so the result for a head
-// depends neither on the block size (a multiple of 16, so of W) nor on the
-// other heads of the call.
+// depends neither on the block size (a multiple of kKVBlockMultiple, so of W)
+// nor on the other heads of the call. Tails of rows that are not whole
+// vectors use explicit fmaf, so the compiler's contraction choices cannot
+// differ between the f32 and 16-bit instantiations.
 //
 // Decode reads the whole cache every step. The kernel walks it block by block
 // and, within a block, head by head: the keys of the call's heads are then one

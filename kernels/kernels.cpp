@@ -6,6 +6,7 @@
 // count.
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <tbb/blocked_range.h>
@@ -161,8 +162,9 @@ void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, 
 
 void attention_heads(const float* q, const void* k, const void* v, WeightType kv, size_t n, size_t heads, size_t hd,
                      KVBlocks at, float scale, float* s, float* out) {
-    if (n > 0 && (at.block == 0 || at.block % 16 != 0))
-        throw std::invalid_argument("attention_heads: the block of positions must be a positive multiple of 16");
+    if (n > 0 && (at.block == 0 || at.block % kKVBlockMultiple != 0))
+        throw std::invalid_argument("attention_heads: the block of positions must be a positive multiple of " +
+                                    std::to_string(kKVBlockMultiple));
     const auto& t = detail::active_table();
     switch (kv) {
         case WeightType::BF16:
