@@ -8,6 +8,7 @@
 #include <tbb/blocked_range.h>
 #include <tbb/partitioner.h>
 
+#include "engine/even_split.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
 
@@ -78,7 +79,7 @@ void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, 
         std::vector<float> scores;
         for (size_t i = r.begin(); i < r.end(); ++i) {
           const size_t t = i / groups, g = i % groups;
-          const size_t h0 = g * n_head / groups, h1 = (g + 1) * n_head / groups;
+          const size_t h0 = even_split_begin(n_head, groups, g), h1 = even_split_begin(n_head, groups, g + 1);
           scores.resize((h1 - h0) * (base + t + 1));
           attend(qkv, out, t, base, layer, h0, h1, n_head, cache, scores.data());
         }

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/even_split.hpp"
 #include "engine/huge_page_buffer.hpp"
 #include "kernels/kv_blocks.hpp"
 #include "formats/error.hpp"
@@ -48,8 +49,8 @@ class KVCache {
 
   size_t groups() const { return groups_; }
   // The group holding `head`, and the heads [first, end) of group g.
-  size_t group_of(size_t head) const { return ((head + 1) * groups_ - 1) / n_head_; }
-  size_t group_begin(size_t g) const { return g * n_head_ / groups_; }
+  size_t group_of(size_t head) const { return even_split_block(n_head_, groups_, head); }
+  size_t group_begin(size_t g) const { return even_split_begin(n_head_, groups_, g); }
 
   // Head `head`'s row at position 0 of `layer` (elements of dtype()); its
   // other positions, and those of the next heads of its group, as

@@ -8,6 +8,7 @@
 #include <tbb/blocked_range.h>
 #include <tbb/partitioner.h>
 
+#include "engine/even_split.hpp"
 #include "kernels/decode_prefetch.hpp"
 #include "kernels/parallel.hpp"
 
@@ -61,7 +62,7 @@ void wait_for(const std::atomic<uint32_t>& done, uint32_t parts, const StageRead
   });
 }
 
-size_t block_begin(size_t parts, size_t members, size_t b) { return b * parts / members; }
+size_t block_begin(size_t parts, size_t members, size_t b) { return even_split_begin(parts, members, b); }
 
 }  // namespace
 

@@ -10,9 +10,11 @@
 #include <thread>
 
 #include "engine/attention.hpp"
+#include "engine/even_split.hpp"
 #include "engine/executor.hpp"
 #include "engine/huge_page_buffer.hpp"
 #include "engine/mmgpt.hpp"
+#include "engine/stage_team.hpp"
 #include "engine_test_model.hpp"
 #include "formats/error.hpp"
 
@@ -377,6 +379,43 @@ TEST_CASE("KV-cache storage: zero until written, 2 MiB-aligned, copies and moves
 // blocks. Every (layer, head, position) row has a place of its own inside the
 // storage, each group is a run of consecutive heads, and the rows of a group
 // are where the blocks() the attention kernels read says.
+TEST_CASE("even split: consecutive blocks covering the items, sizes within one, the block of each item") {
+  for (size_t n = 1; n <= 40; ++n)
+    for (size_t parts = 1; parts <= n; ++parts) {
+      CAPTURE(n);
+      CAPTURE(parts);
+      CHECK(even_split_begin(n, parts, 0) == 0);
+      CHECK(even_split_begin(n, parts, parts) == n);
+      size_t smallest = n, largest = 0;
+      for (size_t b = 0; b < parts; ++b) {
+        const size_t begin = even_split_begin(n, parts, b), end = even_split_begin(n, parts, b + 1);
+        REQUIRE(begin < end);
+        smallest = std::min(smallest, end - begin), largest = std::max(largest, end - begin);
+        for (size_t i = begin; i < end; ++i) CHECK(even_split_block(n, parts, i) == b);
+      }
+      CHECK(largest - smallest <= 1);
+    }
+}
+
+TEST_CASE("a decode team member's heads are one group of a cache made for as many threads") {
+  // The team's attention stage has min(n_head, members) parts; member m's
+  // heads are its part's (stage_team.hpp). The cache's groups must be the
+  // same heads, or a member's keys are not one stream (kv_cache.hpp).
+  for (uint32_t n_head : {1u, 3u, 5u, 12u, 16u, 25u})
+    for (size_t threads = 1; threads <= 20; ++threads) {
+      CAPTURE(n_head);
+      CAPTURE(threads);
+      const size_t parts = std::min<size_t>(n_head, threads);
+      KVCache cache(test::small_config(1, n_head, 8 * n_head, 8, 50), DType::F32, threads);
+      REQUIRE(cache.groups() == parts);
+      for (size_t part = 0; part < parts; ++part) {
+        const auto [h0, h1] = stage_own_block(n_head, parts, part);
+        CHECK(h0 == cache.group_begin(part));
+        CHECK(h1 == cache.group_begin(part + 1));
+      }
+    }
+}
+
 TEST_CASE("KV-cache layout: each row its own place, where blocks() says, for any number of groups") {
   for (uint32_t n_head : {1u, 3u, 5u, 12u}) {
     for (size_t groups : {size_t{0}, size_t{1}, size_t{2}, size_t{5}, size_t{n_head}, size_t{40}}) {
