@@ -13,7 +13,8 @@ namespace mmgpt {
 
 constexpr size_t even_split_begin(size_t n, size_t parts, size_t b) { return b * n / parts; }
 
-// The block holding item i (i < n): the b with begin(b) <= i < begin(b + 1).
+// The block holding item i (i < n, parts <= n): the b with begin(b) <= i <
+// begin(b + 1).
 constexpr size_t even_split_block(size_t n, size_t parts, size_t i) { return ((i + 1) * parts - 1) / n; }
 
 }  // namespace mmgpt
