@@ -62,23 +62,21 @@ void wait_for(const std::atomic<uint32_t>& done, uint32_t parts, const StageRead
   });
 }
 
-size_t block_begin(size_t parts, size_t members, size_t b) { return even_split_begin(parts, members, b); }
-
 }  // namespace
 
 std::pair<size_t, size_t> stage_own_block(size_t parts, size_t members, size_t m) {
-  return {block_begin(parts, members, m), block_begin(parts, members, m + 1)};
+  return {even_split_begin(parts, members, m), even_split_begin(parts, members, m + 1)};
 }
 
 size_t stage_part_order(size_t parts, size_t members, size_t m, size_t k) {
-  const size_t own = block_begin(parts, members, m + 1) - block_begin(parts, members, m);
-  if (k < own) return block_begin(parts, members, m) + k;
-  k -= own;
+  const auto [first, end] = stage_own_block(parts, members, m);
+  if (k < end - first) return first + k;
+  k -= end - first;
   for (size_t r = 1; r < members; ++r) {
     const size_t b = (m + r) % members;
-    const size_t begin = block_begin(parts, members, b), end = block_begin(parts, members, b + 1);
-    if (k < end - begin) return end - 1 - k;
-    k -= end - begin;
+    const auto [begin, stop] = stage_own_block(parts, members, b);
+    if (k < stop - begin) return stop - 1 - k;
+    k -= stop - begin;
   }
   return parts;  // k >= parts: not reached by run_stages
 }

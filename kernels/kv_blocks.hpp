@@ -12,7 +12,8 @@ constexpr size_t kKVBlockMultiple = 16;
 
 // In elements: positions in blocks of `block` (a multiple of
 // kKVBlockMultiple), head h's rows of block b (hd elements each, contiguous)
-// from b * block_stride + h * head_stride. Rows of one head stored one after another are contiguous_rows.
+// from b * block_stride + h * head_stride. Rows of one head stored one after
+// another are contiguous_rows.
 struct KVBlocks {
     size_t block, head_stride, block_stride;
 };

@@ -375,10 +375,6 @@ TEST_CASE("KV-cache storage: zero until written, 2 MiB-aligned, copies and moves
   CHECK(copy.size() == 0);
 }
 
-// The KV cache's layout (engine/kv_cache.hpp): heads in groups, positions in
-// blocks. Every (layer, head, position) row has a place of its own inside the
-// storage, each group is a run of consecutive heads, and the rows of a group
-// are where the blocks() the attention kernels read says.
 TEST_CASE("even split: consecutive blocks covering the items, sizes within one, the block of each item") {
   for (size_t n = 1; n <= 40; ++n)
     for (size_t parts = 1; parts <= n; ++parts) {
@@ -416,6 +412,10 @@ TEST_CASE("a decode team member's heads are one group of a cache made for as man
     }
 }
 
+// The KV cache's layout (engine/kv_cache.hpp): heads in groups, positions in
+// blocks. Every (layer, head, position) row has a place of its own inside the
+// storage, each group is a run of consecutive heads, and the rows of a group
+// are where the blocks() the attention kernels read says.
 TEST_CASE("KV-cache layout: each row its own place, where blocks() says, for any number of groups") {
   for (uint32_t n_head : {1u, 3u, 5u, 12u}) {
     for (size_t groups : {size_t{0}, size_t{1}, size_t{2}, size_t{5}, size_t{n_head}, size_t{40}}) {
