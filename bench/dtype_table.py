@@ -65,15 +65,15 @@ def table(shape, runs):
     def joined(vals, fmt):
         return ' / '.join('-' if v is None else fmt(v) for v in vals)
 
-    head = ['%s: dtype' % shape, 'file MB']
-    head += ['pp%d tok/s' % p for p in prompts if p > 1]
+    # Decode from an empty context (-p 1) is tgN; after a prompt of P tokens, "after ppP".
+    decode_labels = ['tg%d' % n_gen if p == 1 else 'after pp%d' % p for p in prompts]
+    head = ['%s: dtype' % shape, 'file MB'] + ['pp%d tok/s' % p for p in prompts if p > 1]
+    say = 'Threads in each cell: %s' % ' / '.join(str(t) for t in threads)
     if n_gen:
-        head += ['tg%d tok/s' % n_gen if p == 1 else 'after pp%d' % p for p in prompts]
+        head += [label if label.startswith('after') else label + ' tok/s' for label in decode_labels]
         head += ['frac of bw +KV, %d thread%s' % (t, '' if t == 1 else 's') for t in threads]
-    tl = ' / '.join(str(t) for t in threads)
-    out = ['Threads in each cell: %s%s.' % (tl, '; the fraction columns: ' + ' / '.join(
-        'tg%d' % n_gen if p == 1 else 'after pp%d' % p for p in prompts) if n_gen else ''), '',
-        '| ' + ' | '.join(head) + ' |', '| --- |' + ' ---: |' * (len(head) - 1)]
+        say += '; the fraction columns: ' + ' / '.join(decode_labels)
+    out = [say + '.', '', '| ' + ' | '.join(head) + ' |', '| --- |' + ' ---: |' * (len(head) - 1)]
     below = collections.Counter()
     total = collections.Counter()
     for dt, rounds in rows:

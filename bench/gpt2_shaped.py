@@ -35,20 +35,21 @@ CONTEXT = 1024
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'data', 'gpt2')
 
 
-def config(layers, heads, width):
-    """config.json as GPT2Config.save_pretrained writes it."""
+def config(layers, heads, width, context=CONTEXT, vocab=VOCAB, eps=1e-5, dtype='float32'):
+    """config.json as GPT2Config.save_pretrained writes it (fields as in
+    tiny-gpt2-hf). Also the parity tests' (tests/reference/mmgpt_ref.py)."""
     return {
         "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
         "attn_pdrop": 0.1, "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256,
-        "initializer_range": 0.02, "layer_norm_epsilon": 1e-5, "model_type": "gpt2",
-        "n_ctx": CONTEXT, "n_embd": width, "n_head": heads, "n_inner": None, "n_layer": layers,
-        "n_positions": CONTEXT, "reorder_and_upcast_attn": False, "resid_pdrop": 0.1,
+        "initializer_range": 0.02, "layer_norm_epsilon": eps, "model_type": "gpt2",
+        "n_ctx": context, "n_embd": width, "n_head": heads, "n_inner": None, "n_layer": layers,
+        "n_positions": context, "reorder_and_upcast_attn": False, "resid_pdrop": 0.1,
         "scale_attn_by_inverse_layer_idx": False, "scale_attn_weights": True,
         "summary_activation": None, "summary_first_dropout": 0.1, "summary_proj_to_labels": True,
         "summary_type": "cls_index", "summary_use_proj": True,
         "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
-        "torch_dtype": "float32", "transformers_version": "4.52.1", "use_cache": True,
-        "vocab_size": VOCAB,
+        "torch_dtype": dtype, "transformers_version": "4.52.1", "use_cache": True,
+        "vocab_size": vocab,
     }
 
 
@@ -93,7 +94,7 @@ def write_safetensors(path, items, seed):
     with open(path, 'wb') as f:
         f.write(struct.pack('<Q', len(hb)))
         f.write(hb)
-        for i, (name, shape, fill) in enumerate(items):
+        for name, shape, fill in items:
             left = header[name]['data_offsets'][1] - header[name]['data_offsets'][0]
             if fill != 'normal':
                 f.write((ones if fill == 'ones' else zeros) * (left // 4))

@@ -33,6 +33,8 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, 'bench'))
+from gpt2_shaped import config as hf_config  # noqa: E402  (config.json as save_pretrained writes it)
 
 # max |mmgpt - torch| / max(1, max |logit|). The issue asks for 1e-4; f32 mmgpt
 # is at ~2e-6 even on 124M shapes, and an erf/tanh GELU mix-up moves logits by
@@ -160,24 +162,6 @@ class HFGPT2LMHeadModel(nn.Module):
 
     def forward(self, idx):
         return self.lm_head(self.transformer(idx))
-
-
-def hf_config(n_layer, n_head, n_embd, n_ctx, vocab_size, eps=1e-5, dtype='float32'):
-    """config.json as GPT2Config.save_pretrained writes it (fields as in tiny-gpt2-hf)."""
-    return {
-        "activation_function": "gelu_new",
-        "architectures": ["GPT2LMHeadModel"],
-        "attn_pdrop": 0.1, "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256,
-        "initializer_range": 0.02, "layer_norm_epsilon": eps, "model_type": "gpt2",
-        "n_ctx": n_ctx, "n_embd": n_embd, "n_head": n_head, "n_inner": None, "n_layer": n_layer,
-        "n_positions": n_ctx, "reorder_and_upcast_attn": False,
-        "resid_pdrop": 0.1, "scale_attn_by_inverse_layer_idx": False, "scale_attn_weights": True,
-        "summary_activation": None, "summary_first_dropout": 0.1, "summary_proj_to_labels": True,
-        "summary_type": "cls_index", "summary_use_proj": True,
-        "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
-        "torch_dtype": dtype, "transformers_version": "4.52.1", "use_cache": True,
-        "vocab_size": vocab_size,
-    }
 
 
 # =============================================================================
