@@ -4,6 +4,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <utility>
 
 #include "kernels/parallel.hpp"
 
@@ -121,10 +122,11 @@ namespace {
 
 std::array<std::atomic<size_t>, std::tuple_size_v<DecodePrefetchSteps>> g_steps{};
 
-// The process's tuners, by thread budget (never removed: references stay valid).
+// The process's tuners, by thread budget and batch size (never removed:
+// references stay valid).
 struct Tuners {
   std::mutex mutex;
-  std::map<size_t, std::unique_ptr<DecodePrefetchTuner>> by_threads;
+  std::map<std::pair<size_t, size_t>, std::unique_ptr<DecodePrefetchTuner>> by_shape;
 };
 Tuners& tuners() {
   static Tuners t;
@@ -133,10 +135,10 @@ Tuners& tuners() {
 
 }  // namespace
 
-DecodePrefetchTuner& decode_prefetch_tuner(size_t threads) {
+DecodePrefetchTuner& decode_prefetch_tuner(size_t threads, size_t sequences) {
   Tuners& all = tuners();
   std::lock_guard lock(all.mutex);
-  std::unique_ptr<DecodePrefetchTuner>& t = all.by_threads[threads];
+  std::unique_ptr<DecodePrefetchTuner>& t = all.by_shape[{threads, sequences}];
   if (!t)
     t = std::make_unique<DecodePrefetchTuner>(kernels::decode_prefetch_for_vendor(kernels::cpu_vendor()),
                                               DecodePrefetch::None, DecodePrefetchTuner::Params{});
@@ -152,7 +154,7 @@ std::string describe_decode_prefetch() {
 void forget_decode_prefetch_owner(const void* owner) {
   Tuners& all = tuners();
   std::lock_guard lock(all.mutex);
-  for (auto& [threads, t] : all.by_threads) t->forget(owner);
+  for (auto& [shape, t] : all.by_shape) t->forget(owner);
 }
 
 DecodePrefetchSteps decode_prefetch_steps() {
@@ -170,9 +172,9 @@ std::string describe_decode_prefetch_steps(const DecodePrefetchSteps& steps) {
   return s;
 }
 
-TunedDecodeStep::TunedDecodeStep(const void* owner)
+TunedDecodeStep::TunedDecodeStep(const void* owner, size_t sequences)
     : owner_(owner),
-      tuner_(kernels::decode_prefetch_auto() ? &decode_prefetch_tuner(thread_budget()) : nullptr),
+      tuner_(kernels::decode_prefetch_auto() ? &decode_prefetch_tuner(thread_budget(), sequences) : nullptr),
       hint_(kernels::decode_prefetch()) {
   if (tuner_) {
     hint_ = tuner_->next(owner_);

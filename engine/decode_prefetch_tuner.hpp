@@ -10,7 +10,7 @@
 // "auto" (kernels::decode_prefetch_auto()) the engine compares the vendor's
 // hint with none every so often and keeps the faster.
 //
-// A comparison runs `pairs` pairs of blocks of decode steps of one sequence,
+// A comparison runs `pairs` pairs of blocks of decode steps,
 // each pair a block with each hint back to back (the order alternating from
 // pair to pair, so a context that grows by one each step favours neither),
 // and takes the median over the pairs of the ratio of the blocks' mean step
@@ -28,8 +28,12 @@
 // never changes a result (every decode loop gives the same bits under each:
 // tests/test_kernels_dispatch.cpp), only the speed.
 //
-// One tuner serves the process for each thread budget (the host is the
-// process's; one thread and two share the memory differently, so each budget
+// One tuner serves the process for each thread budget and batch size (the
+// host is the process's; one thread and two share the memory differently,
+// and the kernels read a matrix with more arithmetic a line for each row of
+// a batch, which can change which hint is faster: on Zen 5 at one thread
+// q4_0 at a batch of 4 decoded at 1.3 times the speed with the non-temporal
+// hint than without, where q8_0 was 1.2 times faster without; so each pair
 // has its own choice); its comparisons belong to one caller (an Executor) at
 // a time, and other callers' steps meanwhile run with the current choice and
 // are not timed. Decodes running at once share the kernels' hint, so one can
@@ -94,9 +98,9 @@ class DecodePrefetchTuner {
   Counts counts_;
 };
 
-// The process's tuner for decode steps on `threads` threads: the CPU
-// vendor's hint against none.
-DecodePrefetchTuner& decode_prefetch_tuner(size_t threads);
+// The process's tuner for decode steps of `sequences` sequences (one new
+// token each) on `threads` threads: the CPU vendor's hint against none.
+DecodePrefetchTuner& decode_prefetch_tuner(size_t threads, size_t sequences = 1);
 
 // The setting in words: a fixed hint's name, or "auto (nta or none, by
 // timing decode steps)" with this CPU's hint.
@@ -108,18 +112,20 @@ void forget_decode_prefetch_owner(const void* owner);
 // Steps counted by hint, indexed by DecodePrefetch value.
 using DecodePrefetchSteps = std::array<size_t, 3>;
 
-// One-token steps of one sequence the process has run with each hint, tuned
-// or not: what `mmgpt bench` and `--stats` report.
+// Decode steps (one new token for each sequence of the step) the process
+// has run with each hint, tuned or not: what `mmgpt bench` and `--stats`
+// report.
 DecodePrefetchSteps decode_prefetch_steps();
 // "nta 12, none 370": the hints with any steps, in enum order.
 std::string describe_decode_prefetch_steps(const DecodePrefetchSteps& steps);
 
-// One decode step of one sequence under the tuner: the constructor picks the
-// hint (and sets it for the kernels while the setting is auto), done()
-// records the step's time. A step that throws is not recorded.
+// One decode step of `sequences` sequences under their tuner: the
+// constructor picks the hint (and sets it for the kernels while the setting
+// is auto), done() records the step's time. A step that throws is not
+// recorded.
 class TunedDecodeStep {
  public:
-  explicit TunedDecodeStep(const void* owner);
+  TunedDecodeStep(const void* owner, size_t sequences);
   void done();
 
  private:

@@ -92,8 +92,8 @@ std::span<const float> Executor::run(std::span<const SequenceStep> steps) {
     else
       for (const Op& op : graph_.ops) run_op(op, steps, tokens, logit_rows);
   };
-  if (steps.size() == 1 && tokens == 1) {  // a decode step of one sequence: timed for the prefetch hint
-    TunedDecodeStep timed(this);
+  if (tokens == steps.size()) {  // a decode step (one token a sequence): timed for the prefetch hint
+    TunedDecodeStep timed(this, steps.size());
     compute();
     timed.done();
   } else {

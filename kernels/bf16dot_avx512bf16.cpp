@@ -64,9 +64,6 @@ constexpr size_t NP = 2;
 // in the same run): 124M / 355M at 1 thread 1.01 / 0.97 with one panel, 0.93
 // / 0.92 with two (two streams) and 0.93 / 0.86 with four. On one thread
 // the same arithmetic runs on FMAs instead (decode_panels, below).
-// Prefill with a single row tile: the weights are read once, prefetched this
-// far ahead within each panel (bytes).
-constexpr size_t kPrefetchBytes = 1536;
 // Rows of rounded activations kept in L2 while a panel pair sweeps them.
 constexpr size_t kActivationL2Budget = 256 * 1024;
 
@@ -118,8 +115,6 @@ template <size_t R, size_t P, Ahead Prefetch, DecodePrefetch H = DecodePrefetch:
 #pragma GCC unroll 16
         for (size_t j = 0; j < P; ++j) {
             const uint16_t* src = line[j];
-            if constexpr (Prefetch == Ahead::InPanel)
-                _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchBytes, _MM_HINT_T0);
             if constexpr (Prefetch == Ahead::Decode) prefetch_decode<H>(src);
             wv[j] = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(src));
             line[j] += st[j].pitch;
@@ -225,12 +220,12 @@ void decode_panels(const uint16_t* x, const uint16_t* wp, size_t K, size_t N, si
 }
 
 // tile<rows, ...> for rows in 1 .. R.
-template <size_t P, Ahead Prefetch, size_t R = MR>
+template <size_t P, Ahead Prefetch, DecodePrefetch H = DecodePrefetch::Nta, size_t R = MR>
 void tile_rows(size_t rows, const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K, size_t p,
                const Out& o) {
     if constexpr (R > 0) {
-        if (rows == R) return tile<R, P, Prefetch>(x, ldx, wp, N, K, p, o);
-        tile_rows<P, Prefetch, R - 1>(rows, x, ldx, wp, N, K, p, o);
+        if (rows == R) return tile<R, P, Prefetch, H>(x, ldx, wp, N, K, p, o);
+        tile_rows<P, Prefetch, H, R - 1>(rows, x, ldx, wp, N, K, p, o);
     }
 }
 
@@ -263,12 +258,23 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
         return;
     }
 
+    // Small batches (a single row tile): the weights are read once, a pair of
+    // panels at a time as decode reads them (one stream), each line under the
+    // decode hint.
+    if (M <= MR) {
+        with_decode_hint([&](auto hint) {
+            constexpr DecodePrefetch H = decltype(hint)::value;
+            for_panel_pairs(
+                p0, p1, [&](size_t p) { tile_rows<1, Ahead::Decode, H>(M, x, Kp, wp, N, K, p, out(0, p, 1)); },
+                [&](size_t p) { tile_rows<2, Ahead::Decode, H>(M, x, Kp, wp, N, K, p, out(0, p, 2)); });
+        });
+        return;
+    }
+
     // Prefill: row blocks of activations that fit L2; within one, each panel
-    // pair (L1/L2-resident) sweeps all its rows in MR-row tiles. With a
-    // single row tile the weights are read once: prefetch them.
+    // pair (L1/L2-resident) sweeps all its rows in MR-row tiles.
     size_t mc = kActivationL2Budget / (2 * (Kp ? Kp : 1)) / MR * MR;
     if (mc < MR) mc = MR;
-    const bool stream = M <= MR;
     for (size_t mc0 = 0; mc0 < M; mc0 += mc) {
         const size_t mc1 = M - mc0 < mc ? M : mc0 + mc;
         for (size_t p = p0; p < p1;) {
@@ -276,13 +282,8 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
             for (size_t m = mc0; m < mc1;) {
                 const size_t rows = mc1 - m < MR ? mc1 - m : MR;
                 const uint16_t* xm = x + m * Kp;
-                if (np == NP) {
-                    if (stream) tile_rows<NP, Ahead::InPanel>(rows, xm, Kp, wp, N, K, p, out(m, p, NP));
-                    else tile_rows<NP, Ahead::None>(rows, xm, Kp, wp, N, K, p, out(m, p, NP));
-                } else {
-                    if (stream) tile_rows<1, Ahead::InPanel>(rows, xm, Kp, wp, N, K, p, out(m, p, 1));
-                    else tile_rows<1, Ahead::None>(rows, xm, Kp, wp, N, K, p, out(m, p, 1));
-                }
+                if (np == NP) tile_rows<NP, Ahead::None>(rows, xm, Kp, wp, N, K, p, out(m, p, NP));
+                else tile_rows<1, Ahead::None>(rows, xm, Kp, wp, N, K, p, out(m, p, 1));
                 m += rows;
             }
             p += np;

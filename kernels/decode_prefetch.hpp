@@ -91,10 +91,10 @@ template <class F>
     f(std::integral_constant<DecodePrefetch, DecodePrefetch::Nta>{});
 }
 
-// How a tile that streams its weights prefetches them: not at all, a fixed
-// distance ahead within each panel (prefill with a single row tile, the
-// weights read once), or as decode does (above).
-enum class Ahead { None, InPanel, Decode };
+// How a tile prefetches its weights: not at all (prefill, whose tiles sweep
+// panels held in L1/L2), or as decode does (above: decode and small batches,
+// a single row tile that reads the weights once).
+enum class Ahead { None, Decode };
 
 }  // namespace
 }  // namespace mmgpt::kernels::detail

@@ -182,17 +182,17 @@ struct PanelGemm {
         finish<R, NP>(acc, o);
     }
 
-    template <size_t NP>
+    template <size_t NP, bool Decode = false, DecodePrefetch H = DecodePrefetch::Nta>
     static void micro_rows(size_t rows, const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p,
                            size_t k0, size_t k1, const float* part_in, float* part_out, size_t ldp, const Out& o) {
         static_assert(MR == 6, "the cases below cover rows 1 .. 6");
         switch (rows) {
-            case 6: micro<6, NP, false>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-            case 5: micro<5, NP, false>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-            case 4: micro<4, NP, false>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-            case 3: micro<3, NP, false>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-            case 2: micro<2, NP, false>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-            case 1: micro<1, NP, false>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+            case 6: micro<6, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+            case 5: micro<5, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+            case 4: micro<4, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+            case 3: micro<3, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+            case 2: micro<2, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+            case 1: micro<1, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
             default: break;
         }
     }
@@ -208,20 +208,30 @@ struct PanelGemm {
             return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth,
                        bias ? bias + col : nullptr, e};
         };
-        if (M == 1) {
-            // Decode: one memory stream at a time, one panel, or a pair of
-            // 16-bit panels (two accumulator chains: one would not keep up
-            // with two dependent FMAs a line). A range that starts at an odd
-            // panel (a thread's share) takes that one alone (for_panel_pairs).
+        // Decode: one memory stream at a time, one panel, or a pair of 16-bit
+        // panels (two accumulator chains: one would not keep up with two
+        // dependent FMAs a line). A range that starts at an odd panel (a
+        // thread's share) takes that one alone (for_panel_pairs). Small
+        // batches of 16-bit weights on AVX-512 (where a GEMM tile is a pair
+        // too, P == 2) stream the same way, under the decode hint: 124M f16
+        // at one thread, batches of 2 to 6, 1.15-1.21 times the tok/s of the
+        // GEMM tiles without a prefetch; f32 one panel at a time was 0.87-0.91
+        // of its GEMM tiles at batches of 4 and 6 (two panels share each
+        // broadcast of x: fewer instructions an FMA where the FMAs count),
+        // so f32 batches keep those (docs/decode-streaming.md, "Small
+        // batches").
+        if (M == 1 || (sizeof(WE) == 2 && P == 2 && M <= MR)) {
             detail::with_decode_hint([&](auto hint) {
                 constexpr DecodePrefetch H = decltype(hint)::value;
-                auto one = [&](size_t p) {
-                    micro<1, 1, true, H>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, 1));
+                auto stream = [&]<size_t NP>(size_t p) {
+                    if constexpr (sizeof(WE) == 2 && P == 2)
+                        micro_rows<NP, true, H>(M, x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, NP));
+                    else  // M == 1
+                        micro<1, NP, true, H>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, NP));
                 };
+                auto one = [&](size_t p) { stream.template operator()<1>(p); };
                 if constexpr (sizeof(WE) == 2)
-                    for_panel_pairs(p0, p1, one, [&](size_t p) {
-                        micro<1, 2, true, H>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, 2));
-                    });
+                    for_panel_pairs(p0, p1, one, [&](size_t p) { stream.template operator()<2>(p); });
                 else
                     for (size_t p = p0; p < p1; ++p) one(p);
             });

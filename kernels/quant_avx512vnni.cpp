@@ -53,9 +53,6 @@ namespace {
 // k-group stay in the 32 zmm registers.
 constexpr size_t MR = 6;
 constexpr size_t NP = 2;
-// Prefill with a single row tile (M <= MR) reads the weights once: they are
-// software-prefetched this far ahead in each panel's stream (bytes).
-constexpr size_t kPrefetchQuant = 2048;
 // Decode streams one panel at a time: the matrix is then read front to back
 // as a single stream (a panel holds its scales beside its quants,
 // quant_layout.hpp), each line prefetched kDecodeAheadBytes further on
@@ -81,7 +78,7 @@ struct Panels {
 };
 
 // R rows (from row m of x) against P consecutive panels, all K; Q4 selects q4_0.
-template <bool Q4, size_t R, size_t P, bool Prefetch>
+template <bool Q4, size_t R, size_t P>
 [[gnu::always_inline]] inline void tile(const QuantizedRows& x, size_t m, const Panels& pn, const Out& o) {
     constexpr WeightType T = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
     constexpr int32_t kOffset = Q4 ? 8 : 128;
@@ -104,11 +101,6 @@ template <bool Q4, size_t R, size_t P, bool Prefetch>
         }
         const size_t soff = quant_scale_offset(T, b);
         const uint8_t* wb = pn.w + quant_block_offset(T, b);
-        if constexpr (Prefetch)
-            if (b % 2 == 0)  // the unit's line of scales, further on in the panel's stream
-#pragma GCC unroll 4
-                for (size_t j = 0; j < P; ++j)
-                    _mm_prefetch(reinterpret_cast<const char*>(pn.w + j * pn.stride + soff + kPrefetchQuant), _MM_HINT_T0);
         if constexpr (Q4) {
             // Chunk c: low nibbles are k 8c .. 8c+3, high nibbles k 8c+4 .. 8c+7.
 #pragma GCC unroll 4
@@ -117,7 +109,6 @@ template <bool Q4, size_t R, size_t P, bool Prefetch>
 #pragma GCC unroll 4
                 for (size_t j = 0; j < P; ++j) {
                     const uint8_t* src = wb + j * pn.stride + c * 64;
-                    if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchQuant, _MM_HINT_T0);
                     const __m512i v = _mm512_loadu_si512(src);
                     lo[j] = _mm512_and_si512(v, nib);
                     hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
@@ -141,7 +132,6 @@ template <bool Q4, size_t R, size_t P, bool Prefetch>
 #pragma GCC unroll 4
                 for (size_t j = 0; j < P; ++j) {
                     const uint8_t* src = wb + j * pn.stride + g * 64;
-                    if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetchQuant, _MM_HINT_T0);
                     wv[j] = _mm512_xor_si512(_mm512_loadu_si512(src), flip);
                 }
 #pragma GCC unroll 8
@@ -167,51 +157,6 @@ template <bool Q4, size_t R, size_t P, bool Prefetch>
     finish<R, P>(acc, o);
 }
 
-// Decode: one row of x against one panel, all K, the panel's lines read in
-// memory order and each prefetched kDecodeAheadBytes ahead (past the panel's
-// end that is the next panel, which is read next). q4_0 takes its high
-// nibbles as 16 * (q + 8) by a mask, into an accumulator of their own that is
-// shifted down by 4 at the end of the block (exact: a sum of multiples of 16),
-// one instruction a line fewer than shift and mask. The integer sums are the
-// same, so the result is tile<Q4, 1, 1>'s bit for bit.
-template <bool Q4, DecodePrefetch H>
-[[gnu::always_inline]] inline void decode_tile(const QuantizedRows& x, const uint8_t* panel, size_t Kb, const Out& o) {
-    constexpr WeightType T = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
-    constexpr int32_t kOffset = Q4 ? 8 : 128;
-    const __m512i lo_mask = _mm512_set1_epi8(0x0F), hi_mask = _mm512_set1_epi8(static_cast<char>(0xF0));
-    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    auto line = [&](size_t at) __attribute__((always_inline)) {
-        prefetch_decode<H>(panel, at);
-        return _mm512_loadu_si512(panel + at);
-    };
-
-    __m512 acc[1][1] = {{_mm512_setzero_ps()}};
-    for (size_t b = 0; b < Kb; ++b) {
-        const size_t qoff = quant_block_offset(T, b), soff = quant_scale_offset(T, b);
-        __m512i lo = _mm512_set1_epi32(-kOffset * x.sum[b]), hi = _mm512_setzero_si512();
-        if constexpr (Q4) {
-#pragma GCC unroll 4
-            for (size_t c = 0; c < 4; ++c) {
-                const int8_t* xq = x.q + b * kQuantBlock + c * 8;
-                const __m512i v = line(qoff + c * 64);
-                lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(v, lo_mask), bcast4(xq));
-                hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(v, hi_mask), bcast4(xq + 4));
-            }
-        } else {
-#pragma GCC unroll 8
-            for (size_t g = 0; g < 8; ++g)
-                lo = _mm512_dpbusd_epi32(lo, _mm512_xor_si512(line(qoff + g * 64), flip),
-                                         bcast4(x.q + b * kQuantBlock + g * 4));
-        }
-        if (b % 2 == 0) prefetch_decode<H>(panel, soff);  // the unit's line of scales is in the stream too
-        // acc = fma(float(isum), dw * dx, acc), as the reference.
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + soff)));
-        const __m512i isum = Q4 ? _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4)) : lo;
-        acc[0][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(x.scale[b])), acc[0][0]);
-    }
-    finish<1, 1>(acc, o);
-}
-
 // VPDPBUSD with 4 bytes of x broadcast from memory to every lane as its
 // signed operand ({1to16}): one instruction where the intrinsics give two
 // (GCC 12 does not fold _mm512_set1_epi32 of a load into VPDPBUSD).
@@ -221,7 +166,85 @@ typedef int32_t int32_may_alias __attribute__((may_alias));
     return acc;
 }
 
-// q4_0 decode without software prefetch: decode_tile<true, None>'s integer
+// Decode and small batches (M <= MR): the R rows of x against one panel, all K,
+// the panel's lines read in memory order and each prefetched
+// kDecodeAheadBytes ahead under the decode hint (past the panel's end that is
+// the next panel, which is read next), so the matrix is one stream. q4_0
+// takes its high nibbles as 16 * (q + 8) by a mask, into an accumulator of
+// their own that is shifted down by 4 at the end of the block (exact: a sum
+// of multiples of 16), one instruction a line fewer than shift and mask. The
+// integer sums are the same, so the result is tile<Q4, R, 1>'s bit for bit.
+// With more than one row x's bytes are broadcast inside VPDPBUSD
+// (dpbusd_x4), an instruction fewer a row and line where the rows multiply
+// the arithmetic; one row keeps the broadcasts in registers (with a prefetch
+// per line that was the faster: "q4_0 decode in fewer instructions" in
+// docs/decode-streaming.md). For R > 1 this replaced tile<Q4, R, NP>, two
+// panels (two streams) prefetched 2 KB ahead with T0 (docs/decode-streaming.md,
+// "Small batches").
+template <bool Q4, size_t R, DecodePrefetch H>
+[[gnu::always_inline]] inline void decode_tile(const QuantizedRows& x, const uint8_t* panel, size_t Kb, const Out& o) {
+    constexpr WeightType T = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
+    constexpr int32_t kOffset = Q4 ? 8 : 128;
+    const size_t Kp = Kb * kQuantBlock;
+    const __m512i lo_mask = _mm512_set1_epi8(0x0F), hi_mask = _mm512_set1_epi8(static_cast<char>(0xF0));
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    auto line = [&](size_t at) __attribute__((always_inline)) {
+        prefetch_decode<H>(panel, at);
+        return _mm512_loadu_si512(panel + at);
+    };
+
+    __m512 acc[R][1];
+#pragma GCC unroll 8
+    for (size_t i = 0; i < R; ++i) acc[i][0] = _mm512_setzero_ps();
+    for (size_t b = 0; b < Kb; ++b) {
+        const size_t qoff = quant_block_offset(T, b), soff = quant_scale_offset(T, b);
+        __m512i lo[R], hi[R];
+#pragma GCC unroll 8
+        for (size_t i = 0; i < R; ++i) {
+            lo[i] = _mm512_set1_epi32(-kOffset * x.sum[i * Kb + b]);
+            hi[i] = _mm512_setzero_si512();
+        }
+        if constexpr (Q4) {
+#pragma GCC unroll 4
+            for (size_t c = 0; c < 4; ++c) {
+                const __m512i v = line(qoff + c * 64);
+                const __m512i vlo = _mm512_and_si512(v, lo_mask), vhi = _mm512_and_si512(v, hi_mask);
+#pragma GCC unroll 8
+                for (size_t i = 0; i < R; ++i) {
+                    const int8_t* xq = x.q + i * Kp + b * kQuantBlock + c * 8;
+                    if constexpr (R == 1) {
+                        lo[i] = _mm512_dpbusd_epi32(lo[i], vlo, bcast4(xq));
+                        hi[i] = _mm512_dpbusd_epi32(hi[i], vhi, bcast4(xq + 4));
+                    } else {
+                        lo[i] = dpbusd_x4(lo[i], vlo, xq);
+                        hi[i] = dpbusd_x4(hi[i], vhi, xq + 4);
+                    }
+                }
+            }
+        } else {
+#pragma GCC unroll 8
+            for (size_t g = 0; g < 8; ++g) {
+                const __m512i w = _mm512_xor_si512(line(qoff + g * 64), flip);
+#pragma GCC unroll 8
+                for (size_t i = 0; i < R; ++i) {
+                    const int8_t* xq = x.q + i * Kp + b * kQuantBlock + g * 4;
+                    lo[i] = R == 1 ? _mm512_dpbusd_epi32(lo[i], w, bcast4(xq)) : dpbusd_x4(lo[i], w, xq);
+                }
+            }
+        }
+        if (b % 2 == 0) prefetch_decode<H>(panel, soff);  // the unit's line of scales is in the stream too
+        // acc = fma(float(isum), dw * dx, acc), as the reference.
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + soff)));
+#pragma GCC unroll 8
+        for (size_t i = 0; i < R; ++i) {
+            const __m512i isum = Q4 ? _mm512_add_epi32(lo[i], _mm512_srai_epi32(hi[i], 4)) : lo[i];
+            acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(x.scale[i * Kb + b])), acc[i][0]);
+        }
+    }
+    finish<R, 1>(acc, o);
+}
+
+// q4_0 decode without software prefetch: decode_tile<true, 1, None>'s integer
 // sums and float steps (so its result bit for bit), in fewer instructions:
 // one unit (two blocks and their line of scales) a step at constant offsets
 // from a pointer, x's bytes broadcast inside VPDPBUSD, each block's
@@ -264,16 +287,30 @@ typedef int32_t int32_may_alias __attribute__((may_alias));
     finish<1, 1>(out, o);
 }
 
-template <bool Q4, size_t P, bool Prefetch>
+template <bool Q4, size_t P>
 void tile_rows(size_t rows, const QuantizedRows& x, size_t m, const Panels& pn, const Out& o) {
     static_assert(MR == 6, "the cases below cover rows 1 .. 6");
     switch (rows) {
-        case 6: tile<Q4, 6, P, Prefetch>(x, m, pn, o); break;
-        case 5: tile<Q4, 5, P, Prefetch>(x, m, pn, o); break;
-        case 4: tile<Q4, 4, P, Prefetch>(x, m, pn, o); break;
-        case 3: tile<Q4, 3, P, Prefetch>(x, m, pn, o); break;
-        case 2: tile<Q4, 2, P, Prefetch>(x, m, pn, o); break;
-        case 1: tile<Q4, 1, P, Prefetch>(x, m, pn, o); break;
+        case 6: tile<Q4, 6, P>(x, m, pn, o); break;
+        case 5: tile<Q4, 5, P>(x, m, pn, o); break;
+        case 4: tile<Q4, 4, P>(x, m, pn, o); break;
+        case 3: tile<Q4, 3, P>(x, m, pn, o); break;
+        case 2: tile<Q4, 2, P>(x, m, pn, o); break;
+        case 1: tile<Q4, 1, P>(x, m, pn, o); break;
+        default: break;
+    }
+}
+
+template <bool Q4, DecodePrefetch H>
+void decode_rows(size_t rows, const QuantizedRows& x, const uint8_t* panel, size_t Kb, const Out& o) {
+    static_assert(MR == 6, "the cases below cover rows 1 .. 6");
+    switch (rows) {
+        case 6: decode_tile<Q4, 6, H>(x, panel, Kb, o); break;
+        case 5: decode_tile<Q4, 5, H>(x, panel, Kb, o); break;
+        case 4: decode_tile<Q4, 4, H>(x, panel, Kb, o); break;
+        case 3: decode_tile<Q4, 3, H>(x, panel, Kb, o); break;
+        case 2: decode_tile<Q4, 2, H>(x, panel, Kb, o); break;
+        case 1: decode_tile<Q4, 1, H>(x, panel, Kb, o); break;
         default: break;
     }
 }
@@ -291,42 +328,39 @@ void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, f
         return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr, e};
     };
 
-    if (M == 1) {
+    // Decode and small batches: a single row tile reads the weights once,
+    // panel by panel in memory order under the decode hint.
+    if (M <= MR) {
         with_decode_hint([&](auto hint) {
             constexpr DecodePrefetch H = decltype(hint)::value;
             if constexpr (Q4 && H == DecodePrefetch::None) {
-                std::array<int32_t, 1024> on_stack;  // -8 * sum_x per block
-                std::vector<int32_t> on_heap;
-                int32_t* x_offset = Kb <= on_stack.size() ? on_stack.data() : (on_heap.resize(Kb), on_heap.data());
-                for (size_t b = 0; b < Kb; ++b) x_offset[b] = -8 * x.sum[b];
-                for (size_t p = p0; p < p1; ++p) decode_tile_q4_units(x, x_offset, wp + p * stride, Kb, out(0, p, 1));
-            } else {
-                for (size_t p = p0; p < p1; ++p) decode_tile<Q4, H>(x, wp + p * stride, Kb, out(0, p, 1));
+                if (M == 1) {
+                    std::array<int32_t, 1024> on_stack;  // -8 * sum_x per block
+                    std::vector<int32_t> on_heap;
+                    int32_t* x_offset = Kb <= on_stack.size() ? on_stack.data() : (on_heap.resize(Kb), on_heap.data());
+                    for (size_t b = 0; b < Kb; ++b) x_offset[b] = -8 * x.sum[b];
+                    for (size_t p = p0; p < p1; ++p) decode_tile_q4_units(x, x_offset, wp + p * stride, Kb, out(0, p, 1));
+                    return;
+                }
             }
+            for (size_t p = p0; p < p1; ++p) decode_rows<Q4, H>(M, x, wp + p * stride, Kb, out(0, p, 1));
         });
         return;
     }
 
     // Prefill: row blocks of quantized activations that fit L2; within one,
     // each panel pair (L1/L2-resident) sweeps all its rows in MR-row tiles.
-    // With a single row tile the weights are read once: prefetch them.
     const size_t Kp = Kb * kQuantBlock;
     size_t mc = kActivationL2Budget / (Kp ? Kp : 1) / MR * MR;
     if (mc < MR) mc = MR;
-    const bool stream = M <= MR;
     for (size_t mc0 = 0; mc0 < M; mc0 += mc) {
         const size_t mc1 = M - mc0 < mc ? M : mc0 + mc;
         for (size_t p = p0; p < p1;) {
             const size_t np = p + NP <= p1 ? NP : 1;
             for (size_t m = mc0; m < mc1;) {
                 const size_t rows = mc1 - m < MR ? mc1 - m : MR;
-                if (np == NP) {
-                    if (stream) tile_rows<Q4, NP, true>(rows, x, m, panels(p), out(m, p, NP));
-                    else tile_rows<Q4, NP, false>(rows, x, m, panels(p), out(m, p, NP));
-                } else {
-                    if (stream) tile_rows<Q4, 1, true>(rows, x, m, panels(p), out(m, p, 1));
-                    else tile_rows<Q4, 1, false>(rows, x, m, panels(p), out(m, p, 1));
-                }
+                if (np == NP) tile_rows<Q4, NP>(rows, x, m, panels(p), out(m, p, NP));
+                else tile_rows<Q4, 1>(rows, x, m, panels(p), out(m, p, 1));
                 m += rows;
             }
             p += np;

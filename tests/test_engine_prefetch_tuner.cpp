@@ -13,6 +13,7 @@
 #include "engine/executor.hpp"
 #include "engine_test_model.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/parallel.hpp"
 
 using namespace mmgpt;
 using kernels::DecodePrefetch;
@@ -206,6 +207,48 @@ TEST_CASE("decode under the process's tuner gives the bits of a fixed hint, and 
   CHECK(steps == ids.size());
   CHECK(none > 0);  // the comparison ran some steps with none, whichever won
   MESSAGE(none << " of " << steps << " steps with none");
+}
+
+TEST_CASE("batched decode steps are tuned apart from one sequence's, with the bits of a fixed hint") {
+  // A decode step of a batch (one new token for each of its sequences) runs
+  // other rows through the kernels than one sequence's, and its hint can be
+  // the other one (decode_prefetch_tuner.hpp): it has a tuner of its own,
+  // keyed by the batch size, and its steps are counted as decode steps.
+  ModelConfig cfg = test::small_config(2, 4, 64, 600, 97);
+  const std::string path = test::temp_path("engine_prefetch_tuner_batch.mmgpt");
+  test::write_random_model(path, cfg, 5, "", 0.2f, -1, Layout::Panel16, DType::Q8_0);
+  auto model = Model::load(path);
+  const auto a = test::random_ids(cfg.n_ctx, cfg.vocab_size, 11), b = test::random_ids(cfg.n_ctx, cfg.vocab_size, 12);
+  kt::DecodePrefetchGuard guard;
+  auto decode_pair = [&] {
+    Executor ex(model);
+    KVCache ca(cfg), cb(cfg);
+    std::vector<float> all;
+    for (size_t t = 0; t < a.size(); ++t) {
+      const SequenceStep steps[2] = {{std::span(a).subspan(t, 1), &ca, 1}, {std::span(b).subspan(t, 1), &cb, 1}};
+      const auto l = ex.run(steps);
+      all.insert(all.end(), l.begin(), l.end());
+    }
+    return all;
+  };
+  REQUIRE(kernels::force_decode_prefetch("nta"));
+  const auto fixed = decode_pair();
+  REQUIRE(kernels::force_decode_prefetch("auto"));
+  DecodePrefetchTuner& pairs = decode_prefetch_tuner(mmgpt::thread_budget(), 2);
+  DecodePrefetchTuner& singles = decode_prefetch_tuner(mmgpt::thread_budget(), 1);
+  CHECK(&pairs != &singles);
+  CHECK(&pairs == &decode_prefetch_tuner(mmgpt::thread_budget(), 2));
+  const size_t pair_comparisons = pairs.counts().comparisons, single_comparisons = singles.counts().comparisons;
+  const auto before = decode_prefetch_steps();
+  const auto tuned = decode_pair();  // 600 steps of two sequences
+  const auto after = decode_prefetch_steps();
+  CHECK(std::memcmp(tuned.data(), fixed.data(), fixed.size() * sizeof(float)) == 0);
+  size_t steps = 0;
+  for (size_t h = 0; h < after.size(); ++h) steps += after[h] - before[h];
+  CHECK(steps == a.size());
+  CHECK(after[size_t(DecodePrefetch::None)] > before[size_t(DecodePrefetch::None)]);
+  CHECK(pairs.counts().comparisons > pair_comparisons);
+  CHECK(singles.counts().comparisons == single_comparisons);
 }
 
 TEST_CASE("describe_decode_prefetch_steps: the hints with steps, in order") {

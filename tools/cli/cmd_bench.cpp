@@ -140,7 +140,7 @@ struct Result {
   double kv_bytes_per_step = 0, frac_of_bw_with_kv = 0;  // KV cache reads, mean over the decode steps
   Spread model_bw;  // GB/s streaming the mapped model file, probed before each run
   double prefill_gflops = 0, frac_of_peak = 0;
-  DecodePrefetchSteps prefetch_steps{};  // timed one-token steps of one sequence, by prefetch hint
+  DecodePrefetchSteps prefetch_steps{};  // decode steps (one token a sequence), by prefetch hint
 };
 
 // One timed run: prefill then decode, b sequences together.

@@ -73,7 +73,7 @@ void print_stats(const LanguageModel& lm, double load_s, double ttft_s, const st
                t.decode_seconds > 0 ? (generated - results.size()) / t.decode_seconds : 0.0, generated,
                t.decode_steps);
   std::fprintf(stderr, "first token   %8.2f ms\n", ttft_s * 1e3);
-  // One sequence's one-token steps, by hint.
+  // Decode steps (one token a sequence), by hint.
   const std::string by_hint = describe_decode_prefetch_steps(decode_prefetch_steps());
   std::fprintf(stderr, "prefetch      %s%s%s\n", describe_decode_prefetch().c_str(), by_hint.empty() ? "" : ": steps ",
                by_hint.c_str());
