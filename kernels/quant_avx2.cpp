@@ -271,14 +271,21 @@ void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, f
         return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr, e};
     };
 
-    if (M <= MR) {  // decode and small batches: memory-bound, one stream under the decode hint
+    if (M == 1) {  // decode: memory-bound, one stream under the decode hint
         with_decode_hint([&](auto hint) {
             constexpr DecodePrefetch H = decltype(hint)::value;
-            if constexpr (Q4)
-                if (M == 1) {
-                    for (size_t p = p0; p < p1; ++p) decode_tile_q4<H>(x, wp + p * stride, Kb, out(0, p, 1));
-                    return;
-                }
+            for (size_t p = p0; p < p1; ++p) {
+                if constexpr (Q4)
+                    decode_tile_q4<H>(x, wp + p * stride, Kb, out(0, p, 1));
+                else
+                    tile<Q4, 1, 1, Ahead::Decode, H>(x, 0, panels(p), out(0, p, 1));
+            }
+        });
+        return;
+    }
+    if (M <= MR) {  // small batches (a single row tile): the weights read once, as decode reads them
+        with_decode_hint([&](auto hint) {
+            constexpr DecodePrefetch H = decltype(hint)::value;
             for (size_t p = p0; p < p1; ++p) tile_rows<Q4, Ahead::Decode, H>(M, x, 0, panels(p), out(0, p, 1));
         });
         return;
