@@ -91,10 +91,11 @@ template <class F>
     f(std::integral_constant<DecodePrefetch, DecodePrefetch::Nta>{});
 }
 
-// How a tile prefetches its weights: not at all (prefill, whose tiles sweep
-// panels held in L1/L2), or as decode does (above: decode and small batches,
-// a single row tile that reads the weights once).
-enum class Ahead { None, Decode };
+// How a tile that streams its weights prefetches them: not at all, a fixed
+// distance ahead within each panel (the AVX2 quantized kernels' small
+// batches, a single row tile that reads the weights once), or as decode
+// does (above; the other kernels' small batches too).
+enum class Ahead { None, InPanel, Decode };
 
 }  // namespace
 }  // namespace mmgpt::kernels::detail

@@ -37,13 +37,14 @@ namespace {
 // Prefill microkernel: MR rows x 1 panel (2 ymm per row): 6 int32 + 6 f32
 // accumulators, 2 weight vectors and the constants fill the 16 ymm registers.
 constexpr size_t MR = 3;
-// Decode and small batches (a single row tile, M <= MR) stream one panel at
-// a time, so the matrix is read front to back as one stream (a panel holds
-// its scales beside its quants, quant_layout.hpp), each line prefetched
-// kDecodeAheadBytes ahead under the decode hint (decode_prefetch.hpp). On
-// Zen 5 with MMGPT_ISA=avx2, whole 124M decode steps at 1 thread: q4_0 1.04
-// and q8_0 1.04 of a plain read in the same run, against 0.90 and 0.87 for
-// two panels at once.
+// Decode streams one panel at a time, so the matrix is read front to back as
+// one stream (a panel holds its scales beside its quants, quant_layout.hpp),
+// each line prefetched kDecodeAheadBytes ahead (decode_prefetch.hpp). On Zen 5
+// with MMGPT_ISA=avx2, whole 124M decode steps at 1 thread: q4_0 1.04 and
+// q8_0 1.04 of a plain read in the same run, against 0.90 and 0.87 for two
+// panels at once. Prefill with a single row tile (M <= MR) reads the weights
+// once: prefetched ahead within each panel.
+constexpr size_t kPrefetchQuant = 2048;
 constexpr size_t kActivationL2Budget = 256 * 1024;
 
 inline __m256i bcast4(const int8_t* p) {
@@ -105,7 +106,10 @@ template <bool Q4, size_t R, size_t P, Ahead Prefetch, DecodePrefetch H = Decode
     const __m256i ones = _mm256_set1_epi16(1), nib = _mm256_set1_epi8(0x0F);
     // Prefetches for the line of panel j at byte `at` of the panel.
     auto prefetch_line = [&](size_t j, size_t at) __attribute__((always_inline)) {
-        if constexpr (Prefetch == Ahead::Decode) prefetch_decode<H>(pn.w + j * pn.stride, at);
+        const uint8_t* panel = pn.w + j * pn.stride;
+        if constexpr (Prefetch == Ahead::InPanel)
+            _mm_prefetch(reinterpret_cast<const char*>(panel + at) + kPrefetchQuant, _MM_HINT_T0);
+        if constexpr (Prefetch == Ahead::Decode) prefetch_decode<H>(panel, at);
     };
 
     __m256 acc[R][V];
@@ -247,13 +251,13 @@ template <DecodePrefetch H>
     finish<1, 2>(acc, o);
 }
 
-template <bool Q4, Ahead Prefetch, DecodePrefetch H = DecodePrefetch::Nta>
+template <bool Q4, Ahead Prefetch>
 void tile_rows(size_t rows, const QuantizedRows& x, size_t m, const Panels& pn, const Out& o) {
     static_assert(MR == 3, "the cases below cover rows 1 .. 3");
     switch (rows) {
-        case 3: tile<Q4, 3, 1, Prefetch, H>(x, m, pn, o); break;
-        case 2: tile<Q4, 2, 1, Prefetch, H>(x, m, pn, o); break;
-        case 1: tile<Q4, 1, 1, Prefetch, H>(x, m, pn, o); break;
+        case 3: tile<Q4, 3, 1, Prefetch>(x, m, pn, o); break;
+        case 2: tile<Q4, 2, 1, Prefetch>(x, m, pn, o); break;
+        case 1: tile<Q4, 1, 1, Prefetch>(x, m, pn, o); break;
         default: break;
     }
 }
@@ -271,7 +275,7 @@ void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, f
         return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr, e};
     };
 
-    if (M == 1) {  // decode: memory-bound, one stream under the decode hint
+    if (M == 1) {  // decode: memory-bound, one prefetched stream
         with_decode_hint([&](auto hint) {
             constexpr DecodePrefetch H = decltype(hint)::value;
             for (size_t p = p0; p < p1; ++p) {
@@ -283,24 +287,19 @@ void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, f
         });
         return;
     }
-    if (M <= MR) {  // small batches (a single row tile): the weights read once, as decode reads them
-        with_decode_hint([&](auto hint) {
-            constexpr DecodePrefetch H = decltype(hint)::value;
-            for (size_t p = p0; p < p1; ++p) tile_rows<Q4, Ahead::Decode, H>(M, x, 0, panels(p), out(0, p, 1));
-        });
-        return;
-    }
 
     // Prefill: L2-sized row blocks of activations; each panel sweeps them.
     const size_t Kp = Kb * kQuantBlock;
     size_t mc = kActivationL2Budget / (Kp ? Kp : 1) / MR * MR;
     if (mc < MR) mc = MR;
+    const bool stream = M <= MR;
     for (size_t mc0 = 0; mc0 < M; mc0 += mc) {
         const size_t mc1 = M - mc0 < mc ? M : mc0 + mc;
         for (size_t p = p0; p < p1; ++p)
             for (size_t m = mc0; m < mc1;) {
                 const size_t rows = mc1 - m < MR ? mc1 - m : MR;
-                tile_rows<Q4, Ahead::None>(rows, x, m, panels(p), out(m, p, 1));
+                if (stream) tile_rows<Q4, Ahead::InPanel>(rows, x, m, panels(p), out(m, p, 1));
+                else tile_rows<Q4, Ahead::None>(rows, x, m, panels(p), out(m, p, 1));
                 m += rows;
             }
     }

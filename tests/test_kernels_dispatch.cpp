@@ -168,8 +168,8 @@ TEST_CASE("decode and small batches under each prefetch hint: every weight type 
     // The hint picks which instantiation of each decode loop runs
     // (decode_prefetch.hpp), for one row and for the small batches that
     // kernels stream the same way (a single row tile: up to 6 rows for the
-    // AVX-512 quantized and 16-bit kernels, 8 for bf16 on VDPBF16PS, 3 for
-    // the AVX2 quantized ones); a prefetch never
+    // AVX-512 quantized and 16-bit kernels, 8 for bf16 on VDPBF16PS); a
+    // prefetch never
     // changes a result, so the first m rows of a product, for m = 1 .. 8,
     // must equal the same rows of a 12-row prefill (more than any tile's
     // rows, so it runs no decode loop), at thread budgets 1 and 2 (bf16 on
