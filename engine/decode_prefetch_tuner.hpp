@@ -32,13 +32,14 @@
 // host is the process's; one thread and two share the memory differently,
 // and the kernels read a matrix with more arithmetic a line for each row of
 // a batch, which can change which hint is faster: on Zen 5 at one thread
-// q4_0 at a batch of 4 decoded at 1.3 times the speed with the non-temporal
-// hint than without, where q8_0 was 1.2 times faster without; so each pair
-// has its own choice); its comparisons belong to one caller (an Executor) at
-// a time, and other callers' steps meanwhile run with the current choice and
-// are not timed. Decodes running at once share the kernels' hint, so one can
-// run part of a step of another's comparison with the other hint: a choice
-// made wrong that way is undone at a later comparison.
+// q4_0 at a batch of 4 decoded 1.24-1.35 times as fast with the non-temporal
+// hint as without, where q8_0 was 1.19-1.23 times as fast without; so each
+// budget and batch size has its own choice); its comparisons belong to one
+// caller (an Executor) at a time, and other callers' steps meanwhile run
+// with the current choice and are not timed. Decodes running at once share
+// the kernels' hint, so one can run part of a step of another's comparison
+// with the other hint: a choice made wrong that way is undone at a later
+// comparison.
 #include <array>
 #include <chrono>
 #include <cstddef>

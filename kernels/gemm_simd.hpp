@@ -214,8 +214,8 @@ struct PanelGemm {
         // thread's share) takes that one alone (for_panel_pairs). Small
         // batches of 16-bit weights on AVX-512 (where a GEMM tile is a pair
         // too, P == 2) stream the same way, under the decode hint: 124M f16
-        // at one thread, batches of 2 to 6, 1.15-1.21 times the tok/s of the
-        // GEMM tiles without a prefetch; f32 one panel at a time was 0.87-0.91
+        // at one thread, batches of 2 to 6, 1.14-1.23 times the tok/s of the
+        // GEMM tiles without a prefetch; f32 one panel at a time was 0.86-0.94
         // of its GEMM tiles at batches of 4 and 6 (two panels share each
         // broadcast of x: fewer instructions an FMA where the FMAs count),
         // so f32 batches keep those (docs/decode-streaming.md, "Small
