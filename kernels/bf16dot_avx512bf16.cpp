@@ -238,29 +238,19 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
         return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr, e};
     };
 
-    if (M == 1) {
-        // Decode: memory-bound, one prefetched stream, a pair of panels at a
-        // time (for_panel_pairs). On one thread on FMAs (decode_panels), on
-        // more with VDPBF16PS: the same bits either way, so this is speed
-        // only. Measured on Zen 5 (2 vCPUs), bf16 124M and 355M, `mmgpt
-        // bench -p 1,512 -n 64`, the two alternated, tok/s FMAs over
-        // VDPBF16PS per pair of runs: 1 thread median 1.17 (0.94-1.48, 16
-        // pairs), 2 threads 0.95 (0.85-1.22, 16 pairs); why two threads
-        // prefer VDPBF16PS (fewer instructions a line) is not established
-        // (docs/decode-streaming.md, "bf16 decode on FMAs").
-        if (thread_budget() == 1) return decode_panels(x, wp, K, N, p0, p1, out);
-        with_decode_hint([&](auto hint) {
-            constexpr DecodePrefetch H = decltype(hint)::value;
-            for_panel_pairs(
-                p0, p1, [&](size_t p) { tile<1, 1, Ahead::Decode, H>(x, Kp, wp, N, K, p, out(0, p, 1)); },
-                [&](size_t p) { tile<1, 2, Ahead::Decode, H>(x, Kp, wp, N, K, p, out(0, p, 2)); });
-        });
-        return;
-    }
+    // Decode (one row) on one thread runs on FMAs (decode_panels), on more
+    // with VDPBF16PS below: the same bits either way, so this is speed only.
+    // Measured on Zen 5 (2 vCPUs), bf16 124M and 355M, `mmgpt bench -p 1,512
+    // -n 64`, the two alternated, tok/s FMAs over VDPBF16PS per pair of
+    // runs: 1 thread median 1.17 (0.94-1.48, 16 pairs), 2 threads 0.95
+    // (0.85-1.22, 16 pairs); why two threads prefer VDPBF16PS (fewer
+    // instructions a line) is not established (docs/decode-streaming.md,
+    // "bf16 decode on FMAs").
+    if (M == 1 && thread_budget() == 1) return decode_panels(x, wp, K, N, p0, p1, out);
 
-    // Small batches (a single row tile): the weights are read once, a pair of
-    // panels at a time as decode reads them (one stream), each line under the
-    // decode hint.
+    // Decode and small batches (a single row tile): memory-bound, the weights
+    // read once, a pair of panels at a time (for_panel_pairs: one stream),
+    // each line under the decode hint.
     if (M <= MR) {
         with_decode_hint([&](auto hint) {
             constexpr DecodePrefetch H = decltype(hint)::value;

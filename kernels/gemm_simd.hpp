@@ -47,6 +47,9 @@ struct PanelGemm {
     static constexpr size_t VP = kPanelWidth / W;   // vectors per panel k-step
     static constexpr size_t MR = 6;
     static constexpr size_t P = W == 16 ? 2 : 1;     // panels per GEMM tile
+    // Small batches stream as decode does (run(), below): 16-bit weights
+    // where a GEMM tile is a pair of panels too.
+    static constexpr bool kStreamBatches = sizeof(WE) == 2 && P == 2;
     static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
 
     struct Out {
@@ -220,11 +223,11 @@ struct PanelGemm {
         // broadcast of x: fewer instructions an FMA where the FMAs count),
         // so f32 batches keep those (docs/decode-streaming.md, "Small
         // batches").
-        if (M == 1 || (sizeof(WE) == 2 && P == 2 && M <= MR)) {
+        if (M == 1 || (kStreamBatches && M <= MR)) {
             detail::with_decode_hint([&](auto hint) {
                 constexpr DecodePrefetch H = decltype(hint)::value;
                 auto stream = [&]<size_t NP>(size_t p) {
-                    if constexpr (sizeof(WE) == 2 && P == 2)
+                    if constexpr (kStreamBatches)
                         micro_rows<NP, true, H>(M, x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, NP));
                     else  // M == 1
                         micro<1, NP, true, H>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, NP));

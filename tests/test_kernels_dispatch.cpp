@@ -169,14 +169,13 @@ TEST_CASE("decode and small batches under each prefetch hint: every weight type 
     // (decode_prefetch.hpp), for one row and for the small batches that
     // kernels stream the same way (a single row tile: up to 6 rows for the
     // AVX-512 quantized and 16-bit kernels, 8 for bf16 on VDPBF16PS); a
-    // prefetch never
-    // changes a result, so the first m rows of a product, for m = 1 .. 8,
-    // must equal the same rows of a 12-row prefill (more than any tile's
-    // rows, so it runs no decode loop), at thread budgets 1 and 2 (bf16 on
-    // the bf16 dot product has a decode loop for each). Shapes with K odd, K
-    // below a q8 block, and N not a multiple of the panel width; ranges of
-    // panels longer than the prefetch distance, so the prefetches run past
-    // panels and matrices.
+    // prefetch never changes a result, so the first m rows of a product, for
+    // m = 1 .. 8, must equal the same rows of a 12-row prefill (more than any
+    // tile's rows, so it runs no decode loop), at thread budgets 1 and 2
+    // (bf16 on the bf16 dot product has a decode loop for each). Shapes with
+    // K odd, K below a q8 block, and N not a multiple of the panel width;
+    // ranges of panels longer than the prefetch distance, so the prefetches
+    // run past panels and matrices.
     kt::DecodePrefetchGuard guard;
     size_t compared = 0, differ = 0;
     kt::for_each_simd_isa([&](std::string_view isa) {
