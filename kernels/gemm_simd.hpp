@@ -24,9 +24,14 @@
 // alternating between the two panels of a pair (panel_layout.hpp), and each
 // vector of weights is widened to f32 in registers right after its load
 // (widen_simd.hpp). Widening is exact, so a 16-bit matrix gives bit for bit
-// the result of the f32 kernel on its widened values.
+// the result of the f32 kernel on its widened values. In a GEMM of three
+// tiles of rows or more, each block of k-steps of a tile's panels is widened
+// once into an f32 buffer that every tile of rows then reads (micro_wide):
+// widening in the tile cost two more uops on the FMA ports for every 12 FMAs
+// (bf16: VPMOVZXWD + VPSLLD; f16: VCVTPH2PS is two on Intel).
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include <xsimd/xsimd.hpp>
 
@@ -50,6 +55,11 @@ struct PanelGemm {
     // Small batches stream as decode does (run(), below): 16-bit weights
     // where a GEMM tile is a pair of panels too.
     static constexpr bool kStreamBatches = sizeof(WE) == 2 && P == 2;
+    // 16-bit weights from this many rows: each block widened once for all
+    // tiles (run_widened). 124M f16 at one thread on AVX-512 (Xeon), against
+    // widening in every tile: batches of 8 and 12 rows 0.85 and 0.95 of its
+    // tok/s, 18 1.04, 24 and 36 1.14-1.15, prefill of 64 and 512 1.14-1.29.
+    static constexpr size_t kWidenMinRows = 3 * MR;
     static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
 
     struct Out {
@@ -185,6 +195,70 @@ struct PanelGemm {
         finish<R, NP>(acc, o);
     }
 
+    // The k-steps [k0, k1) of NP panels from p, widened to f32 into `wide`:
+    // k-step k's 16 * NP weights at wide + (k - k0) * 16 * NP.
+    template <size_t NP>
+    static void widen_block(const WE* wp, size_t N, size_t K, size_t p, size_t k0, size_t k1, float* wide) {
+        constexpr size_t V = NP * VP;
+        PanelSteps st[NP];
+#pragma GCC unroll 8
+        for (size_t j = 0; j < NP; ++j) st[j] = panel_steps_of<WE>(N, K, p + j);
+        for (size_t k = k0; k < k1; ++k, wide += V * W)
+#pragma GCC unroll 8
+            for (size_t j = 0; j < NP; ++j) {
+                const WE* at = wp + st[j].at(K, k);
+#pragma GCC unroll 8
+                for (size_t v = 0; v < VP; ++v) load_weights<WT, B>(at + v * W).store_aligned(wide + (j * VP + v) * W);
+            }
+    }
+
+    // micro over a block widened by widen_block: the same FMAs in the same
+    // order (so the same bits), f32 loads from a buffer the caches hold.
+    template <size_t R, size_t NP>
+    static void micro_wide(const float* x, size_t ldx, const float* wide, size_t k0, size_t k1, const float* part_in,
+                           float* part_out, size_t ldp, const Out& o) {
+        constexpr size_t V = NP * VP;
+        B acc[R][V];
+#pragma GCC unroll 8
+        for (size_t i = 0; i < R; ++i)
+#pragma GCC unroll 8
+            for (size_t j = 0; j < V; ++j) acc[i][j] = part_in ? B::load_unaligned(part_in + i * ldp + j * W) : B(0.0f);
+        for (size_t k = k0; k < k1; ++k, wide += V * W) {
+            B wv[V];
+#pragma GCC unroll 8
+            for (size_t j = 0; j < V; ++j) wv[j] = B::load_aligned(wide + j * W);
+#pragma GCC unroll 8
+            for (size_t i = 0; i < R; ++i) {
+                const B xb(x[i * ldx + k]);
+#pragma GCC unroll 8
+                for (size_t j = 0; j < V; ++j) acc[i][j] = xsimd::fma(xb, wv[j], acc[i][j]);
+            }
+        }
+        if (part_out) {
+#pragma GCC unroll 8
+            for (size_t i = 0; i < R; ++i)
+#pragma GCC unroll 8
+                for (size_t j = 0; j < V; ++j) acc[i][j].store_unaligned(part_out + i * ldp + j * W);
+            return;
+        }
+        finish<R, NP>(acc, o);
+    }
+
+    template <size_t NP>
+    static void micro_wide_rows(size_t rows, const float* x, size_t ldx, const float* wide, size_t k0, size_t k1,
+                                const float* part_in, float* part_out, size_t ldp, const Out& o) {
+        static_assert(MR == 6, "the cases below cover rows 1 .. 6");
+        switch (rows) {
+            case 6: micro_wide<6, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
+            case 5: micro_wide<5, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
+            case 4: micro_wide<4, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
+            case 3: micro_wide<3, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
+            case 2: micro_wide<2, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
+            case 1: micro_wide<1, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
+            default: break;
+        }
+    }
+
     template <size_t NP, bool Decode = false, DecodePrefetch H = DecodePrefetch::Nta>
     static void micro_rows(size_t rows, const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p,
                            size_t k0, size_t k1, const float* part_in, float* part_out, size_t ldp, const Out& o) {
@@ -197,6 +271,50 @@ struct PanelGemm {
             case 2: micro<2, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
             case 1: micro<1, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
             default: break;
+        }
+    }
+
+    // run() for 16-bit weights and kWidenMinRows rows or more: the same blocks,
+    // each block of k-steps of a tile's panels widened once (widen_block) for
+    // every tile of rows (micro_wide). Not inlined into run(): GCC's inlining
+    // of the whole GEMM moves with any change to it (helpers for the loops
+    // micro and micro_wide share, even always_inline, took the AVX-512
+    // object from 209k to 159k instructions), and the decode and f32 paths
+    // there are what was measured.
+    [[gnu::noinline]] static void run_widened(const float* x, const WE* wp, const float* bias, float* y, size_t M,
+                                              size_t K, size_t N, size_t p0, size_t p1, Epilogue e, float* scratch) {
+        // One buffer per thread, kept between calls: 32 KB at KC = 256, at
+        // most K * 32 floats where K is not blocked (M * K within the L2
+        // budget: a few tiles of rows).
+        thread_local std::vector<float, xsimd::aligned_allocator<float, 64>> wide;
+        const detail::GemmBlocking b = detail::gemm_blocking(M, K);
+        const size_t ldp = (p1 - p0) * kPanelWidth;
+        if (wide.size() < b.kc * P * kPanelWidth) wide.resize(b.kc * P * kPanelWidth);
+        for (size_t mc0 = 0; mc0 < M; mc0 += b.mc) {
+            const size_t mc1 = M - mc0 < b.mc ? M : mc0 + b.mc;
+            for (size_t kc0 = 0;; kc0 += b.kc) {
+                const size_t kc1 = K - kc0 < b.kc ? K : kc0 + b.kc;
+                const bool first = kc0 == 0, last = kc1 == K;
+                for (size_t p = p0; p < p1;) {
+                    const size_t np = p + P <= p1 ? P : 1;
+                    const size_t col = p * kPanelWidth, left = N - col;
+                    np == P ? widen_block<P>(wp, N, K, p, kc0, kc1, wide.data())
+                            : widen_block<1>(wp, N, K, p, kc0, kc1, wide.data());
+                    for (size_t m = mc0; m < mc1;) {
+                        const size_t rows = mc1 - m < MR ? mc1 - m : MR;
+                        float* part = b.blocked ? scratch + (m - mc0) * ldp + (p - p0) * kPanelWidth : nullptr;
+                        const Out o{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth,
+                                    bias ? bias + col : nullptr, e};
+                        np == P ? micro_wide_rows<P>(rows, x + m * K, K, wide.data(), kc0, kc1, first ? nullptr : part,
+                                                     last ? nullptr : part, ldp, o)
+                                : micro_wide_rows<1>(rows, x + m * K, K, wide.data(), kc0, kc1, first ? nullptr : part,
+                                                     last ? nullptr : part, ldp, o);
+                        m += rows;
+                    }
+                    p += np;
+                }
+                if (last) break;
+            }
         }
     }
 
@@ -241,6 +359,8 @@ struct PanelGemm {
             return;
         }
 
+        if constexpr (sizeof(WE) == 2)
+            if (M >= kWidenMinRows) return run_widened(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
         const detail::GemmBlocking b = detail::gemm_blocking(M, K);
         const size_t ldp = (p1 - p0) * kPanelWidth;
         for (size_t mc0 = 0; mc0 < M; mc0 += b.mc) {

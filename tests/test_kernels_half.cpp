@@ -172,7 +172,8 @@ void check_exact(WeightType t, size_t M, size_t K, size_t N, uint32_t seed) {
     }
 }
 
-const size_t kMs[] = {1, 2, 5, 6, 7, 13};
+// 19: three tiles of rows and one, where 16-bit blocks are widened once for all tiles (gemm_simd.hpp).
+const size_t kMs[] = {1, 2, 5, 6, 7, 13, 19};
 const size_t kKs[] = {1, 3, 17, 64, 255, 769};
 const size_t kNs[] = {1, 15, 16, 17, 33, 50};
 const Epilogue kEpilogues[] = {{Activation::GeluTanh, false}, {Activation::None, true}, {Activation::GeluErf, true},
@@ -305,7 +306,7 @@ TEST_CASE("bf16 / f16 packed matmul: a panel range may start or end inside a pai
     kt::for_each_simd_isa([](std::string_view) {
         const auto& tab = kd::active_table();
         for (WeightType t : {WeightType::BF16, WeightType::F16})
-            for (size_t M : {1, 7})
+            for (size_t M : {1, 7, 19})
                 for (size_t K : {17, 256}) {
                     CAPTURE(std::string(type_name(t)));
                     CAPTURE(M);
