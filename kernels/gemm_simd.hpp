@@ -283,9 +283,9 @@ struct PanelGemm {
     // there are what was measured.
     [[gnu::noinline]] static void run_widened(const float* x, const WE* wp, const float* bias, float* y, size_t M,
                                               size_t K, size_t N, size_t p0, size_t p1, Epilogue e, float* scratch) {
-        // One buffer per thread, kept between calls: 32 KB at KC = 256, at
-        // most K * 32 floats where K is not blocked (M * K within the L2
-        // budget: a few tiles of rows).
+        // One buffer per thread, kept between calls: KC * 16P floats (32 KB
+        // on AVX-512 at KC = 256), K * 16P where K is not blocked (M * K
+        // within the L2 budget: a few tiles of rows).
         thread_local std::vector<float, xsimd::aligned_allocator<float, 64>> wide;
         const detail::GemmBlocking b = detail::gemm_blocking(M, K);
         const size_t ldp = (p1 - p0) * kPanelWidth;
