@@ -8,7 +8,7 @@
 // Rate counters, shown as GFLOP=x/s (2 flops per multiply-add) and GB=x/s (bytes the kernel
 // must read and write at least once: for matmul x, W, bias and y).
 // Each figure is also read against the machine's limit, measured once at
-// start-up in this process (bench/machine_limits.hpp) with as many threads as
+// start-up in this process (kernels/machine_limits.hpp) with as many threads as
 // the kernels use, and printed before the table:
 //   frac_of_peak  GFLOP/s / fp32 FMA peak     (matmul with M > 1: compute-bound GEMM)
 //   frac_of_bw    GB/s / read bandwidth        (M = 1 GEMV and streaming kernels: memory-bound;
@@ -28,11 +28,11 @@
 
 #include <tbb/task_arena.h>
 
-#include "bench/machine_limits.hpp"
+#include "kernels/machine_limits.hpp"
 #include "engine/attention.hpp"
 #include "engine/kv_cache.hpp"
 #include "kernels/kernels.hpp"
-#include "kernels/quant_layout.hpp"
+#include "core/quant_layout.hpp"
 
 namespace k = mmgpt::kernels;
 
@@ -90,12 +90,12 @@ void set_rates(benchmark::State& state, Clock::time_point loop_start, double flo
 void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, size_t N, bool packed) {
     IsaScope scope(isa);
     const auto x = random_floats(M * K, 1), b = random_floats(N, 3);
-    const size_t wn = packed ? k::panel_floats(N, K) : N * K;
+    const size_t wn = packed ? mmgpt::panel_floats(N, K) : N * K;
     const size_t copies = M == 1 ? std::max<size_t>(1, ((size_t{256} << 20) / sizeof(float) + wn - 1) / wn) : 1;
     std::vector<float> w = random_floats(N * K, 2);
     if (packed) {
         std::vector<float> p(wn);
-        k::pack_panels(w.data(), N, K, p.data());
+        mmgpt::pack_panels(w.data(), N, K, p.data());
         w.swap(p);
     }
     w.resize(wn * copies);
@@ -121,20 +121,20 @@ void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, 
 // which quantizes x to q8 blocks and runs the dispatched quantized kernel set;
 // the bf16 and f16 panels of the same shape for comparison. GB counts the bytes the
 // call must move at least once: x, the packed weights
-// (kernels::packed_weight_bytes: quants, scales, padding), bias and y. Decode
+// (mmgpt::packed_weight_bytes: quants, scales, padding), bias and y. Decode
 // (M = 1) cycles through 256 MiB of weight copies, as bench_matmul does.
-void bench_matmul_typed(benchmark::State& state, std::string isa, k::WeightType t, size_t M, size_t K, size_t N) {
+void bench_matmul_typed(benchmark::State& state, std::string isa, mmgpt::WeightType t, size_t M, size_t K, size_t N) {
     IsaScope scope(isa);
     const auto x = random_floats(M * K, 1), b = random_floats(N, 3);
     const auto w = random_floats(N * K, 2);
-    const size_t wbytes = k::packed_weight_bytes(t, N, K);
+    const size_t wbytes = mmgpt::packed_weight_bytes(t, N, K);
     const size_t copies = M == 1 ? std::max<size_t>(1, ((size_t{256} << 20) + wbytes - 1) / wbytes) : 1;
     std::vector<uint8_t> packed(wbytes * copies);
-    if (t == k::WeightType::Q8_0 || t == k::WeightType::Q4_0) {
-        k::quantize_panels(w.data(), N, K, t, packed.data());
+    if (t == mmgpt::WeightType::Q8_0 || t == mmgpt::WeightType::Q4_0) {
+        mmgpt::quantize_panels(w.data(), N, K, t, packed.data());
     } else {  // bf16 / f16 panel pairs
-        std::vector<uint16_t> h(k::panel_floats(N, K));
-        k::pack_half_panels(w.data(), N, K, t, h.data());
+        std::vector<uint16_t> h(mmgpt::panel_floats(N, K));
+        mmgpt::pack_half_panels(w.data(), N, K, t, h.data());
         std::memcpy(packed.data(), h.data(), wbytes);
     }
     for (size_t c = 1; c < copies; ++c) std::copy(packed.begin(), packed.begin() + wbytes, packed.begin() + c * wbytes);
@@ -189,7 +189,7 @@ void bench_inplace(benchmark::State& state, std::string isa, size_t n) {
 // f32 or f16 elements). It reads each layer's keys and values of n positions
 // once, so it cycles through copies of the cache (256 MiB in all) to read from
 // memory, as decode does; GB counts those bytes.
-void bench_attention(benchmark::State& state, std::string isa, size_t d, size_t n_layer, size_t n, mmgpt::DType kv) {
+void bench_attention(benchmark::State& state, std::string isa, size_t d, size_t n_layer, size_t n, mmgpt::WeightType kv) {
     IsaScope scope(isa);
     mmgpt::ModelConfig c;
     c.n_layer = static_cast<uint32_t>(n_layer), c.n_head = static_cast<uint32_t>(d / 64);
@@ -237,10 +237,10 @@ void register_all(const std::string& isa, std::initializer_list<size_t> widths, 
             }
         // Quantized (and bf16, f16) weights, GPT-2 small only: decode shapes and the MLP up at prefill.
         if (d == 768) {
-            const std::pair<k::WeightType, const char*> types[] = {{k::WeightType::Q8_0, "q8_0"},
-                                                                   {k::WeightType::Q4_0, "q4_0"},
-                                                                   {k::WeightType::BF16, "bf16"},
-                                                                   {k::WeightType::F16, "f16"}};
+            const std::pair<mmgpt::WeightType, const char*> types[] = {{mmgpt::WeightType::Q8_0, "q8_0"},
+                                                                   {mmgpt::WeightType::Q4_0, "q4_0"},
+                                                                   {mmgpt::WeightType::BF16, "bf16"},
+                                                                   {mmgpt::WeightType::F16, "f16"}};
             struct Case {
                 size_t M, K, N;
             };
@@ -272,9 +272,9 @@ void register_all(const std::string& isa, std::initializer_list<size_t> widths, 
     for (size_t d : widths) {
         const size_t layers = d == 768 ? 12 : d == 1024 ? 24 : d == 1280 ? 36 : 48;
         for (size_t n : {64, 576})
-            for (mmgpt::DType kv : {mmgpt::DType::F32, mmgpt::DType::F16})
+            for (mmgpt::WeightType kv : {mmgpt::WeightType::F32, mmgpt::WeightType::F16})
                 reg("attention/" + isa + "/d=" + std::to_string(d) + "/layers=" + std::to_string(layers) + "/n=" +
-                        std::to_string(n) + "/kv=" + (kv == mmgpt::DType::F32 ? "f32" : "f16"),
+                        std::to_string(n) + "/kv=" + (kv == mmgpt::WeightType::F32 ? "f32" : "f16"),
                     [=](benchmark::State& st) { bench_attention(st, isa, d, layers, n, kv); });
     }
     for (size_t n : {64, 1024, 50257})

@@ -17,7 +17,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "bench/machine_limits.hpp"
+#include "kernels/machine_limits.hpp"
 
 namespace lim = mmgpt::limits;
 

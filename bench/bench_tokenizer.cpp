@@ -12,7 +12,7 @@
 #include "engine/bpe.hpp"
 #include "engine/pretokenize.hpp"
 #include "engine/tokenizer.hpp"
-#include "tools/convert/tokenizer_files.hpp"
+#include "formats/tokenizer_files.hpp"
 
 namespace {
 
@@ -29,7 +29,7 @@ const std::string& text() {
 
 const mmgpt::TokenizerData& data() {
   static const mmgpt::TokenizerData d = [] {
-    auto x = mmgpt::convert::read_bpe_files(MMGPT_SOURCE_DIR "/data/gpt2/encoder.json",
+    auto x = mmgpt::read_bpe_files(MMGPT_SOURCE_DIR "/data/gpt2/encoder.json",
                                             MMGPT_SOURCE_DIR "/data/gpt2/vocab.bpe");
     x.eos_id = 50256;
     return x;

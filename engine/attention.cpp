@@ -22,12 +22,12 @@ void append_kv(const float* qkv, size_t t, size_t base, size_t layer, size_t h0,
                KVCache& cache) {
   const size_t hd = cache.head_dim();
   const size_t d = n_head * hd;
-  const auto kv = static_cast<kernels::WeightType>(cache.dtype());  // same ids: F32, BF16, F16
+  const WeightType kv = cache.dtype();
   const float* row = qkv + t * 3 * d;
   for (size_t h = h0; h < h1; ++h) {
     void* k = cache.key_row(layer, h, base + t);
     void* v = cache.value_row(layer, h, base + t);
-    if (kv == kernels::WeightType::F32) {
+    if (kv == WeightType::F32) {
       std::memcpy(k, row + d + h * hd, hd * sizeof(float));
       std::memcpy(v, row + 2 * d + h * hd, hd * sizeof(float));
     } else {
@@ -46,7 +46,7 @@ void attend(const float* qkv, float* out, size_t t, size_t base, size_t layer, s
   const size_t d = n_head * hd;
   const size_t n = base + t + 1;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const auto kv = static_cast<kernels::WeightType>(cache.dtype());
+  const WeightType kv = cache.dtype();
   for (size_t a = h0; a < h1;) {
     const size_t g = cache.group_of(a), b = std::min(h1, cache.group_begin(g + 1));
     kernels::attention_heads(qkv + t * 3 * d + a * hd, cache.keys(layer, a), cache.values(layer, a), kv, n, b - a, hd,

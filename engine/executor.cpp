@@ -16,8 +16,8 @@
 #include "formats/error.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
-#include "kernels/panel_layout.hpp"
-#include "kernels/quant_layout.hpp"
+#include "core/panel_layout.hpp"
+#include "core/quant_layout.hpp"
 
 namespace mmgpt {
 
@@ -120,7 +120,7 @@ size_t Executor::team_members(std::span<const SequenceStep> steps, size_t tokens
     const Op& op = ops[i];
     team_grain_[i] = 0, team_parts_[i] = 1;
     if (op.kind == OpKind::MatMul) {
-      const size_t panels = kernels::panel_count(op.out_features);
+      const size_t panels = panel_count(op.out_features);
       team_grain_[i] = kernels::panel_range_grain(1, op.in_features, op.out_features, members);
       team_parts_[i] = static_cast<uint32_t>((panels + team_grain_[i] - 1) / team_grain_[i]);
       split = split || team_parts_[i] > 1;
@@ -160,17 +160,17 @@ size_t Executor::team_members(std::span<const SequenceStep> steps, size_t tokens
   for (size_t i = 0; i + 1 < ops.size(); ++i) {
     const Op& op = ops[i];
     const Op& next = ops[i + 1];
-    if (next.kind != OpKind::MatMul || !kernels::is_quantized(next.w_type) || next.input != op.output) continue;
+    if (next.kind != OpKind::MatMul || !is_quantized(next.w_type) || next.input != op.output) continue;
     if (i > 0 && team_quantizes_[i - 1]) continue;  // its own x is in team_q_, read while its parts would write
-    const bool by_heads = op.kind == OpKind::Attention && (c.n_embd / c.n_head) % kernels::kQuantBlock == 0;
+    const bool by_heads = op.kind == OpKind::Attention && (c.n_embd / c.n_head) % kQuantBlock == 0;
     const bool by_panels = op.kind == OpKind::MatMul && team_parts_[i] > 0 &&
-                           (team_grain_[i] * kernels::kPanelWidth) % kernels::kQuantBlock == 0;
+                           (team_grain_[i] * kPanelWidth) % kQuantBlock == 0;
     if (by_heads || by_panels) team_quantizes_[i] = true, q_width = std::max(q_width, next.in_features);
   }
-  if (team_scale_.size() < kernels::quant_blocks(q_width)) {
-    team_q_.resize(kernels::quant_blocks(q_width) * kernels::kQuantBlock);
-    team_scale_.resize(kernels::quant_blocks(q_width));
-    team_sum_.resize(kernels::quant_blocks(q_width));
+  if (team_scale_.size() < quant_blocks(q_width)) {
+    team_q_.resize(quant_blocks(q_width) * kQuantBlock);
+    team_scale_.resize(quant_blocks(q_width));
+    team_sum_.resize(quant_blocks(q_width));
   }
   // A model so small that no matmul is worth splitting runs op by op: a team
   // would only add its waits (the demo model in q4_0 decoded 10% slower).
@@ -195,7 +195,7 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
   // Columns [c0, c1) of op's output row (c0 on a q8 block boundary) into
   // team_q_ for the matmul after it (team_members).
   auto quantize_for_next = [&](const Op& op, size_t c0, size_t c1) {
-    const size_t b0 = c0 / kernels::kQuantBlock;
+    const size_t b0 = c0 / kQuantBlock;
     kernels::quantize_rows(buffer(op.output) + c0, 1, c1 - c0, team_q_.data() + c0, team_scale_.data() + b0,
                            team_sum_.data() + b0);
   };
@@ -222,10 +222,10 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
     }
     if (op.kind != OpKind::MatMul || team_parts_[j] < members || run != 0) return {};
     const auto [b0, b1] = stage_own_block(team_parts_[j], members, m);
-    const size_t panels = kernels::panel_count(op.out_features);
+    const size_t panels = panel_count(op.out_features);
     const size_t p0 = std::min(panels, b0 * team_grain_[j]), p1 = std::min(panels, b1 * team_grain_[j]);
-    const size_t from = kernels::packed_weight_bytes(op.w_type, p0 * kernels::kPanelWidth, op.in_features);
-    const size_t to = kernels::packed_weight_bytes(op.w_type, p1 * kernels::kPanelWidth, op.in_features);
+    const size_t from = packed_weight_bytes(op.w_type, p0 * kPanelWidth, op.in_features);
+    const size_t to = packed_weight_bytes(op.w_type, p1 * kPanelWidth, op.in_features);
     return {static_cast<const std::byte*>(op.w_data) + from, to - from};
   };
   run_stages(team_parts_, members, [&](size_t i, size_t part, size_t m) {
@@ -235,8 +235,8 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
         MemberState& s = state[m];
         if (s.stage != i) {
           if (i > 0 && team_quantizes_[i - 1]) {  // x in q8 blocks, written by the stage before
-            s.product.emplace(kernels::QuantizedRows{team_q_.data(), team_scale_.data(), team_sum_.data(),
-                                                     kernels::quant_blocks(op.in_features)},
+            s.product.emplace(QuantizedRows{team_q_.data(), team_scale_.data(), team_sum_.data(),
+                                                     quant_blocks(op.in_features)},
                               op.w_data, op.w_type, op.b, buffer(op.output), 1, op.in_features, op.out_features,
                               op.epilogue);
           } else {
@@ -256,7 +256,7 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
         const size_t p1 = std::min(s.product->panels(), p0 + team_grain_[i]);
         s.product->run(p0, p1);
         if (team_quantizes_[i])
-          quantize_for_next(op, p0 * kernels::kPanelWidth, std::min(op.out_features, p1 * kernels::kPanelWidth));
+          quantize_for_next(op, p0 * kPanelWidth, std::min(op.out_features, p1 * kPanelWidth));
         break;
       }
       case OpKind::Attention: {
@@ -291,7 +291,7 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
           const float* pos = op.b + (base + t) * d;
           float* dst = out + row * d;
           if (op.packed) {  // the token's row is strided through its panel (a tied LM head)
-            kernels::unpack_panel_row(op.w_data, op.w_type, c.vocab_size, d, static_cast<size_t>(s.ids[t]), dst);  // widened
+            unpack_panel_row(op.w_data, op.w_type, c.vocab_size, d, static_cast<size_t>(s.ids[t]), dst);  // widened
             for (size_t i = 0; i < d; ++i) dst[i] += pos[i];
           } else {
             const float* tok = op.w + static_cast<size_t>(s.ids[t]) * d;

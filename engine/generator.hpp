@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "engine/executor.hpp"
-#include "engine/mmgpt.hpp"
+#include "engine/generation.hpp"
+#include "engine/tokenizer.hpp"
 
 namespace mmgpt {
 

@@ -35,12 +35,9 @@ class GraphBuilder {
     const TensorView& t = model_.file().tensor(w);
     o.packed = t.layout == Layout::Panel16;
     o.w_data = t.data;
-    // The reader allows dtypes other than f32 only on panel16 matrices (the
-    // Embed and MatMul weights); the kernels' weight type ids are the file's dtype ids.
-    static_assert(int(kernels::WeightType::Q4_0) == int(DType::Q4_0) && int(kernels::WeightType::Q8_0) == int(DType::Q8_0) &&
-                  int(kernels::WeightType::F16) == int(DType::F16) && int(kernels::WeightType::BF16) == int(DType::BF16));
-    o.w_type = static_cast<kernels::WeightType>(t.dtype);
-    o.w = t.dtype == DType::F32 ? t.f32() : nullptr;
+    // The reader allows dtypes other than f32 only on packed matrices (the Embed and MatMul weights).
+    o.w_type = t.dtype;
+    o.w = t.dtype == WeightType::F32 ? t.f32() : nullptr;
     if (!b.empty()) {
       o.bias = b;
       o.b = model_.weight(b);

@@ -15,7 +15,7 @@
 
 #include "formats/model_config.hpp"
 #include "kernels/epilogue.hpp"
-#include "kernels/panel_layout.hpp"
+#include "core/panel_layout.hpp"
 
 namespace mmgpt {
 
@@ -48,7 +48,7 @@ struct Op {
   const float* w = nullptr;   // resolved when the graph is built (null when the weight is not f32)
   const float* b = nullptr;
   const void* w_data = nullptr;  // the weight's elements, whatever its type
-  kernels::WeightType w_type = kernels::WeightType::F32;  // bf16 / f16 only for packed matrices
+  WeightType w_type = WeightType::F32;  // bf16 / f16 only for packed matrices
   bool packed = false;        // w is in the panel layout (Embed, MatMul)
   kernels::Epilogue epilogue; // MatMul with a packed W: fused GELU and/or residual add
   size_t in_features = 0, out_features = 0;  // MatMul

@@ -29,7 +29,7 @@ class KVCache {
  public:
   // groups: how many groups of heads (1 .. n_head); 0: one per thread of
   // mmgpt::thread_budget(), at most n_head. Any value gives the same results.
-  explicit KVCache(const ModelConfig& config, DType dtype = DType::F32, size_t groups = 0);
+  explicit KVCache(const ModelConfig& config, WeightType dtype = WeightType::F32, size_t groups = 0);
 
   // Positions in a block: 64 rows of a head are 16 KB of f32 keys (8 KB of
   // 16-bit), runs long enough for the prefetcher, and a layer's first block
@@ -37,9 +37,9 @@ class KVCache {
   static constexpr size_t kBlock = 64;
   static_assert(kBlock % kernels::kKVBlockMultiple == 0);
 
-  DType dtype() const { return dtype_; }
+  WeightType dtype() const { return dtype_; }
   // Bytes of one key or value element in a cache of `dtype` (f32, bf16, f16).
-  static size_t element_bytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
+  static size_t element_bytes(WeightType dtype) { return weight_type_info(dtype).block_bytes; }
 
   size_t capacity() const { return capacity_; }
   size_t length() const { return length_; }
@@ -65,8 +65,9 @@ class KVCache {
   }
 
  private:
-  static DType checked(DType d) {
-    if (d != DType::F32 && d != DType::BF16 && d != DType::F16)
+  static WeightType checked(WeightType d) {
+    const WeightTypeInfo* t = weight_type_by_id(static_cast<uint32_t>(d));
+    if (t == nullptr || !t->element_wise)
       throw Error("KV cache dtype id " + std::to_string(static_cast<uint32_t>(d)) + " is not one of f32, bf16, f16");
     return d;
   }
@@ -79,7 +80,7 @@ class KVCache {
   }
   size_t n_head_, head_dim_, capacity_, groups_;
   size_t padded_;  // capacity_ rounded up to whole blocks
-  DType dtype_;
+  WeightType dtype_;
   size_t elem_;  // bytes per element
   size_t length_ = 0;
   HugePageBuffer keys_, values_;  // huge pages: decode streams all of it every step

@@ -37,4 +37,17 @@ std::vector<GenerationResult> LanguageModel::generate_batch(const std::vector<st
   return run_generation(executor, *tokenizer_, prompts, options, on_token);
 }
 
+PerplexityResult LanguageModel::perplexity(std::span<const int32_t> tokens, const PerplexityOptions& options,
+                                           const PerplexityProgress& progress) const {
+  Executor executor(model_);  // per call: its own activation arena, so concurrent calls are safe
+  return evaluate_perplexity(executor, tokens, options, progress);
+}
+
+PerplexityResult LanguageModel::perplexity(std::span<const int32_t> tokens, const PerplexityOptions& options,
+                                           const LanguageModel& base, DivergenceResult& divergence,
+                                           const PerplexityProgress& progress) const {
+  Executor executor(model_), base_executor(base.model_);
+  return evaluate_perplexity(executor, base_executor, tokens, options, divergence, progress);
+}
+
 }  // namespace mmgpt

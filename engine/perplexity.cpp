@@ -45,7 +45,6 @@
 
 #include "engine/executor.hpp"
 #include "engine/kv_cache.hpp"
-#include "engine/mmgpt.hpp"
 #include "formats/error.hpp"
 
 namespace mmgpt {
@@ -196,19 +195,6 @@ PerplexityResult evaluate_perplexity(Executor& executor, Executor& base, std::sp
                                      const PerplexityOptions& options, DivergenceResult& divergence,
                                      const PerplexityProgress& progress) {
   return evaluate(executor, &base, tokens, options, &divergence, progress);
-}
-
-PerplexityResult LanguageModel::perplexity(std::span<const int32_t> tokens, const PerplexityOptions& options,
-                                           const PerplexityProgress& progress) const {
-  Executor executor(model_);  // per call: its own activation arena, so concurrent calls are safe
-  return evaluate_perplexity(executor, tokens, options, progress);
-}
-
-PerplexityResult LanguageModel::perplexity(std::span<const int32_t> tokens, const PerplexityOptions& options,
-                                           const LanguageModel& base, DivergenceResult& divergence,
-                                           const PerplexityProgress& progress) const {
-  Executor executor(model_), base_executor(base.model_);
-  return evaluate_perplexity(executor, base_executor, tokens, options, divergence, progress);
 }
 
 }  // namespace mmgpt

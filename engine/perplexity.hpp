@@ -15,7 +15,7 @@ class Executor;
 struct PerplexityOptions {
   size_t ctx = 0;     // window length in tokens; 0 = the model's context length
   size_t stride = 0;  // tokens the window advances by; 0 = the default documented in perplexity.cpp
-  DType kv_dtype = DType::F32;  // the model's KV cache (a base model for divergence always uses f32)
+  WeightType kv_dtype = WeightType::F32;  // the model's KV cache (a base model for divergence always uses f32)
 };
 
 // Against a base model (e.g. the f32 original of a quantized model), scored on

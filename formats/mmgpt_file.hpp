@@ -16,7 +16,7 @@ inline constexpr uint32_t kFormatVersion = 1;
 // weights are never copied.
 struct TensorView {
   std::string name;
-  DType dtype = DType::F32;
+  WeightType dtype = WeightType::F32;
   Layout layout = Layout::RowMajor;
   std::vector<uint64_t> shape;
   uint64_t offset = 0;   // from the start of the file
@@ -77,7 +77,7 @@ ModelFile parse_model_file_for_test(const void* bytes, uint64_t size, const std:
 
 struct TensorToWrite {
   std::string name;
-  DType dtype = DType::F32;
+  WeightType dtype = WeightType::F32;
   Layout layout = Layout::RowMajor;
   std::vector<uint64_t> shape;
   const void* data = nullptr;  // nbytes bytes, laid out as `layout` says

@@ -217,7 +217,7 @@ std::vector<TensorView> read_directory(const unsigned char* p, uint64_t size, Se
     t.offset = c.u64(field + " offset");
     t.nbytes = c.u64(field + " nbytes");
     check_tensor_entry(t.name, dtype, layout, t.shape, t.nbytes, path);
-    t.dtype = static_cast<DType>(dtype);
+    t.dtype = static_cast<WeightType>(dtype);
     t.layout = memory_layout(layout);
     const uint64_t align = required_alignment(t.nbytes);
     if (t.offset % align != 0)

@@ -62,77 +62,44 @@ const char* tokenizer_kind_name(uint32_t kind) {
 
 }  // namespace
 
-uint64_t dtype_size(uint32_t dtype_id) {
-  switch (dtype_id) {
-    case static_cast<uint32_t>(DType::F32): return 4;
-    case static_cast<uint32_t>(DType::BF16): return 2;
-    case static_cast<uint32_t>(DType::F16): return 2;
-    default: return 0;
-  }
-}
-
-const char* dtype_name(uint32_t dtype_id) {
-  switch (dtype_id) {
-    case static_cast<uint32_t>(DType::F32): return "f32";
-    case static_cast<uint32_t>(DType::BF16): return "bf16";
-    case static_cast<uint32_t>(DType::F16): return "f16";
-    case static_cast<uint32_t>(DType::Q8_0): return "q8_0";
-    case static_cast<uint32_t>(DType::Q4_0): return "q4_0";
-    default: return nullptr;
-  }
-}
-
-bool layout_known(uint32_t layout_id) { return layout_name(layout_id) != nullptr; }
-
-const char* layout_name(uint32_t layout_id) {
-  switch (layout_id) {
-    case static_cast<uint32_t>(Layout::RowMajor): return "row-major";
-    case static_cast<uint32_t>(Layout::Panel16): return "panel16";
-    case kLayoutPanel16Q: return "panel16q";
-    case kLayoutPanel16Pairs: return "panel16x2";
-    default: return nullptr;
-  }
-}
-
 namespace {
-bool quantized(uint32_t dtype_id) {
-  return dtype_id == static_cast<uint32_t>(DType::Q8_0) || dtype_id == static_cast<uint32_t>(DType::Q4_0);
+
+// "q8_0 and q4_0": the dtypes packed as `layout_id`.
+std::string dtypes_in_layout(uint32_t layout_id) {
+  std::vector<std::string_view> names;
+  for (uint32_t id = 0; const WeightTypeInfo* t = weight_type_by_id(id); ++id)
+    if (static_cast<uint32_t>(t->packing) == layout_id) names.push_back(t->name);
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + std::string(names[i]);
+  return s;
 }
-bool half(uint32_t dtype_id) {
-  return dtype_id == static_cast<uint32_t>(DType::BF16) || dtype_id == static_cast<uint32_t>(DType::F16);
+
+// "0 = row-major, 1 = panel16, ...": every layout this reader knows.
+std::string layout_ids() {
+  std::string s;
+  for (uint32_t id = 0; const char* name = layout_name(id); ++id)
+    s += (id == 0 ? "" : ", ") + std::to_string(id) + " = " + name;
+  return s;
 }
+
 }  // namespace
 
-uint32_t file_layout_id(DType dtype, Layout layout) {
-  if (layout != Layout::Panel16) return static_cast<uint32_t>(layout);
-  return quantized(static_cast<uint32_t>(dtype)) ? kLayoutPanel16Q
-         : half(static_cast<uint32_t>(dtype))    ? kLayoutPanel16Pairs
-                                                 : static_cast<uint32_t>(layout);
+uint32_t file_layout_id(WeightType dtype, Layout layout) {
+  // An unknown dtype or layout keeps its id, for check_tensor_entry to name.
+  const WeightTypeInfo* t = weight_type_by_id(static_cast<uint32_t>(dtype));
+  return layout == Layout::Panel16 && t ? static_cast<uint32_t>(t->packing) : static_cast<uint32_t>(layout);
 }
 
-Layout memory_layout(uint32_t layout_id) {
-  return layout_id == kLayoutPanel16Q || layout_id == kLayoutPanel16Pairs ? Layout::Panel16
-                                                                          : static_cast<Layout>(layout_id);
-}
+Layout memory_layout(uint32_t layout_id) { return layout_id == kLayoutRowMajor ? Layout::RowMajor : Layout::Panel16; }
 
 bool tensor_bytes(uint32_t dtype_id, uint32_t layout_id, const std::vector<uint64_t>& shape, uint64_t& bytes) {
-  if (quantized(dtype_id)) {
-    if (layout_id != kLayoutPanel16Q || shape.size() != 2) return false;
-    // Dimensions are below 2^40 or so in any sane file; these sums cannot
-    // overflow for shape values < 2^58, and larger ones fail the products.
-    if (shape[0] >= (uint64_t{1} << 58) || shape[1] >= (uint64_t{1} << 58)) return false;
-    const uint64_t panels = shape[0] / 16 + (shape[0] % 16 != 0);
-    const uint64_t blocks = shape[1] / 32 + (shape[1] % 32 != 0);
-    const uint64_t unit = 2 * (dtype_id == static_cast<uint32_t>(DType::Q8_0) ? 512 : 256) + 64;
-    return !__builtin_mul_overflow(panels, (blocks + 1) / 2 * unit, &bytes);
-  }
-  bytes = dtype_size(dtype_id);
-  if (layout_id == static_cast<uint32_t>(Layout::Panel16) || layout_id == kLayoutPanel16Pairs) {
-    if (shape.size() != 2) return false;
-    const uint64_t panels = shape[0] / 16 + (shape[0] % 16 != 0);
-    return !__builtin_mul_overflow(bytes, panels, &bytes) && !__builtin_mul_overflow(bytes, uint64_t{16}, &bytes) &&
-           !__builtin_mul_overflow(bytes, shape[1], &bytes);
-  }
+  const WeightTypeInfo* t = weight_type_by_id(dtype_id);
+  if (t == nullptr) return false;
+  if (layout_id != kLayoutRowMajor)
+    return shape.size() == 2 && packed_matrix_bytes(t->type, shape[0], shape[1], bytes);
+  if (!t->element_wise) return false;
+  bytes = t->block_bytes;
   for (uint64_t dim : shape)
     if (__builtin_mul_overflow(bytes, dim, &bytes)) return false;
   return true;
@@ -188,35 +155,35 @@ void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t lay
       throw Error(source + ": tensor name contains byte " + std::to_string(ch) +
                   " (names are printable ASCII without spaces)");
   const std::string where = source + ": tensor '" + name + "'";
-  if (dtype_name(dtype_id) == nullptr)
-    throw Error(where + ": unknown dtype id " + std::to_string(dtype_id) +
-                " (this reader knows 0 = f32, 1 = bf16, 2 = f16, 3 = q8_0, 4 = q4_0; the file needs a newer mmgpt)");
-  if (!layout_known(layout_id))
-    throw Error(where + ": unknown layout id " + std::to_string(layout_id) +
-                " (this reader knows 0 = row-major, 1 = panel16, 2 = panel16q, 3 = panel16x2; the file needs a newer mmgpt)");
+  const WeightTypeInfo* type = weight_type_by_id(dtype_id);
+  if (type == nullptr)
+    throw Error(where + ": unknown dtype id " + std::to_string(dtype_id) + " (this reader knows " + weight_type_ids() +
+                "; the file needs a newer mmgpt)");
+  const char* layout = layout_name(layout_id);
+  if (layout == nullptr)
+    throw Error(where + ": unknown layout id " + std::to_string(layout_id) + " (this reader knows " + layout_ids() +
+                "; the file needs a newer mmgpt)");
+  const std::string dtype(type->name);
   if (shape.size() > kMaxDims)
     throw Error(where + ": ndim " + std::to_string(shape.size()) + " exceeds limit " + std::to_string(kMaxDims));
-  if (layout_id != static_cast<uint32_t>(Layout::RowMajor) && shape.size() != 2)
-    throw Error(where + ": layout " + layout_name(layout_id) + " needs a matrix, but the shape is " +
-                shape_string(shape));
-  if (quantized(dtype_id) && layout_id == static_cast<uint32_t>(Layout::Panel16))
-    throw Error(where + ": dtype " + dtype_name(dtype_id) +
+  if (layout_id != kLayoutRowMajor && shape.size() != 2)
+    throw Error(where + ": layout " + layout + " needs a matrix, but the shape is " + shape_string(shape));
+  const uint32_t packing = static_cast<uint32_t>(type->packing);
+  // Layout 1 once held every dtype's panels in an older order, which this reader no longer runs.
+  if (layout_id == static_cast<uint32_t>(Packing::Panels) && type->packing == Packing::BlockPanels)
+    throw Error(where + ": dtype " + dtype +
                 " in layout panel16 is the block order of files written by mmgpt before 2026-11-24, which this "
                 "reader no longer runs; convert the checkpoint again (quantized matrices are now layout 2, panel16q)");
-  if (half(dtype_id) && layout_id == static_cast<uint32_t>(Layout::Panel16))
-    throw Error(where + ": dtype " + dtype_name(dtype_id) +
-                " in layout panel16 is the panel order of files written by mmgpt before layout 3 (2026-11-24), which this "
-                "reader no longer runs; convert the checkpoint again (16-bit matrices are now layout 3, panel16x2)");
-  if (layout_id == kLayoutPanel16Q && !quantized(dtype_id))
-    throw Error(where + ": layout panel16q is only for dtypes q8_0 and q4_0 (this tensor is " + dtype_name(dtype_id) +
-                ")");
-  if (layout_id == kLayoutPanel16Pairs && !half(dtype_id))
-    throw Error(where + ": layout panel16x2 is only for dtypes bf16 and f16 (this tensor is " + dtype_name(dtype_id) +
-                ")");
-  const uint32_t want = quantized(dtype_id) ? kLayoutPanel16Q : half(dtype_id) ? kLayoutPanel16Pairs : layout_id;
-  if (layout_id != want)
-    throw Error(where + ": dtype " + dtype_name(dtype_id) + " is only allowed in layout " + layout_name(want) +
-                " (this tensor is " + layout_name(layout_id) + ")");
+  if (layout_id == static_cast<uint32_t>(Packing::Panels) && type->packing == Packing::PanelPairs)
+    throw Error(where + ": dtype " + dtype +
+                " in layout panel16 is the panel order of files written by mmgpt before layout 3 (2026-11-24), which "
+                "this reader no longer runs; convert the checkpoint again (16-bit matrices are now layout 3, panel16x2)");
+  if (layout_id != kLayoutRowMajor && layout_id != packing)
+    throw Error(where + ": layout " + layout + " is only for dtypes " + dtypes_in_layout(layout_id) +
+                " (this tensor is " + dtype + ")");
+  if (layout_id == kLayoutRowMajor && !type->any_tensor)
+    throw Error(where + ": dtype " + dtype + " is only allowed in layout " + layout_name(packing) + " (this tensor is " +
+                layout + ")");
   uint64_t bytes = 0;
   if (!tensor_bytes(dtype_id, layout_id, shape, bytes))
     throw Error(where + ": shape " + shape_string(shape) + " overflows a 64-bit byte count");
@@ -243,8 +210,8 @@ void check_tensor_set(const std::vector<NamedShape>& tensors, const ModelConfig&
     if (*it->second->shape != spec.shape)
       throw Error(source + ": tensor '" + spec.name + "' has shape " + shape_string(*it->second->shape) +
                   " but the config requires " + shape_string(spec.shape));
-    if (it->second->dtype != DType::F32 && !spec.matrix)
-      throw Error(source + ": tensor '" + spec.name + "' has dtype " + dtype_name(uint32_t(it->second->dtype)) +
+    if (!weight_type_info(it->second->dtype).any_tensor && !spec.matrix)
+      throw Error(source + ": tensor '" + spec.name + "' has dtype " + std::string(weight_type_name(it->second->dtype)) +
                   ", which only the weight matrices of the matmuls may have (everything else is f32)");
     if (it->second->layout == Layout::Panel16 && !spec.matrix)
       throw Error(source + ": tensor '" + spec.name +

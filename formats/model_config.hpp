@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/weight_type.hpp"
+
 namespace mmgpt {
 
 enum class GeluKind : uint32_t { Erf = 0, Tanh = 1 };       // exact erf GELU vs GPT-2's tanh approximation
@@ -42,16 +44,9 @@ struct TokenizerData {
   int64_t eos_id = -1;  // end-of-text token id, or -1 when the vocabulary has none
 };
 
-// Element types a tensor may be stored in (ids are part of the file format).
-// F32: IEEE 754 binary32. BF16: bfloat16, the top 16 bits of a binary32.
-// F16: IEEE 754 binary16. Q8_0 / Q4_0: blocks of 32 8-bit / 4-bit integers
-// with an f16 scale each, arranged for the integer dot-product kernels
-// (kernels/quant_layout.hpp, docs/format.md). All but F32 are allowed only on
-// the weight matrices (TensorSpec::matrix) in layout Panel16.
-enum class DType : uint32_t { F32 = 0, BF16 = 1, F16 = 2, Q8_0 = 3, Q4_0 = 4 };
 // How a tensor's elements are arranged (ids are part of the file format).
 // RowMajor: plain C order over the shape; matrices are [out, in] so each output row is contiguous.
-// Panel16: a matrix [N, K] in the panels the matmul kernels stream (kernels/panel_layout.hpp,
+// Panel16: a matrix [N, K] in the panels the matmul kernels stream (core/panel_layout.hpp,
 //   docs/format.md): ceil(N/16) panels, each K steps of 16 consecutive rows' values.
 enum class Layout : uint32_t { RowMajor = 0, Panel16 = 1 };
 

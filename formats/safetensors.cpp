@@ -9,7 +9,7 @@
 
 #include "formats/error.hpp"
 #include "formats/file_bytes.hpp"
-#include "formats/half.hpp"
+#include "formats/source_element.hpp"
 #include "formats/torch_checkpoint.hpp"
 
 namespace mmgpt {
@@ -24,51 +24,9 @@ constexpr uint64_t kMaxHeader = 100u << 20;
 constexpr int kMaxNesting = 3;
 constexpr size_t kMaxShapeDims = 64;
 
-enum class Kind { F32, F16, BF16, F64, I64, I32, I16, I8, U8, Bool };
-
-struct DType {
-  const char* name;   // in the file
-  const char* torch;  // HostTensor::source_dtype
-  uint64_t size;
-  Kind kind;
-};
-
-// Floating dtypes are what models hold; the others are converted too so that
-// a file carrying an integer buffer (position ids, masks) still loads.
-constexpr DType kDTypes[] = {
-    {"F32", "float32", 4, Kind::F32}, {"F16", "float16", 2, Kind::F16}, {"BF16", "bfloat16", 2, Kind::BF16},
-    {"F64", "float64", 8, Kind::F64}, {"I64", "int64", 8, Kind::I64},   {"I32", "int32", 4, Kind::I32},
-    {"I16", "int16", 2, Kind::I16},   {"I8", "int8", 1, Kind::I8},      {"U8", "uint8", 1, Kind::U8},
-    {"BOOL", "bool", 1, Kind::Bool},
-};
-
-template <typename T>
-T load(const uint8_t* p) {  // tensor data need not be aligned
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-void convert(const uint8_t* src, uint64_t numel, Kind kind, float* dst) {
-  for (uint64_t i = 0; i < numel; ++i) {
-    switch (kind) {
-      case Kind::F32: dst[i] = load<float>(src + 4 * i); break;
-      case Kind::F16: dst[i] = f16_to_f32(load<uint16_t>(src + 2 * i)); break;
-      case Kind::BF16: dst[i] = bf16_to_f32(load<uint16_t>(src + 2 * i)); break;
-      case Kind::F64: dst[i] = static_cast<float>(load<double>(src + 8 * i)); break;
-      case Kind::I64: dst[i] = static_cast<float>(load<int64_t>(src + 8 * i)); break;
-      case Kind::I32: dst[i] = static_cast<float>(load<int32_t>(src + 4 * i)); break;
-      case Kind::I16: dst[i] = static_cast<float>(load<int16_t>(src + 2 * i)); break;
-      case Kind::I8: dst[i] = static_cast<float>(static_cast<int8_t>(src[i])); break;
-      case Kind::U8: dst[i] = static_cast<float>(src[i]); break;
-      case Kind::Bool: dst[i] = src[i] ? 1.0f : 0.0f; break;
-    }
-  }
-}
-
 struct Entry {
   std::string name;
-  const DType* dtype;
+  const SourceElementInfo* dtype;
   std::vector<uint64_t> shape;
   uint64_t begin, end;
 };
@@ -202,9 +160,7 @@ std::vector<std::pair<std::string, HostTensor>> load_safetensors(const std::stri
     const Json *dt = &raw.dtype, *sh = &raw.shape, *off = &raw.offsets;
     if (!dt->is_string()) throw fail(where + " has no string 'dtype'");
     const std::string dtype = dt->get<std::string>();
-    const DType* d = nullptr;
-    for (const DType& k : kDTypes)
-      if (dtype == k.name) d = &k;
+    const SourceElementInfo* d = source_element_by_safetensors_name(dtype);
     if (!d) throw fail(where + " has unsupported dtype '" + dtype + "'");
     if (!sh->is_array()) throw fail(where + " has no 'shape' array");
     Entry e{name, d, {}, 0, 0};
@@ -245,7 +201,7 @@ std::vector<std::pair<std::string, HostTensor>> load_safetensors(const std::stri
     t.source_dtype = e.dtype->torch;
     const uint64_t numel = (e.end - e.begin) / e.dtype->size;
     t.data.resize(static_cast<size_t>(numel));
-    convert(body + e.begin, numel, e.dtype->kind, t.data.data());
+    widen_to_f32(body + e.begin, numel, e.dtype->element, t.data.data());
     out.emplace_back(e.name, std::move(t));
   }
   return out;

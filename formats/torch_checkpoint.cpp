@@ -8,8 +8,8 @@
 
 #include "formats/error.hpp"
 #include "formats/file_bytes.hpp"
-#include "formats/half.hpp"
 #include "formats/pickle.hpp"
+#include "formats/source_element.hpp"
 #include "formats/torch_checkpoint.hpp"
 #include "formats/zip_reader.hpp"
 
@@ -19,59 +19,19 @@ namespace {
 using pickle::Value;
 using pickle::ValuePtr;
 
-enum class Elem { F32, F16, BF16, F64, I64, I32, I16, I8, U8, Bool };
-
-struct StorageType {
-  Elem elem;
-  uint64_t size;     // bytes per element
-  const char* name;  // HostTensor::source_dtype
-};
-
 // Storage classes (torch.FloatStorage, ...) and, for newer writers, dtypes.
-// Integer and f64 storages are converted too, so that a checkpoint whose
-// optimizer state holds e.g. int64 `step` tensors still loads.
-const StorageType* storage_type(const std::string& name) {
-  static const std::unordered_map<std::string, StorageType> table = {
-      {"torch.FloatStorage", {Elem::F32, 4, "float32"}},    {"torch.float32", {Elem::F32, 4, "float32"}},
-      {"torch.HalfStorage", {Elem::F16, 2, "float16"}},     {"torch.float16", {Elem::F16, 2, "float16"}},
-      {"torch.BFloat16Storage", {Elem::BF16, 2, "bfloat16"}}, {"torch.bfloat16", {Elem::BF16, 2, "bfloat16"}},
-      {"torch.DoubleStorage", {Elem::F64, 8, "float64"}},   {"torch.float64", {Elem::F64, 8, "float64"}},
-      {"torch.LongStorage", {Elem::I64, 8, "int64"}},       {"torch.int64", {Elem::I64, 8, "int64"}},
-      {"torch.IntStorage", {Elem::I32, 4, "int32"}},        {"torch.int32", {Elem::I32, 4, "int32"}},
-      {"torch.ShortStorage", {Elem::I16, 2, "int16"}},      {"torch.int16", {Elem::I16, 2, "int16"}},
-      {"torch.CharStorage", {Elem::I8, 1, "int8"}},         {"torch.int8", {Elem::I8, 1, "int8"}},
-      {"torch.ByteStorage", {Elem::U8, 1, "uint8"}},        {"torch.uint8", {Elem::U8, 1, "uint8"}},
-      {"torch.BoolStorage", {Elem::Bool, 1, "bool"}},       {"torch.bool", {Elem::Bool, 1, "bool"}},
+const SourceElementInfo* storage_type(const std::string& name) {
+  static const std::unordered_map<std::string, std::string_view> torch_names = {
+      {"torch.FloatStorage", "float32"},    {"torch.float32", "float32"},   {"torch.HalfStorage", "float16"},
+      {"torch.float16", "float16"},         {"torch.BFloat16Storage", "bfloat16"}, {"torch.bfloat16", "bfloat16"},
+      {"torch.DoubleStorage", "float64"},   {"torch.float64", "float64"},   {"torch.LongStorage", "int64"},
+      {"torch.int64", "int64"},             {"torch.IntStorage", "int32"},  {"torch.int32", "int32"},
+      {"torch.ShortStorage", "int16"},      {"torch.int16", "int16"},       {"torch.CharStorage", "int8"},
+      {"torch.int8", "int8"},               {"torch.ByteStorage", "uint8"}, {"torch.uint8", "uint8"},
+      {"torch.BoolStorage", "bool"},        {"torch.bool", "bool"},
   };
-  const auto it = table.find(name);
-  return it == table.end() ? nullptr : &it->second;
-}
-
-template <typename T>
-T load_le(const uint8_t* p) {  // storages need not be aligned in the file
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-std::vector<float> to_f32(const uint8_t* src, uint64_t numel, Elem elem) {
-  std::vector<float> out(static_cast<size_t>(numel));
-  for (uint64_t i = 0; i < numel; ++i) {
-    float& o = out[i];
-    switch (elem) {
-      case Elem::F32: o = load_le<float>(src + 4 * i); break;
-      case Elem::F16: o = f16_to_f32(load_le<uint16_t>(src + 2 * i)); break;
-      case Elem::BF16: o = bf16_to_f32(load_le<uint16_t>(src + 2 * i)); break;
-      case Elem::F64: o = static_cast<float>(load_le<double>(src + 8 * i)); break;
-      case Elem::I64: o = static_cast<float>(load_le<int64_t>(src + 8 * i)); break;
-      case Elem::I32: o = static_cast<float>(load_le<int32_t>(src + 4 * i)); break;
-      case Elem::I16: o = static_cast<float>(load_le<int16_t>(src + 2 * i)); break;
-      case Elem::I8: o = static_cast<float>(static_cast<int8_t>(src[i])); break;
-      case Elem::U8: o = static_cast<float>(src[i]); break;
-      case Elem::Bool: o = src[i] ? 1.0f : 0.0f; break;
-    }
-  }
-  return out;
+  const auto it = torch_names.find(name);
+  return it == torch_names.end() ? nullptr : source_element_by_torch_name(it->second);
 }
 
 // What one load may materialise: two float elements per file byte (every
@@ -83,14 +43,15 @@ pickle::ElementBudget load_budget(size_t file_size) {
 
 // A storage as the unpickler wants it: a 1-D Tensor value. With src == nullptr
 // it is a placeholder (shape only, see pickle.hpp).
-ValuePtr storage_value(const uint8_t* src, uint64_t numel, const StorageType& type, pickle::ElementBudget& budget,
-                       const std::string& source) {
+ValuePtr storage_value(const uint8_t* src, uint64_t numel, const SourceElementInfo& type,
+                       pickle::ElementBudget& budget, const std::string& source) {
   auto t = std::make_shared<HostTensor>();
   t->shape = {numel};
-  t->source_dtype = type.name;
+  t->source_dtype = type.torch;
   if (src) {
     budget.take(numel, source);
-    t->data = to_f32(src, numel, type.elem);
+    t->data.resize(static_cast<size_t>(numel));
+    widen_to_f32(src, numel, type.element, t->data.data());
   }
   auto v = std::make_shared<Value>();
   v->kind = Value::Kind::Tensor;
@@ -100,7 +61,7 @@ ValuePtr storage_value(const uint8_t* src, uint64_t numel, const StorageType& ty
 
 // The fields of a persistent id ('storage', type, key, location, numel[, view]).
 struct StorageRef {
-  const StorageType* type;
+  const SourceElementInfo* type;
   std::string key;
   uint64_t numel;
   const Value* view;  // legacy (view_key, offset, size) or nullptr
@@ -113,7 +74,7 @@ StorageRef parse_pid(const Value& pid, const std::string& source) {
   if (tag.kind != Value::Kind::String || tag.text != "storage") throw bad("first item is not 'storage'");
   const Value& type_name = *pid.items[1];
   if (type_name.kind != Value::Kind::String) throw bad("storage type is not a global");
-  const StorageType* type = storage_type(type_name.text);
+  const SourceElementInfo* type = storage_type(type_name.text);
   if (!type) throw Error(source + ": unsupported storage type " + type_name.text);
   const Value& key = *pid.items[2];
   if (key.kind != Value::Kind::String) throw bad("storage key is not a string");
@@ -163,7 +124,7 @@ ValuePtr load_zip(const FileBytes& file) {
   auto load = [&](const Value& pid) -> ValuePtr {
     const StorageRef ref = parse_pid(pid, source);
     if (auto it = storages.find(ref.key); it != storages.end()) {
-      if (it->second->tensor->shape[0] != ref.numel || it->second->tensor->source_dtype != ref.type->name)
+      if (it->second->tensor->shape[0] != ref.numel || it->second->tensor->source_dtype != ref.type->torch)
         throw Error(source + ": storage '" + ref.key + "' is referenced with different sizes or types");
       return it->second;
     }
@@ -173,7 +134,7 @@ ValuePtr load_zip(const FileBytes& file) {
     const uint64_t bytes = storage_bytes(ref.numel, ref.type->size, path, ref.key);
     if (entry->size != bytes)
       throw Error(path + ": storage entry '" + name + "' holds " + std::to_string(entry->size) + " bytes, expected " +
-                  std::to_string(bytes) + " (" + std::to_string(ref.numel) + " x " + ref.type->name + ")");
+                  std::to_string(bytes) + " (" + std::to_string(ref.numel) + " x " + std::string(ref.type->torch) + ")");
     ValuePtr v = storage_value(zip.bytes(*entry).data(), ref.numel, *ref.type, budget, path);
     storages.emplace(ref.key, v);
     return v;
@@ -194,7 +155,7 @@ bool looks_legacy(const uint8_t* data, size_t size) {
 }
 
 struct LegacyStorage {
-  const StorageType* type = nullptr;
+  const SourceElementInfo* type = nullptr;
   uint64_t numel = 0;
   const uint8_t* bytes = nullptr;  // set once located in the file
 };
@@ -233,7 +194,7 @@ ValuePtr load_legacy(const FileBytes& file) {
   auto resolve = [&](const Value& pid, bool with_data) -> ValuePtr {
     const StorageRef ref = parse_pid(pid, main_source);
     LegacyStorage& s = storages[ref.key];
-    if (s.type && (s.type != ref.type && std::strcmp(s.type->name, ref.type->name) != 0))
+    if (s.type && s.type != ref.type)
       throw Error(main_source + ": storage '" + ref.key + "' is referenced with different types");
     if (s.type && s.numel != ref.numel)
       throw Error(main_source + ": storage '" + ref.key + "' is referenced with different sizes");

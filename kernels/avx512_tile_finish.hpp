@@ -18,7 +18,7 @@
 
 #include "kernels/epilogue.hpp"
 #include "kernels/isa_table.hpp"
-#include "kernels/panel_layout.hpp"
+#include "core/panel_layout.hpp"
 
 namespace mmgpt::kernels::detail {
 namespace {

@@ -38,7 +38,7 @@
 #include <cstring>
 #include <vector>
 
-#include "formats/half.hpp"
+#include "core/half.hpp"
 #include "kernels/avx512_tile_finish.hpp"
 #include "kernels/decode_prefetch.hpp"
 #include "kernels/isa_table.hpp"

@@ -10,7 +10,7 @@
 // so blocking, tiling and thread splits never change a result.
 #include <cstddef>
 
-#include "kernels/panel_layout.hpp"
+#include "core/panel_layout.hpp"
 
 namespace mmgpt::kernels::detail {
 

@@ -38,7 +38,7 @@
 #include "kernels/epilogue.hpp"
 #include "kernels/decode_prefetch.hpp"
 #include "kernels/gemm_blocking.hpp"
-#include "kernels/panel_layout.hpp"
+#include "core/panel_layout.hpp"
 #include "kernels/widen_simd.hpp"
 
 namespace mmgpt::kernels::simd {

@@ -14,7 +14,7 @@
 
 #include "kernels/epilogue.hpp"
 #include "kernels/kv_blocks.hpp"
-#include "kernels/quant_layout.hpp"
+#include "core/quant_layout.hpp"
 
 namespace mmgpt::kernels::detail {
 
@@ -127,7 +127,7 @@ struct IsaTable {
                                  size_t hd, KVBlocks at, float scale, float* s, float* out);
     void (*attention_heads_f16)(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t heads,
                                 size_t hd, KVBlocks at, float scale, float* s, float* out);
-    // n floats to f16, round to nearest even (kernels::narrow_to_f16's numerics).
+    // n floats to f16, round to nearest even (narrow_to_f16's numerics).
     void (*narrow_f16)(const float* in, size_t n, uint16_t* out);
     // The bf16 dot-product kernels paired with this table (set by dispatch.cpp),
     // or null: matmul_packed then widens bf16 weights (gemm_panels_bf16).

@@ -15,8 +15,8 @@
 #include "kernels/decode_prefetch_kind.hpp"
 #include "kernels/epilogue.hpp"
 #include "kernels/kv_blocks.hpp"
-#include "kernels/panel_layout.hpp"
-#include "kernels/quant_layout.hpp"
+#include "core/panel_layout.hpp"
+#include "core/quant_layout.hpp"
 
 namespace mmgpt::kernels {
 

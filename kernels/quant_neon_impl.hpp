@@ -50,7 +50,7 @@
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/neon_tile_finish.hpp"
-#include "kernels/quant_layout.hpp"
+#include "core/quant_layout.hpp"
 
 namespace mmgpt::kernels::detail {
 namespace {

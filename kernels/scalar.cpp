@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "formats/half.hpp"
+#include "core/half.hpp"
 #include "kernels/constants.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"

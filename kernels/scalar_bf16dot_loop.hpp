@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "formats/half.hpp"
+#include "core/half.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
 

@@ -1,14 +1,14 @@
 // Scalar reference of the panel-packed matmul: the specification of
 // gemm_simd.hpp. One output at a time, summed in float in index order, then
 // the epilogue in the documented order (epilogue.hpp). 16-bit weights are
-// widened to f32 exactly (formats/half.hpp) before the same arithmetic; their
+// widened to f32 exactly (core/half.hpp) before the same arithmetic; their
 // panels go in pairs (panel_layout.hpp).
 #include <vector>
 
-#include "formats/half.hpp"
+#include "core/half.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
-#include "kernels/panel_layout.hpp"
+#include "core/panel_layout.hpp"
 
 namespace mmgpt::kernels::scalar {
 namespace {

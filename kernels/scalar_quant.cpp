@@ -8,10 +8,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "formats/half.hpp"
+#include "core/half.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
-#include "kernels/quant_layout.hpp"
+#include "core/quant_layout.hpp"
 
 namespace mmgpt::kernels::scalar {
 namespace {

@@ -8,10 +8,10 @@
 
 #include "engine/executor.hpp"
 #include "engine/kv_cache.hpp"
-#include "formats/half.hpp"
+#include "core/half.hpp"
 #include "formats/mmgpt_file.hpp"
-#include "kernels/panel_layout.hpp"
-#include "kernels/quant_layout.hpp"
+#include "core/panel_layout.hpp"
+#include "core/quant_layout.hpp"
 
 namespace mmgpt::test {
 
@@ -28,7 +28,7 @@ inline std::string temp_path(const std::string& name) {
 // rounded values as f32 instead (the exact f32 twin of the 16-bit file).
 inline void write_random_model(const std::string& path, const ModelConfig& config, uint64_t seed,
                                const std::string& alphabet = "", float scale = 0.2f, int64_t eos_id = -1,
-                               Layout layout = Layout::RowMajor, DType matrix_dtype = DType::F32,
+                               Layout layout = Layout::RowMajor, WeightType matrix_dtype = WeightType::F32,
                                bool widened_f32 = false) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, scale);
@@ -46,21 +46,21 @@ inline void write_random_model(const std::string& path, const ModelConfig& confi
     const bool norm_weight = spec.name.find("ln_") != std::string::npos && spec.name.ends_with(".weight");
     for (float& v : data) v = (norm_weight ? 1.0f : 0.0f) + normal(rng);
     const bool pack = layout == Layout::Panel16 && spec.matrix;
-    if (pack && (matrix_dtype == DType::Q8_0 || matrix_dtype == DType::Q4_0)) {
+    if (pack && (matrix_dtype == WeightType::Q8_0 || matrix_dtype == WeightType::Q4_0)) {
       // Block-quantized straight from the row-major matrix (as the converter does).
-      const auto wt = static_cast<kernels::WeightType>(matrix_dtype);
-      storage8.emplace_back(kernels::packed_weight_bytes(wt, spec.shape[0], spec.shape[1]));
-      kernels::quantize_panels(data.data(), spec.shape[0], spec.shape[1], wt, storage8.back().data());
+      const auto wt = static_cast<mmgpt::WeightType>(matrix_dtype);
+      storage8.emplace_back(mmgpt::packed_weight_bytes(wt, spec.shape[0], spec.shape[1]));
+      mmgpt::quantize_panels(data.data(), spec.shape[0], spec.shape[1], wt, storage8.back().data());
       tensors.push_back({spec.name, matrix_dtype, Layout::Panel16, spec.shape, storage8.back().data(),
                          storage8.back().size()});
       continue;
     }
-    if (pack && matrix_dtype != DType::F32) {
+    if (pack && matrix_dtype != WeightType::F32) {
       if (widened_f32) {  // the 16-bit values, widened, packed as f32 below
-        for (float& v : data) v = matrix_dtype == DType::BF16 ? bf16_to_f32(f32_to_bf16(v)) : f16_to_f32(f32_to_f16(v));
+        for (float& v : data) v = matrix_dtype == WeightType::BF16 ? bf16_to_f32(f32_to_bf16(v)) : f16_to_f32(f32_to_f16(v));
       } else {  // 16-bit panel pairs (as the converter writes them)
-        storage16.emplace_back(kernels::panel_floats(spec.shape[0], spec.shape[1]));
-        kernels::pack_half_panels(data.data(), spec.shape[0], spec.shape[1], static_cast<kernels::WeightType>(matrix_dtype),
+        storage16.emplace_back(mmgpt::panel_floats(spec.shape[0], spec.shape[1]));
+        mmgpt::pack_half_panels(data.data(), spec.shape[0], spec.shape[1], static_cast<mmgpt::WeightType>(matrix_dtype),
                                   storage16.back().data());
         tensors.push_back({spec.name, matrix_dtype, Layout::Panel16, spec.shape, storage16.back().data(),
                            storage16.back().size() * sizeof(uint16_t)});
@@ -68,12 +68,12 @@ inline void write_random_model(const std::string& path, const ModelConfig& confi
       }
     }
     if (pack) {
-      std::vector<float> packed(kernels::panel_floats(spec.shape[0], spec.shape[1]));
-      kernels::pack_panels(data.data(), spec.shape[0], spec.shape[1], packed.data());
+      std::vector<float> packed(mmgpt::panel_floats(spec.shape[0], spec.shape[1]));
+      mmgpt::pack_panels(data.data(), spec.shape[0], spec.shape[1], packed.data());
       data.swap(packed);
     }
     storage.push_back(std::move(data));
-    tensors.push_back({spec.name, DType::F32, pack ? Layout::Panel16 : Layout::RowMajor, spec.shape,
+    tensors.push_back({spec.name, WeightType::F32, pack ? Layout::Panel16 : Layout::RowMajor, spec.shape,
                        storage.back().data(), storage.back().size() * sizeof(float)});
   }
   TokenizerData tok;

@@ -119,7 +119,7 @@ inline std::vector<float> bf16dot_expected(const float* x, const uint16_t* wp, c
     std::vector<uint16_t> xr(M * kd::bf16dot_row_elems(K));
     kd::bf16dot_round_rows(x, M, K, xr.data());
     std::vector<float> v(M * N);
-    ref->gemm_panels(xr.data(), wp, bias, v.data(), M, K, N, 0, k::panel_count(N), {});
+    ref->gemm_panels(xr.data(), wp, bias, v.data(), M, K, N, 0, mmgpt::panel_count(N), {});
     if (e.act == k::Activation::GeluErf) k::gelu_erf(v.data(), v.size());
     if (e.act == k::Activation::GeluTanh) k::gelu_tanh(v.data(), v.size());
     for (size_t i = 0; i < v.size(); ++i) y[i] = e.accumulate ? y[i] + v[i] : v[i];

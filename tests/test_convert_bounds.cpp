@@ -12,7 +12,7 @@
 #include <string>
 
 #include "formats/error.hpp"
-#include "tools/convert/tokenizer_files.hpp"
+#include "formats/tokenizer_files.hpp"
 
 namespace {
 
@@ -38,16 +38,16 @@ TEST_CASE("vocab.json: nesting, wrong shapes and oversized files are refused ear
   write(m, "a b\n");
   // 20 MB of '[': a JSON document parser would build twenty million nested arrays (gigabytes).
   write(v, std::string(20'000'000, '['));
-  refused_within(48 * MiB, [&] { mmgpt::convert::read_bpe_files(v, m); }, {"vocab.json", "not a JSON object"});
+  refused_within(48 * MiB, [&] { mmgpt::read_bpe_files(v, m); }, {"vocab.json", "not a JSON object"});
   write(v, "{\"a\":" + std::string(20'000'000, '['));
-  refused_within(48 * MiB, [&] { mmgpt::convert::read_bpe_files(v, m); }, {"the id of token \"a\" is not an integer"});
+  refused_within(48 * MiB, [&] { mmgpt::read_bpe_files(v, m); }, {"the id of token \"a\" is not an integer"});
   write(v, "{\"a\":0,\"a\":1}");
-  refused_within(MiB, [&] { mmgpt::convert::read_bpe_files(v, m); }, {"token \"a\" appears twice"});
+  refused_within(MiB, [&] { mmgpt::read_bpe_files(v, m); }, {"token \"a\" appears twice"});
   // A sparse 1 GB file is refused by its size, before it is read.
   {
     std::ofstream(v, std::ios::trunc).close();
     std::filesystem::resize_file(v, uint64_t(1) << 30);
-    refused_within(MiB, [&] { mmgpt::convert::read_bpe_files(v, m); }, {"vocab.json", "1073741824 bytes, more than"});
+    refused_within(MiB, [&] { mmgpt::read_bpe_files(v, m); }, {"vocab.json", "1073741824 bytes, more than"});
   }
 }
 
@@ -56,8 +56,8 @@ TEST_CASE("merges.txt: blank-line floods cost no memory per line") {
   write(v, "{\"a\":0,\"b\":1,\"ab\":2}");
   // 30 MB of blank lines and then a merge: the old reader kept every line (about 1 GB).
   write(m, std::string(30'000'000, '\n') + "a b\n");
-  refused_within(64 * MiB, [&] { mmgpt::convert::read_bpe_files(v, m); }, {"merges.txt", "line 1 is not a merge"});
+  refused_within(64 * MiB, [&] { mmgpt::read_bpe_files(v, m); }, {"merges.txt", "line 1 is not a merge"});
   // Trailing blank lines are still fine.
   write(m, "#version: 0.2\na b\n" + std::string(1000, '\n'));
-  CHECK(mmgpt::convert::read_bpe_files(v, m).merges.size() == 1);
+  CHECK(mmgpt::read_bpe_files(v, m).merges.size() == 1);
 }

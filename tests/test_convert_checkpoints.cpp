@@ -18,8 +18,8 @@
 
 #include "formats/error.hpp"
 #include "formats/mmgpt_file.hpp"
-#include "kernels/panel_layout.hpp"
-#include "kernels/quant_layout.hpp"
+#include "core/panel_layout.hpp"
+#include "core/quant_layout.hpp"
 #include "tools/convert/converter.hpp"
 
 namespace fs = std::filesystem;
@@ -314,7 +314,7 @@ void check_tensors(const mmgpt::ModelFile& m, const std::string& case_name) {
     CHECK(packed == (shape.size() == 2 && name != "wpe"));
     size_t bad = 0;
     for (size_t i = 0; i < want.size(); ++i) {
-      const size_t at = packed ? mmgpt::kernels::panel_index(shape[1], i / shape[1], i % shape[1]) : i;
+      const size_t at = packed ? mmgpt::panel_index(shape[1], i / shape[1], i % shape[1]) : i;
       bad += std::memcmp(&t->f32()[at], &want[i], sizeof(float)) != 0;
     }
     CHECK(bad == 0);
@@ -432,27 +432,27 @@ TEST_CASE("--dtype q8_0 / --dtype-head q4_0: block-quantized matrices within hal
   CHECK(has_note(s, "q8_0"));
   const auto m = mmgpt::ModelFile::open(o.output);
   // (No structured bindings here: clang 14 cannot capture them in CAPTURE.)
-  for (const auto& expected : std::vector<std::pair<std::string, mmgpt::DType>>{
-           {"h.0.mlp.fc.weight", mmgpt::DType::Q8_0}, {"wte", mmgpt::DType::Q8_0},
-           {"lm_head.weight", mmgpt::DType::Q4_0}, {"h.0.ln_1.weight", mmgpt::DType::F32}}) {
+  for (const auto& expected : std::vector<std::pair<std::string, mmgpt::WeightType>>{
+           {"h.0.mlp.fc.weight", mmgpt::WeightType::Q8_0}, {"wte", mmgpt::WeightType::Q8_0},
+           {"lm_head.weight", mmgpt::WeightType::Q4_0}, {"h.0.ln_1.weight", mmgpt::WeightType::F32}}) {
     const std::string& name = expected.first;
-    const mmgpt::DType want_dtype = expected.second;
+    const mmgpt::WeightType want_dtype = expected.second;
     CAPTURE(name);
     const mmgpt::TensorView& t = m.tensor(name);
     CHECK(t.dtype == want_dtype);
-    if (t.dtype == mmgpt::DType::F32) continue;
+    if (t.dtype == mmgpt::WeightType::F32) continue;
     const auto want = read_f32(fs::path(fixture("hf_untied")) / "expected" / (name + ".f32"));
     const size_t N = t.shape[0], K = t.shape[1];
     REQUIRE(want.size() == N * K);
-    const auto wt = static_cast<mmgpt::kernels::WeightType>(t.dtype);
+    const auto wt = static_cast<mmgpt::WeightType>(t.dtype);
     std::vector<float> row(K);
     for (size_t n = 0; n < N; ++n) {
-      mmgpt::kernels::dequantize_panel_row(static_cast<const uint8_t*>(t.data), wt, K, n, row.data());
+      mmgpt::dequantize_panel_row(static_cast<const uint8_t*>(t.data), wt, K, n, row.data());
       float amax = 0;
       for (size_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(want[n * K + k]));  // K <= 32: one block
-      const double step = (wt == mmgpt::kernels::WeightType::Q8_0 ? amax / 127.0 : amax / 8.0) * (1 + 0x1p-10);
+      const double step = (wt == mmgpt::WeightType::Q8_0 ? amax / 127.0 : amax / 8.0) * (1 + 0x1p-10);
       for (size_t k = 0; k < K; ++k)
-        CHECK(std::fabs(row[k] - want[n * K + k]) <= (wt == mmgpt::kernels::WeightType::Q8_0 ? 0.5 : 1.0) * step + 1e-7);
+        CHECK(std::fabs(row[k] - want[n * K + k]) <= (wt == mmgpt::WeightType::Q8_0 ? 0.5 : 1.0) * step + 1e-7);
     }
   }
 }

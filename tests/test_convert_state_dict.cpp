@@ -13,6 +13,7 @@
 #include "tools/convert/tensor_ops.hpp"
 
 namespace fs = std::filesystem;
+using namespace mmgpt;
 using namespace mmgpt::convert;
 
 namespace {

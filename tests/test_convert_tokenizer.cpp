@@ -10,10 +10,10 @@
 #include <string>
 
 #include "formats/error.hpp"
-#include "tools/convert/tokenizer_files.hpp"
+#include "formats/tokenizer_files.hpp"
 
 namespace fs = std::filesystem;
-using namespace mmgpt::convert;
+using namespace mmgpt;
 
 namespace {
 

@@ -402,7 +402,7 @@ TEST_CASE("a decode team member's heads are one group of a cache made for as man
       CAPTURE(n_head);
       CAPTURE(threads);
       const size_t parts = std::min<size_t>(n_head, threads);
-      KVCache cache(test::small_config(1, n_head, 8 * n_head, 8, 50), DType::F32, threads);
+      KVCache cache(test::small_config(1, n_head, 8 * n_head, 8, 50), WeightType::F32, threads);
       REQUIRE(cache.groups() == parts);
       for (size_t part = 0; part < parts; ++part) {
         const auto [h0, h1] = stage_own_block(n_head, parts, part);
@@ -420,7 +420,7 @@ TEST_CASE("KV-cache layout: each row its own place, where blocks() says, for any
   for (uint32_t n_head : {1u, 3u, 5u, 12u}) {
     for (size_t groups : {size_t{0}, size_t{1}, size_t{2}, size_t{5}, size_t{n_head}, size_t{40}}) {
       for (uint32_t n_ctx : {1u, 63u, 65u, 130u}) {
-        for (DType dt : {DType::F32, DType::F16}) {
+        for (WeightType dt : {WeightType::F32, WeightType::F16}) {
           CAPTURE(n_head);
           CAPTURE(groups);
           CAPTURE(n_ctx);
@@ -481,7 +481,7 @@ TEST_CASE("attention gives the same bits whatever the KV cache's groups and the 
   std::vector<float> qkv(3 * d * (prefill + steps));
   uint32_t x = 12345;
   for (float& v : qkv) x = x * 1664525u + 1013904223u, v = static_cast<float>(x >> 8) / float(1 << 24) * 4.0f - 2.0f;
-  for (DType dt : {DType::F32, DType::F16}) {
+  for (WeightType dt : {WeightType::F32, WeightType::F16}) {
     std::vector<float> want;
     for (size_t threads : {1, 2})
       for (size_t groups : {size_t{1}, size_t{2}, size_t{3}, size_t{n_head}}) {

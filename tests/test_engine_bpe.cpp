@@ -12,7 +12,7 @@
 #include "engine/pretokenize.hpp"
 #include "engine/tokenizer.hpp"
 #include "formats/error.hpp"
-#include "tools/convert/tokenizer_files.hpp"
+#include "formats/tokenizer_files.hpp"
 
 using namespace mmgpt;
 
@@ -20,7 +20,7 @@ namespace {
 
 const TokenizerData& gpt2_data() {
   static const TokenizerData data = [] {
-    TokenizerData d = convert::read_bpe_files(MMGPT_SOURCE_DIR "/data/gpt2/encoder.json",
+    TokenizerData d = read_bpe_files(MMGPT_SOURCE_DIR "/data/gpt2/encoder.json",
                                               MMGPT_SOURCE_DIR "/data/gpt2/vocab.bpe");
     d.eos_id = 50256;
     return d;

@@ -24,7 +24,7 @@
 #include "engine_test_model.hpp"
 #include "formats/mmgpt_file_rules.hpp"
 #include "kernels/kernels.hpp"
-#include "kernels/quant_layout.hpp"
+#include "core/quant_layout.hpp"
 
 using namespace mmgpt;
 using test::all_logits;
@@ -34,7 +34,7 @@ namespace {
 
 // All logits of `ids` from an empty cache of type kv, with at most `threads` threads.
 std::vector<float> logits_with(const std::shared_ptr<const Model>& model, const std::vector<int32_t>& ids,
-                               int threads, DType kv = DType::F32) {
+                               int threads, WeightType kv = WeightType::F32) {
   tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
   Executor ex(model);
   KVCache cache(model->config(), kv);
@@ -42,7 +42,7 @@ std::vector<float> logits_with(const std::shared_ptr<const Model>& model, const 
   return {l.begin(), l.end()};
 }
 
-std::string name(DType d) { return mmgpt_file::dtype_name(static_cast<uint32_t>(d)); }
+std::string name(WeightType d) { return std::string(mmgpt::weight_type_name(d)); }
 
 // A small model shaped like GPT-2 (tied head, tanh GELU, biases everywhere,
 // width a multiple of 64 heads, MLP 4x).
@@ -55,7 +55,7 @@ ModelConfig gpt2_like() {
 }  // namespace
 
 TEST_CASE("a bf16 / f16 model computes bit for bit what its widened f32 twin computes") {
-  for (DType dt : {DType::BF16, DType::F16})
+  for (WeightType dt : {WeightType::BF16, WeightType::F16})
     for (bool tied : {true, false}) {
       CAPTURE(name(dt));
       CAPTURE(tied);
@@ -65,7 +65,7 @@ TEST_CASE("a bf16 / f16 model computes bit for bit what its widened f32 twin com
         std::string isa{kernels::isa_name()};
         ~Restore() { kernels::force_isa(isa); }
       } restore;
-      if (dt == DType::BF16 && kernels::bf16_isa_name() != "f32")
+      if (dt == WeightType::BF16 && kernels::bf16_isa_name() != "f32")
         REQUIRE(kernels::force_isa(kernels::isa_name(), false));
       ModelConfig cfg = test::small_config(2, 3, 30, 16, 37);
       cfg.tied_lm_head = tied;
@@ -75,8 +75,8 @@ TEST_CASE("a bf16 / f16 model computes bit for bit what its widened f32 twin com
       Executor ha(Model::load(a)), fb(Model::load(b));
       CHECK(ha.model().file().tensor("h.0.mlp.fc.weight").dtype == dt);
       CHECK(ha.model().file().tensor("wte").dtype == dt);
-      CHECK(ha.model().file().tensor("wpe").dtype == DType::F32);
-      CHECK(fb.model().file().tensor("wte").dtype == DType::F32);
+      CHECK(ha.model().file().tensor("wpe").dtype == WeightType::F32);
+      CHECK(fb.model().file().tensor("wte").dtype == WeightType::F32);
       CHECK(ha.graph().to_string().find(std::string("w=h.0.attn.qkv.weight [panel16 ") + name(dt) + "]") !=
             std::string::npos);
       auto ids = random_ids(cfg.n_ctx, cfg.vocab_size, 4);
@@ -86,7 +86,7 @@ TEST_CASE("a bf16 / f16 model computes bit for bit what its widened f32 twin com
 }
 
 TEST_CASE("q8_0 / q4_0 model: quantized matmuls in the graph, dequantized embedding rows") {
-  for (DType dt : {DType::Q8_0, DType::Q4_0}) {
+  for (WeightType dt : {WeightType::Q8_0, WeightType::Q4_0}) {
     CAPTURE(name(dt));
     ModelConfig cfg = test::small_config(2, 3, 30, 16, 37);  // width 30: blocks of 32 padded
     const std::string path = test::temp_path("engine_quant.mmgpt");
@@ -94,8 +94,8 @@ TEST_CASE("q8_0 / q4_0 model: quantized matmuls in the graph, dequantized embedd
     Executor ex(Model::load(path));
     const TensorView& wte = ex.model().file().tensor("wte");
     CHECK(wte.dtype == dt);
-    CHECK(ex.model().file().tensor("wpe").dtype == DType::F32);
-    CHECK(wte.nbytes == kernels::packed_weight_bytes(static_cast<kernels::WeightType>(dt), 37, 30));
+    CHECK(ex.model().file().tensor("wpe").dtype == WeightType::F32);
+    CHECK(wte.nbytes == mmgpt::packed_weight_bytes(static_cast<mmgpt::WeightType>(dt), 37, 30));
     CHECK(ex.graph().to_string().find("w=h.0.mlp.fc.weight [panel16 " + name(dt) + "]") != std::string::npos);
     // Every token's embedding row is read (dequantized) at position 0.
     for (int32_t id : {0, 15, 16, 36}) {
@@ -116,7 +116,7 @@ TEST_CASE("GPT-2-shaped model: reduced-precision logits stay close to the f32 mo
   const auto want = all_logits(ef, ids);
   const size_t V = cfg.vocab_size, T = ids.size();
   double kl_q8 = 0, kl_q4 = 0;
-  for (DType dt : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0}) {
+  for (WeightType dt : {WeightType::BF16, WeightType::F16, WeightType::Q8_0, WeightType::Q4_0}) {
     CAPTURE(name(dt));
     const std::string h = test::temp_path("engine_half_gpt2.mmgpt");
     test::write_random_model(h, cfg, 99, "", 0.08f, -1, Layout::Panel16, dt);
@@ -155,9 +155,9 @@ TEST_CASE("GPT-2-shaped model: reduced-precision logits stay close to the f32 mo
     // the activations to 1/254 of theirs. Random weights give flat
     // distributions with near-ties, so the argmax bounds are loose.
     switch (dt) {
-      case DType::BF16: CHECK(worst_rel < 0.02); CHECK(mean_kl < 1e-4); CHECK(argmax_differ <= T / 10); break;
-      case DType::F16: CHECK(worst_rel < 0.003); CHECK(mean_kl < 2e-6); CHECK(argmax_differ <= T / 10); break;
-      case DType::Q8_0: CHECK(worst_rel < 0.05); CHECK(mean_kl < 1e-3); CHECK(argmax_differ <= T / 10); kl_q8 = mean_kl; break;
+      case WeightType::BF16: CHECK(worst_rel < 0.02); CHECK(mean_kl < 1e-4); CHECK(argmax_differ <= T / 10); break;
+      case WeightType::F16: CHECK(worst_rel < 0.003); CHECK(mean_kl < 2e-6); CHECK(argmax_differ <= T / 10); break;
+      case WeightType::Q8_0: CHECK(worst_rel < 0.05); CHECK(mean_kl < 1e-3); CHECK(argmax_differ <= T / 10); kl_q8 = mean_kl; break;
       default: CHECK(worst_rel < 0.3); CHECK(mean_kl < 5e-2); CHECK(argmax_differ <= T / 3); kl_q4 = mean_kl; break;
     }
   }
@@ -166,10 +166,10 @@ TEST_CASE("GPT-2-shaped model: reduced-precision logits stay close to the f32 mo
 }
 
 TEST_CASE("reduced-precision model: decode with the KV cache matches prefill, for any thread count") {
-  for (DType dt : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0}) {
+  for (WeightType dt : {WeightType::BF16, WeightType::F16, WeightType::Q8_0, WeightType::Q4_0}) {
     CAPTURE(name(dt));
     ModelConfig cfg = test::small_config(2, 4, 64, 24, 101);
-    cfg.tied_lm_head = dt == DType::F16 || dt == DType::Q4_0;
+    cfg.tied_lm_head = dt == WeightType::F16 || dt == WeightType::Q4_0;
     const std::string path = test::temp_path("engine_half_cache.mmgpt");
     test::write_random_model(path, cfg, 8, "", 0.2f, -1, Layout::Panel16, dt);
     auto model = Model::load(path);
@@ -200,7 +200,7 @@ TEST_CASE("KV cache in bf16 / f16: thread-independent, decode matches prefill, c
   auto ids = random_ids(cfg.n_ctx, cfg.vocab_size, 5);
   const size_t V = cfg.vocab_size;
   const auto f32 = logits_with(model, ids, 2);
-  for (DType kv : {DType::BF16, DType::F16}) {
+  for (WeightType kv : {WeightType::BF16, WeightType::F16}) {
     CAPTURE(name(kv));
     KVCache cache(cfg, kv);
     CHECK(cache.dtype() == kv);
@@ -223,7 +223,7 @@ TEST_CASE("KV cache in bf16 / f16: thread-independent, decode matches prefill, c
     }
     MESSAGE(name(kv) << " KV cache: largest logit change " << err << " (largest logit " << range << ")");
     CHECK(err > 0);  // the cache really holds 16-bit values
-    CHECK(err < (kv == DType::BF16 ? 0.02 : 0.003) * range);
+    CHECK(err < (kv == WeightType::BF16 ? 0.02 : 0.003) * range);
   }
-  CHECK_THROWS_AS(KVCache(cfg, DType::Q8_0), Error);
+  CHECK_THROWS_AS(KVCache(cfg, WeightType::Q8_0), Error);
 }

@@ -180,7 +180,7 @@ TEST_CASE("tuner: another owner's steps run the choice and are not timed; a stal
 TEST_CASE("decode under the process's tuner gives the bits of a fixed hint, and counts its steps") {
   ModelConfig cfg = test::small_config(2, 4, 64, 600, 97);
   const std::string path = test::temp_path("engine_prefetch_tuner.mmgpt");
-  test::write_random_model(path, cfg, 3, "", 0.2f, -1, Layout::Panel16, DType::Q4_0);
+  test::write_random_model(path, cfg, 3, "", 0.2f, -1, Layout::Panel16, WeightType::Q4_0);
   auto model = Model::load(path);
   const auto ids = test::random_ids(cfg.n_ctx, cfg.vocab_size, 9);
   kt::DecodePrefetchGuard guard;
@@ -216,7 +216,7 @@ TEST_CASE("batched decode steps are tuned apart from one sequence's, with the bi
   // keyed by the batch size, and its steps are counted as decode steps.
   ModelConfig cfg = test::small_config(2, 4, 64, 600, 97);
   const std::string path = test::temp_path("engine_prefetch_tuner_batch.mmgpt");
-  test::write_random_model(path, cfg, 5, "", 0.2f, -1, Layout::Panel16, DType::Q8_0);
+  test::write_random_model(path, cfg, 5, "", 0.2f, -1, Layout::Panel16, WeightType::Q8_0);
   auto model = Model::load(path);
   const auto a = test::random_ids(cfg.n_ctx, cfg.vocab_size, 11), b = test::random_ids(cfg.n_ctx, cfg.vocab_size, 12);
   kt::DecodePrefetchGuard guard;

@@ -267,12 +267,12 @@ TEST_CASE("run_stages: with the prefetch hint none, a waiting member asks for no
 
 namespace {
 
-std::string name(DType d) { return mmgpt_file::dtype_name(static_cast<uint32_t>(d)); }
+std::string name(WeightType d) { return std::string(mmgpt::weight_type_name(d)); }
 
 // Logits of prefilling ids[0, 3) and then decoding the rest one at a time,
 // each step's row appended; `members` as Executor::set_decode_team.
 std::vector<float> decode_logits(std::shared_ptr<const Model> model, const std::vector<int32_t>& ids, size_t members,
-                                 DType kv = DType::F32) {
+                                 WeightType kv = WeightType::F32) {
   Executor ex(std::move(model));
   ex.set_decode_team(members);
   KVCache cache(ex.model().config(), kv);
@@ -294,25 +294,25 @@ TEST_CASE("a decode step run by a team equals the op-by-op run bit for bit, for 
   // members than parts. Heads of 68 are not whole q8 blocks, so there only
   // the MLP projection's x comes quantized by its producers (the fc parts);
   // with heads of 64 (n_embd 256, q8_0 / q4_0) the attention output's does too.
-  const std::pair<size_t, DType> cases[] = {{272, DType::F32},  {272, DType::BF16}, {272, DType::F16},
-                                            {272, DType::Q8_0}, {272, DType::Q4_0}, {256, DType::Q8_0},
-                                            {256, DType::Q4_0}};
+  const std::pair<size_t, WeightType> cases[] = {{272, WeightType::F32},  {272, WeightType::BF16}, {272, WeightType::F16},
+                                            {272, WeightType::Q8_0}, {272, WeightType::Q4_0}, {256, WeightType::Q8_0},
+                                            {256, WeightType::Q4_0}};
   for (const auto& shape_and_type : cases) {
     // Plain variables, not structured bindings: doctest's CAPTURE is a lambda,
     // and Debian 12's clang 14 (the sanitizer builds) cannot capture a binding.
     const size_t n_embd = shape_and_type.first;
-    const DType dt = shape_and_type.second;
+    const WeightType dt = shape_and_type.second;
     CAPTURE(n_embd);
     CAPTURE(name(dt));
     ModelConfig cfg = test::small_config(2, 4, n_embd, 20, 101);
-    cfg.tied_lm_head = dt == DType::F16 || dt == DType::Q4_0;
+    cfg.tied_lm_head = dt == WeightType::F16 || dt == WeightType::Q4_0;
     const std::string path = test::temp_path("engine_team.mmgpt");
     test::write_random_model(path, cfg, 12, "", 0.2f, -1, Layout::Panel16, dt);
     auto model = Model::load(path);
     const auto ids = test::random_ids(cfg.n_ctx, cfg.vocab_size, 6);
     REQUIRE(kernels::panel_range_grain(1, cfg.n_embd, 3 * cfg.n_embd, 2) <
-            kernels::panel_count(3 * cfg.n_embd));  // the team really splits matmuls
-    for (DType kv : {DType::F32, DType::F16}) {
+            mmgpt::panel_count(3 * cfg.n_embd));  // the team really splits matmuls
+    for (WeightType kv : {WeightType::F32, WeightType::F16}) {
       CAPTURE(name(kv));
       std::vector<float> plain;
       {

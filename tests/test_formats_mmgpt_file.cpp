@@ -84,7 +84,7 @@ Model make_model(const ModelConfig& config, const TokenizerData& tokenizer) {
     std::vector<float> v(n);
     for (uint64_t k = 0; k < n; ++k) v[k] = static_cast<float>(i) + static_cast<float>(k) * 0.001f;
     m.storage.push_back(std::move(v));
-    m.tensors.push_back({specs[i].name, DType::F32, Layout::RowMajor, specs[i].shape, m.storage.back().data(),
+    m.tensors.push_back({specs[i].name, WeightType::F32, Layout::RowMajor, specs[i].shape, m.storage.back().data(),
                          n * sizeof(float)});
   }
   return m;
@@ -308,7 +308,7 @@ TEST_CASE("round trip through a file: config, char tokenizer, tensor bytes, mapp
     CAPTURE(t.name);
     CHECK(t.name == m.tensors[i].name);
     CHECK(t.shape == m.tensors[i].shape);
-    CHECK(t.dtype == DType::F32);
+    CHECK(t.dtype == WeightType::F32);
     CHECK(t.layout == Layout::RowMajor);
     CHECK(t.nbytes == m.tensors[i].nbytes);
     CHECK(t.numel() * 4 == t.nbytes);
@@ -733,7 +733,7 @@ TEST_CASE("the writer refuses invalid models and leaves no file") {
       {[](Model& m) { m.tensors[1].data = nullptr; }, "tensor 'wpe': data is null"},
       {[](Model& m) { m.tensors[1].nbytes -= 4; }, "tensor 'wpe': nbytes"},
       {[](Model& m) { m.tensors[1].shape = {8, 16}; }, "tensor 'wpe' has shape [8, 16]"},
-      {[](Model& m) { m.tensors[1].dtype = static_cast<DType>(9); }, "unknown dtype id 9"},
+      {[](Model& m) { m.tensors[1].dtype = static_cast<WeightType>(9); }, "unknown dtype id 9"},
       {[](Model& m) { m.tensors[1].layout = static_cast<Layout>(9); }, "unknown layout id 9"},
       {[](Model& m) { m.config.norm_bias = false; }, "unexpected tensor 'h.0.ln_1.bias'"},
       {[](Model& m) { m.tokenizer.tokens.push_back(""); }, "tokenizer token 10 is empty"},
@@ -892,7 +892,7 @@ TEST_CASE("bf16 / f16 matrices: round trip, 2 bytes per element in panel16, nowh
       for (uint64_t c = 0; c < k; ++c) p[(r / 16) * 16 * k + c * 16 + r % 16] = uint16_t(1000 * i + r * k + c);
     packed.push_back(std::move(p));
     m.tensors[i].layout = Layout::Panel16;
-    m.tensors[i].dtype = specs[i].name == "lm_head.weight" ? DType::F16 : DType::BF16;
+    m.tensors[i].dtype = specs[i].name == "lm_head.weight" ? WeightType::F16 : WeightType::BF16;
     m.tensors[i].data = packed.back().data();
     m.tensors[i].nbytes = packed.back().size() * sizeof(uint16_t);
   }
@@ -902,7 +902,7 @@ TEST_CASE("bf16 / f16 matrices: round trip, 2 bytes per element in panel16, nowh
   for (const TensorSpec& s : specs) {
     CAPTURE(s.name);
     const TensorView& t = f.tensor(s.name);
-    CHECK(t.dtype == (!s.matrix ? DType::F32 : s.name == "lm_head.weight" ? DType::F16 : DType::BF16));
+    CHECK(t.dtype == (!s.matrix ? WeightType::F32 : s.name == "lm_head.weight" ? WeightType::F16 : WeightType::BF16));
   }
   const TensorView& wte = f.tensor("wte");  // [11, 8]: one panel of 16 x 8 two-byte elements
   CHECK(wte.nbytes == 16 * 8 * 2);
@@ -912,7 +912,7 @@ TEST_CASE("bf16 / f16 matrices: round trip, 2 bytes per element in panel16, nowh
 
   // The writer refuses a 16-bit dtype outside panel16 (stored as panel16x2), and on a tensor that is not a matrix.
   Model bad = make_model(cfg, char_tokenizer());
-  bad.tensors[0].dtype = DType::BF16;  // wte, row-major
+  bad.tensors[0].dtype = WeightType::BF16;  // wte, row-major
   bad.tensors[0].nbytes /= 2;
   CHECK_THROWS_WITH_AS(write(dir + "/bad.mmgpt", bad),
                        doctest::Contains("tensor 'wte': dtype bf16 is only allowed in layout panel16x2 (this tensor is row-major)"),
@@ -920,7 +920,7 @@ TEST_CASE("bf16 / f16 matrices: round trip, 2 bytes per element in panel16, nowh
   // wpe [16, 8] in panel16 f16: right size, but not a matmul weight.
   bad = make_model(cfg, char_tokenizer());
   std::vector<uint16_t> wpe16(16 * 8, 0);
-  bad.tensors[1].dtype = DType::F16;
+  bad.tensors[1].dtype = WeightType::F16;
   bad.tensors[1].layout = Layout::Panel16;
   bad.tensors[1].data = wpe16.data();
   bad.tensors[1].nbytes = wpe16.size() * 2;

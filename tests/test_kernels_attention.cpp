@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "formats/half.hpp"
+#include "core/half.hpp"
 #include "kernels_testing.hpp"
 
 namespace k = mmgpt::kernels;
@@ -103,24 +103,24 @@ TEST_CASE("attention_row over bf16 / f16 keys and values: bit for bit the f32 ro
     const size_t ns[] = {1, 2, 7, 8, 9, 16, 17, 33, 129};
     auto run_all = [&](bool scalar) {
         uint32_t seed = 77;
-        for (k::WeightType t : {k::WeightType::BF16, k::WeightType::F16})
+        for (mmgpt::WeightType t : {mmgpt::WeightType::BF16, mmgpt::WeightType::F16})
             for (size_t hd : hds)
                 for (size_t n : ns) {
                     CAPTURE(hd);
                     CAPTURE(n);
-                    CAPTURE(t == k::WeightType::BF16 ? "bf16" : "f16");
+                    CAPTURE(t == mmgpt::WeightType::BF16 ? "bf16" : "f16");
                     const auto q = kt::random_floats(hd, -2, 2, seed += 3);
                     const auto kf = kt::random_floats(n * hd, -2, 2, seed + 1), vf = kt::random_floats(n * hd, -1, 1, seed + 2);
                     std::vector<uint16_t> k16(n * hd), v16(n * hd);
                     k::narrow(kf.data(), kf.size(), t, k16.data());
                     k::narrow(vf.data(), vf.size(), t, v16.data());
                     std::vector<float> kw(n * hd), vw(n * hd);
-                    auto widen = [t](uint16_t e) { return t == k::WeightType::BF16 ? mmgpt::bf16_to_f32(e) : mmgpt::f16_to_f32(e); };
+                    auto widen = [t](uint16_t e) { return t == mmgpt::WeightType::BF16 ? mmgpt::bf16_to_f32(e) : mmgpt::f16_to_f32(e); };
                     for (size_t i = 0; i < n * hd; ++i) kw[i] = widen(k16[i]), vw[i] = widen(v16[i]);
                     const float scale = 1.0f / std::sqrt(float(hd));
                     std::vector<float> s1(n), s2(n), o1(hd), o2(hd);
                     if (scalar) {
-                        (t == k::WeightType::BF16 ? k::scalar::attention_row_bf16 : k::scalar::attention_row_f16)(
+                        (t == mmgpt::WeightType::BF16 ? k::scalar::attention_row_bf16 : k::scalar::attention_row_f16)(
                             q.data(), k16.data(), v16.data(), n, hd, scale, s1.data(), o1.data());
                         k::scalar::attention_row(q.data(), kw.data(), vw.data(), n, hd, scale, s2.data(), o2.data());
                     } else {
@@ -149,7 +149,7 @@ TEST_CASE("attention_heads over blocks of positions: each head bit for bit its r
     const size_t heads_counts[] = {1, 3, 12};
     auto run_all = [&] {
         uint32_t seed = 500;
-        for (k::WeightType t : {k::WeightType::F32, k::WeightType::BF16, k::WeightType::F16})
+        for (mmgpt::WeightType t : {mmgpt::WeightType::F32, mmgpt::WeightType::BF16, mmgpt::WeightType::F16})
             for (size_t hd : hds)
                 for (size_t n : ns)
                     for (size_t block : blocks)
@@ -177,7 +177,7 @@ TEST_CASE("attention_heads over blocks of positions: each head bit for bit its r
                             std::vector<uint16_t> kb(cells), vb(cells), krb(kr.size()), vrb(vr.size());
                             const void *kp = kf.data(), *vp = vf.data(), *krp = kr.data(), *vrp = vr.data();
                             size_t elem = sizeof(float);
-                            if (t != k::WeightType::F32) {
+                            if (t != mmgpt::WeightType::F32) {
                                 k::narrow(kf.data(), cells, t, kb.data());
                                 k::narrow(vf.data(), cells, t, vb.data());
                                 k::narrow(kr.data(), kr.size(), t, krb.data());
@@ -210,10 +210,10 @@ TEST_CASE("attention_heads over blocks of positions: each head bit for bit its r
 
 TEST_CASE("attention_heads: a block that is not a positive multiple of 16 is refused") {
     std::vector<float> q(4), kv(64), s(2), out(4);
-    CHECK_THROWS_AS(k::attention_heads(q.data(), kv.data(), kv.data(), k::WeightType::F32, 2, 1, 4, {8, 0, 0}, 1.0f,
+    CHECK_THROWS_AS(k::attention_heads(q.data(), kv.data(), kv.data(), mmgpt::WeightType::F32, 2, 1, 4, {8, 0, 0}, 1.0f,
                                        s.data(), out.data()),
                     std::invalid_argument);
-    CHECK_THROWS_AS(k::attention_heads(q.data(), kv.data(), kv.data(), k::WeightType::F32, 2, 1, 4, {0, 0, 0}, 1.0f,
+    CHECK_THROWS_AS(k::attention_heads(q.data(), kv.data(), kv.data(), mmgpt::WeightType::F32, 2, 1, 4, {0, 0, 0}, 1.0f,
                                        s.data(), out.data()),
                     std::invalid_argument);
 }
@@ -234,9 +234,9 @@ TEST_CASE("narrow to f16 / bf16: every path equals the scalar rounding, specials
             if (n > x.size()) continue;
             CAPTURE(n);
             std::vector<uint16_t> got(n);
-            k::narrow(x.data(), n, k::WeightType::F16, got.data());
+            k::narrow(x.data(), n, mmgpt::WeightType::F16, got.data());
             CHECK(std::equal(got.begin(), got.end(), want_f16.begin()));
-            k::narrow(x.data(), n, k::WeightType::BF16, got.data());
+            k::narrow(x.data(), n, mmgpt::WeightType::BF16, got.data());
             CHECK(std::equal(got.begin(), got.end(), want_bf16.begin()));
         }
     };

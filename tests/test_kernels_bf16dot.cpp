@@ -27,7 +27,7 @@
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
-#include "formats/half.hpp"
+#include "core/half.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels_testing.hpp"
 
@@ -46,8 +46,8 @@ std::vector<uint16_t> round_rows(const std::vector<float>& x, size_t M, size_t K
 
 // Row-major W[N, K] to bf16 panel pairs.
 std::vector<uint16_t> pack_bf16(const std::vector<float>& w, size_t N, size_t K) {
-    std::vector<uint16_t> h(k::panel_floats(N, K));
-    k::pack_half_panels(w.data(), N, K, k::WeightType::BF16, h.data());
+    std::vector<uint16_t> h(mmgpt::panel_floats(N, K));
+    mmgpt::pack_half_panels(w.data(), N, K, mmgpt::WeightType::BF16, h.data());
     return h;
 }
 
@@ -238,9 +238,9 @@ TEST_CASE("every bf16 dot-product set equals the reference bit for bit, every sh
                                 const auto want = kt::bf16dot_expected(x.data(), wp.data(), b, y0, M, K, N, e, &ref);
                                 std::vector<float> got = y0;
                                 // Two panel ranges, as threads would split them.
-                                const size_t split = k::panel_count(N) / 2;
+                                const size_t split = mmgpt::panel_count(N) / 2;
                                 set->gemm_panels(xr.data(), wp.data(), b, got.data(), M, K, N, 0, split, e);
-                                set->gemm_panels(xr.data(), wp.data(), b, got.data(), M, K, N, split, k::panel_count(N), e);
+                                set->gemm_panels(xr.data(), wp.data(), b, got.data(), M, K, N, split, mmgpt::panel_count(N), e);
                                 ++compared;
                                 if (set == &ref && e.act != Activation::None) {
                                     // The reference's own GELU is the scalar one (std::erf / std::tanh):
@@ -301,14 +301,14 @@ TEST_CASE("each reference against the exact product of the rounded values, and o
         const auto xr = round_rows(x, M, K);
         const auto wp = pack_bf16(w, N, K);
         std::vector<float> y(M * N);
-        ref.set->gemm_panels(xr.data(), wp.data(), nullptr, y.data(), M, K, N, 0, k::panel_count(N), {});
+        ref.set->gemm_panels(xr.data(), wp.data(), nullptr, y.data(), M, K, N, 0, mmgpt::panel_count(N), {});
         const size_t Kp = kd::bf16dot_row_elems(K);
         size_t bad = 0;
         for (size_t m = 0; m < M; ++m)
             for (size_t n = 0; n < N; ++n) {
                 double exact = 0, mag = 0, unrounded = 0, umag = 0;
                 for (size_t kk = 0; kk < K; ++kk) {
-                    const double wv = mmgpt::bf16_to_f32(wp[k::half_panel_index(N, K, n, kk)]);
+                    const double wv = mmgpt::bf16_to_f32(wp[mmgpt::half_panel_index(N, K, n, kk)]);
                     const double p = double(mmgpt::bf16_to_f32(xr[m * Kp + kk])) * wv;
                     exact += p, mag += std::fabs(p);
                     unrounded += double(x[m * K + kk]) * wv, umag += std::fabs(double(x[m * K + kk]) * wv);
@@ -346,14 +346,14 @@ TEST_CASE("matmul_packed with bf16 weights on the bf16 dot product: any thread c
                     CAPTURE(threads);
                     tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
                     std::vector<float> got(M * N);
-                    k::matmul_packed(x.data(), wp.data(), k::WeightType::BF16, bias.data(), got.data(), M, K, N, e);
+                    k::matmul_packed(x.data(), wp.data(), mmgpt::WeightType::BF16, bias.data(), got.data(), M, K, N, e);
                     CHECK(count_differ(got, want) == 0);
                 }
                 // One row at a time (decode) gives the rows of the whole product (prefill).
                 size_t differ = 0;
                 std::vector<float> one(N);
                 for (size_t m = 0; m < M; m += 7) {
-                    k::matmul_packed(x.data() + m * K, wp.data(), k::WeightType::BF16, bias.data(), one.data(), 1, K, N, e);
+                    k::matmul_packed(x.data() + m * K, wp.data(), mmgpt::WeightType::BF16, bias.data(), one.data(), 1, K, N, e);
                     differ += count_differ(one, std::vector<float>(want.begin() + m * N, want.begin() + (m + 1) * N));
                 }
                 CHECK(differ == 0);

@@ -12,7 +12,7 @@
 
 namespace k = mmgpt::kernels;
 using k::Activation;
-using k::WeightType;
+using mmgpt::WeightType;
 
 TEST_CASE("the default instantiation is the best the CPU runs") {
     const std::string name{k::isa_name()};
@@ -185,13 +185,13 @@ TEST_CASE("decode and small batches under each prefetch hint: every weight type 
                 const auto w = kt::random_floats(N * K, -1, 1, static_cast<uint32_t>(N + K));
                 const auto x = kt::random_floats(M * K, -2, 2, static_cast<uint32_t>(7 * K + N));
                 const auto bias = kt::random_floats(N, -1, 1, 3);
-                std::vector<uint8_t> wp(k::packed_weight_bytes(t, N, K));  // prefetches past its end never fault
+                std::vector<uint8_t> wp(mmgpt::packed_weight_bytes(t, N, K));  // prefetches past its end never fault
                 if (t == WeightType::F32)
-                    k::pack_panels(w.data(), N, K, reinterpret_cast<float*>(wp.data()));
+                    mmgpt::pack_panels(w.data(), N, K, reinterpret_cast<float*>(wp.data()));
                 else if (t == WeightType::BF16 || t == WeightType::F16)
-                    k::pack_half_panels(w.data(), N, K, t, reinterpret_cast<uint16_t*>(wp.data()));
+                    mmgpt::pack_half_panels(w.data(), N, K, t, reinterpret_cast<uint16_t*>(wp.data()));
                 else
-                    k::quantize_panels(w.data(), N, K, t, wp.data());
+                    mmgpt::quantize_panels(w.data(), N, K, t, wp.data());
                 for (int budget : {1, 2}) {
                     tbb::global_control c(tbb::global_control::max_allowed_parallelism, budget);
                     tbb::task_arena arena(budget);

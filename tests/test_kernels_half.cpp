@@ -26,7 +26,7 @@
 
 #include <tbb/global_control.h>
 
-#include "formats/half.hpp"
+#include "core/half.hpp"
 #include "kernels/gemm_blocking.hpp"
 #include "kernels_testing.hpp"
 
@@ -34,7 +34,7 @@ namespace k = mmgpt::kernels;
 namespace kd = mmgpt::kernels::detail;
 using k::Activation;
 using k::Epilogue;
-using k::WeightType;
+using mmgpt::WeightType;
 using kt::kU;
 
 namespace {
@@ -52,13 +52,13 @@ struct HalfMatrix {
 
 HalfMatrix make_half(const std::vector<float>& w, size_t N, size_t K, WeightType t) {
     HalfMatrix h;
-    h.packed.resize(k::panel_floats(N, K));
-    k::pack_half_panels(w.data(), N, K, t, h.packed.data());
+    h.packed.resize(mmgpt::panel_floats(N, K));
+    mmgpt::pack_half_panels(w.data(), N, K, t, h.packed.data());
     h.wide.resize(N * K);
     for (size_t n = 0; n < N; ++n)
-        for (size_t kk = 0; kk < K; ++kk) h.wide[n * K + kk] = widen(h.packed[k::half_panel_index(N, K, n, kk)], t);
+        for (size_t kk = 0; kk < K; ++kk) h.wide[n * K + kk] = widen(h.packed[mmgpt::half_panel_index(N, K, n, kk)], t);
     h.packed_wide.resize(h.packed.size());
-    k::pack_panels(h.wide.data(), N, K, h.packed_wide.data());
+    mmgpt::pack_panels(h.wide.data(), N, K, h.packed_wide.data());
     return h;
 }
 
@@ -93,9 +93,9 @@ bool dot_product(WeightType t) { return t == WeightType::BF16 && kt::bf16dot_act
 std::vector<float> run_widening(const std::vector<float>& x, const uint16_t* wp, WeightType t, const float* bias,
                                 std::vector<float> y, size_t M, size_t K, size_t N, Epilogue e) {
     const auto& tab = kd::active_table();
-    std::vector<float> scratch(kd::gemm_scratch_floats(M, K, k::panel_count(N)));
+    std::vector<float> scratch(kd::gemm_scratch_floats(M, K, mmgpt::panel_count(N)));
     (t == WeightType::BF16 ? tab.gemm_panels_bf16 : tab.gemm_panels_f16)(x.data(), wp, bias, y.data(), M, K, N, 0,
-                                                                         k::panel_count(N), e, scratch.data());
+                                                                         mmgpt::panel_count(N), e, scratch.data());
     return y;
 }
 
@@ -248,17 +248,17 @@ TEST_CASE("16-bit panels: unpack_panel_row widens a packed row exactly") {
     for (WeightType t : {WeightType::F32, WeightType::BF16, WeightType::F16}) {
         const size_t N = 33, K = 17;
         const auto w = kt::random_floats(N * K, -2, 2, 9);
-        std::vector<float> p(k::panel_floats(N, K));
-        k::pack_panels(w.data(), N, K, p.data());
+        std::vector<float> p(mmgpt::panel_floats(N, K));
+        mmgpt::pack_panels(w.data(), N, K, p.data());
         std::vector<uint16_t> p16(p.size());
-        if (t != WeightType::F32) k::pack_half_panels(w.data(), N, K, t, p16.data());
+        if (t != WeightType::F32) mmgpt::pack_half_panels(w.data(), N, K, t, p16.data());
         const void* data = t == WeightType::F32 ? static_cast<const void*>(p.data()) : p16.data();
         std::vector<float> row(K);
         size_t bad = 0;
         for (size_t n = 0; n < N; ++n) {
-            k::unpack_panel_row(data, t, N, K, n, row.data());
+            mmgpt::unpack_panel_row(data, t, N, K, n, row.data());
             for (size_t kk = 0; kk < K; ++kk) {
-                const float want = t == WeightType::F32 ? w[n * K + kk] : widen(p16[k::half_panel_index(N, K, n, kk)], t);
+                const float want = t == WeightType::F32 ? w[n * K + kk] : widen(p16[mmgpt::half_panel_index(N, K, n, kk)], t);
                 bad += row[kk] != want;
                 // and the widened value is the nearest 16-bit value: within half an ulp of the type
                 const double rel = t == WeightType::BF16 ? 0x1p-8 : 0x1p-11;  // unit roundoff: 2^-precision
@@ -274,25 +274,25 @@ TEST_CASE("16-bit panel pairs: the lines of two panels alternate, an odd K's las
     // N = 40: panels 0 and 1 are a pair, panel 2 is alone; K = 5: lines
     // (k 0-1), (k 2-3), then the last k-step of each panel of the pair.
     const size_t N = 40, K = 5;
-    CHECK(k::half_panel_index(N, K, 0, 0) == 0);
-    CHECK(k::half_panel_index(N, K, 3, 1) == 16 + 3);        // panel 0, k 1: second half of its first line
-    CHECK(k::half_panel_index(N, K, 16, 0) == 32);           // panel 1, k 0: the pair's second line
-    CHECK(k::half_panel_index(N, K, 16 + 15, 1) == 48 + 15);  // panel 1, k 1
-    CHECK(k::half_panel_index(N, K, 5, 2) == 64 + 5);        // panel 0, k 2: the pair's third line
-    CHECK(k::half_panel_index(N, K, 20, 3) == 96 + 16 + 4);  // panel 1, k 3
-    CHECK(k::half_panel_index(N, K, 0, 4) == 128);           // the last k-step: panel 0's, then panel 1's
-    CHECK(k::half_panel_index(N, K, 16, 4) == 144);
-    CHECK(k::half_panel_index(N, K, 32 + 7, 3) == 160 + 48 + 7);  // panel 2, alone: k-steps in order
+    CHECK(mmgpt::half_panel_index(N, K, 0, 0) == 0);
+    CHECK(mmgpt::half_panel_index(N, K, 3, 1) == 16 + 3);        // panel 0, k 1: second half of its first line
+    CHECK(mmgpt::half_panel_index(N, K, 16, 0) == 32);           // panel 1, k 0: the pair's second line
+    CHECK(mmgpt::half_panel_index(N, K, 16 + 15, 1) == 48 + 15);  // panel 1, k 1
+    CHECK(mmgpt::half_panel_index(N, K, 5, 2) == 64 + 5);        // panel 0, k 2: the pair's third line
+    CHECK(mmgpt::half_panel_index(N, K, 20, 3) == 96 + 16 + 4);  // panel 1, k 3
+    CHECK(mmgpt::half_panel_index(N, K, 0, 4) == 128);           // the last k-step: panel 0's, then panel 1's
+    CHECK(mmgpt::half_panel_index(N, K, 16, 4) == 144);
+    CHECK(mmgpt::half_panel_index(N, K, 32 + 7, 3) == 160 + 48 + 7);  // panel 2, alone: k-steps in order
     // Every (n, k) of every shape has its own slot, within the f32 layout's size.
     for (size_t n_ : {1, 16, 17, 33, 48, 50})
         for (size_t k_ : {1, 2, 3, 8, 17}) {
             CAPTURE(n_);
             CAPTURE(k_);
-            const size_t rows = k::panel_count(n_) * k::kPanelWidth;
-            std::vector<int> used(k::panel_floats(n_, k_), 0);
+            const size_t rows = mmgpt::panel_count(n_) * mmgpt::kPanelWidth;
+            std::vector<int> used(mmgpt::panel_floats(n_, k_), 0);
             for (size_t n = 0; n < rows; ++n)
                 for (size_t kk = 0; kk < k_; ++kk) {
-                    const size_t i = k::half_panel_index(n_, k_, n, kk);
+                    const size_t i = mmgpt::half_panel_index(n_, k_, n, kk);
                     REQUIRE(i < used.size());
                     ++used[i];
                 }
@@ -311,7 +311,7 @@ TEST_CASE("bf16 / f16 packed matmul: a panel range may start or end inside a pai
                     CAPTURE(std::string(type_name(t)));
                     CAPTURE(M);
                     CAPTURE(K);
-                    const size_t N = 80, panels = k::panel_count(N);  // 5: two pairs and one alone
+                    const size_t N = 80, panels = mmgpt::panel_count(N);  // 5: two pairs and one alone
                     const auto x = kt::random_floats(M * K, -1, 1, 41), b = kt::random_floats(N, -1, 1, 42);
                     const HalfMatrix h = make_half(random_weights(N * K, 43), N, K, t);
                     std::vector<uint16_t> xr(M * kd::bf16dot_row_elems(K));

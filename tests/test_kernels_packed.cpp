@@ -1,4 +1,4 @@
-// The panel-packed matmul (kernels/panel_layout.hpp, gemm_simd.hpp): the
+// The panel-packed matmul (core/panel_layout.hpp, gemm_simd.hpp): the
 // layout itself, every SIMD instantiation against the scalar reference on
 // awkward shapes (rows 1 .. MR and beyond, N around the panel width, K around
 // the vector widths and the K block), every epilogue, and the invariants the
@@ -27,8 +27,8 @@ using kt::kU;
 namespace {
 
 std::vector<float> pack(const std::vector<float>& w, size_t N, size_t K) {
-    std::vector<float> p(k::panel_floats(N, K), -7.0f);
-    k::pack_panels(w.data(), N, K, p.data());
+    std::vector<float> p(mmgpt::panel_floats(N, K), -7.0f);
+    mmgpt::pack_panels(w.data(), N, K, p.data());
     return p;
 }
 
@@ -92,14 +92,14 @@ TEST_CASE("panel layout: pack puts W[n][k] at panel_index and zero-pads the last
             const auto p = pack(w, N, K);
             REQUIRE(p.size() == (N + 15) / 16 * 16 * K);
             for (size_t n = 0; n < N; ++n)
-                for (size_t kk = 0; kk < K; ++kk) CHECK(p[k::panel_index(K, n, kk)] == w[n * K + kk]);
+                for (size_t kk = 0; kk < K; ++kk) CHECK(p[mmgpt::panel_index(K, n, kk)] == w[n * K + kk]);
             size_t nonzero_padding = 0;
             for (size_t n = N; n < (N + 15) / 16 * 16; ++n)
-                for (size_t kk = 0; kk < K; ++kk) nonzero_padding += p[k::panel_index(K, n, kk)] != 0.0f;
+                for (size_t kk = 0; kk < K; ++kk) nonzero_padding += p[mmgpt::panel_index(K, n, kk)] != 0.0f;
             CHECK(nonzero_padding == 0);
             std::vector<float> row(K);
             for (size_t n = 0; n < N; ++n) {
-                k::unpack_panel_row(p.data(), K, n, row.data());
+                mmgpt::unpack_panel_row(p.data(), K, n, row.data());
                 CHECK(std::equal(row.begin(), row.end(), w.begin() + n * K));
             }
         }
@@ -246,8 +246,8 @@ TEST_CASE("PanelProduct: any split of the panels, run in any order, gives matmul
     // has it): ranges of one panel, odd starts (a 16-bit pair split), a range
     // past a pair, whole; decode and prefill rows.
     kt::for_each_simd_isa([](std::string_view) {
-        for (auto t : {k::WeightType::F32, k::WeightType::BF16, k::WeightType::F16, k::WeightType::Q8_0,
-                       k::WeightType::Q4_0}) {
+        for (auto t : {mmgpt::WeightType::F32, mmgpt::WeightType::BF16, mmgpt::WeightType::F16, mmgpt::WeightType::Q8_0,
+                       mmgpt::WeightType::Q4_0}) {
             for (auto mkn : {std::tuple<size_t, size_t, size_t>{1, 67, 113}, {5, 96, 80}, {1, 768, 257}}) {
                 const size_t M = std::get<0>(mkn), K = std::get<1>(mkn), N = std::get<2>(mkn);
                 CAPTURE(static_cast<int>(t));
@@ -255,21 +255,21 @@ TEST_CASE("PanelProduct: any split of the panels, run in any order, gives matmul
                 CAPTURE(K);
                 const auto x = kt::random_floats(M * K, -1, 1, 11), w = kt::random_floats(N * K, -1, 1, 12);
                 const auto b = kt::random_floats(N, -1, 1, 13);
-                std::vector<uint8_t> wp(k::packed_weight_bytes(t, N, K));
-                if (t == k::WeightType::F32) {
+                std::vector<uint8_t> wp(mmgpt::packed_weight_bytes(t, N, K));
+                if (t == mmgpt::WeightType::F32) {
                     const auto p = pack(w, N, K);
                     std::memcpy(wp.data(), p.data(), wp.size());
-                } else if (t == k::WeightType::BF16 || t == k::WeightType::F16) {
-                    std::vector<uint16_t> h(k::panel_floats(N, K));
-                    k::pack_half_panels(w.data(), N, K, t, h.data());
+                } else if (t == mmgpt::WeightType::BF16 || t == mmgpt::WeightType::F16) {
+                    std::vector<uint16_t> h(mmgpt::panel_floats(N, K));
+                    mmgpt::pack_half_panels(w.data(), N, K, t, h.data());
                     std::memcpy(wp.data(), h.data(), wp.size());
                 } else {
-                    k::quantize_panels(w.data(), N, K, t, wp.data());
+                    mmgpt::quantize_panels(w.data(), N, K, t, wp.data());
                 }
                 const Epilogue e{Activation::GeluTanh, false};
                 std::vector<float> want(M * N);
                 k::matmul_packed(x.data(), wp.data(), t, b.data(), want.data(), M, K, N, e);
-                const size_t panels = k::panel_count(N);
+                const size_t panels = mmgpt::panel_count(N);
                 // Ranges cut at 1, 2, 3, 6 and the middle: odd starts (a 16-bit pair
                 // split) included; run back to front.
                 std::vector<float> got(M * N, -1.0f);
@@ -290,24 +290,24 @@ TEST_CASE("PanelProduct over x already in q8 blocks, quantized in pieces on bloc
     // The decode team's producers quantize their parts of a row (engine/executor.cpp):
     // pieces of 1, 2 and 5 blocks and a short last block (K = 200: 6 blocks + 8).
     kt::for_each_simd_isa([](std::string_view) {
-        for (auto t : {k::WeightType::Q8_0, k::WeightType::Q4_0}) {
+        for (auto t : {mmgpt::WeightType::Q8_0, mmgpt::WeightType::Q4_0}) {
             for (size_t K : {32, 200, 768}) {
                 const size_t N = 113;
                 CAPTURE(static_cast<int>(t));
                 CAPTURE(K);
                 const auto x = kt::random_floats(K, -1, 1, 21), w = kt::random_floats(N * K, -1, 1, 22);
                 const auto b = kt::random_floats(N, -1, 1, 23);
-                std::vector<uint8_t> wp(k::packed_weight_bytes(t, N, K));
-                k::quantize_panels(w.data(), N, K, t, wp.data());
-                const size_t Kb = k::quant_blocks(K);
-                std::vector<int8_t> q(Kb * k::kQuantBlock, 7);
+                std::vector<uint8_t> wp(mmgpt::packed_weight_bytes(t, N, K));
+                mmgpt::quantize_panels(w.data(), N, K, t, wp.data());
+                const size_t Kb = mmgpt::quant_blocks(K);
+                std::vector<int8_t> q(Kb * mmgpt::kQuantBlock, 7);
                 std::vector<float> scale(Kb, -1.0f);
                 std::vector<int32_t> sum(Kb, -1);
                 for (size_t b0 = 0, step = 1; b0 < Kb; b0 += step, step = step % 5 + 1) {
-                    const size_t c0 = b0 * k::kQuantBlock, c1 = std::min(K, (b0 + step) * k::kQuantBlock);
+                    const size_t c0 = b0 * mmgpt::kQuantBlock, c1 = std::min(K, (b0 + step) * mmgpt::kQuantBlock);
                     k::quantize_rows(x.data() + c0, 1, c1 - c0, q.data() + c0, scale.data() + b0, sum.data() + b0);
                 }
-                std::vector<int8_t> whole_q(Kb * k::kQuantBlock);
+                std::vector<int8_t> whole_q(Kb * mmgpt::kQuantBlock);
                 std::vector<float> whole_scale(Kb);
                 std::vector<int32_t> whole_sum(Kb);
                 k::quantize_rows(x.data(), 1, K, whole_q.data(), whole_scale.data(), whole_sum.data());
@@ -317,10 +317,10 @@ TEST_CASE("PanelProduct over x already in q8 blocks, quantized in pieces on bloc
 
                 const Epilogue e{Activation::GeluTanh, false};
                 std::vector<float> want(N), got(N, -1.0f);
-                k::PanelProduct(x.data(), wp.data(), t, b.data(), want.data(), 1, K, N, e).run(0, k::panel_count(N));
-                const k::PanelProduct from_q8(k::QuantizedRows{q.data(), scale.data(), sum.data(), Kb}, wp.data(), t,
+                k::PanelProduct(x.data(), wp.data(), t, b.data(), want.data(), 1, K, N, e).run(0, mmgpt::panel_count(N));
+                const k::PanelProduct from_q8(mmgpt::QuantizedRows{q.data(), scale.data(), sum.data(), Kb}, wp.data(), t,
                                               b.data(), got.data(), 1, K, N, e);
-                from_q8.run(0, k::panel_count(N));
+                from_q8.run(0, mmgpt::panel_count(N));
                 CHECK(std::memcmp(got.data(), want.data(), N * sizeof(float)) == 0);
             }
         }
@@ -330,11 +330,11 @@ TEST_CASE("PanelProduct over x already in q8 blocks, quantized in pieces on bloc
     const std::vector<float> scale(2);
     const std::vector<int32_t> sum(2);
     std::vector<float> y(16);
-    std::vector<uint8_t> wp(k::packed_weight_bytes(k::WeightType::Q8_0, 16, 64));
-    const k::QuantizedRows rows{q.data(), scale.data(), sum.data(), 2};
-    CHECK_THROWS_AS(k::PanelProduct(rows, wp.data(), k::WeightType::F32, nullptr, y.data(), 1, 64, 16),
+    std::vector<uint8_t> wp(mmgpt::packed_weight_bytes(mmgpt::WeightType::Q8_0, 16, 64));
+    const mmgpt::QuantizedRows rows{q.data(), scale.data(), sum.data(), 2};
+    CHECK_THROWS_AS(k::PanelProduct(rows, wp.data(), mmgpt::WeightType::F32, nullptr, y.data(), 1, 64, 16),
                     std::invalid_argument);
-    CHECK_THROWS_AS(k::PanelProduct(rows, wp.data(), k::WeightType::Q8_0, nullptr, y.data(), 1, 96, 16),
+    CHECK_THROWS_AS(k::PanelProduct(rows, wp.data(), mmgpt::WeightType::Q8_0, nullptr, y.data(), 1, 96, 16),
                     std::invalid_argument);
-    CHECK_NOTHROW(k::PanelProduct(rows, wp.data(), k::WeightType::Q8_0, nullptr, y.data(), 1, 64, 16));
+    CHECK_NOTHROW(k::PanelProduct(rows, wp.data(), mmgpt::WeightType::Q8_0, nullptr, y.data(), 1, 64, 16));
 }

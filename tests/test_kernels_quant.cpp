@@ -1,5 +1,5 @@
 // Block-quantized weights (q8_0, q4_0) and the 8-bit activation blocks they
-// multiply with (kernels/quant_layout.hpp, kernels/scalar_quant.cpp):
+// multiply with (core/quant_layout.hpp, kernels/scalar_quant.cpp):
 // - the byte layout, against the formula of docs/format.md written out again here;
 // - quantizing then dequantizing a weight stays within the documented error
 //   (q8_0: half a step, q4_0: half a step, one step at the clamped end);
@@ -20,7 +20,7 @@
 
 #include <tbb/global_control.h>
 
-#include "formats/half.hpp"
+#include "core/half.hpp"
 #include "kernels/isa_table.hpp"
 #include "kernels_testing.hpp"
 
@@ -29,7 +29,7 @@ namespace kd = mmgpt::kernels::detail;
 using k::Activation;
 using k::DecodePrefetch;
 using k::Epilogue;
-using k::WeightType;
+using mmgpt::WeightType;
 
 namespace {
 
@@ -50,14 +50,14 @@ struct Quantized {
     std::vector<int8_t> q;
     std::vector<float> scale;
     std::vector<int32_t> sum;
-    k::QuantizedRows rows() const { return {q.data(), scale.data(), sum.data(), scale.size() / rows_count}; }
+    mmgpt::QuantizedRows rows() const { return {q.data(), scale.data(), sum.data(), scale.size() / rows_count}; }
     size_t rows_count = 1;
 };
 
 Quantized quantize_with(const kd::QuantKernels& qk, const std::vector<float>& x, size_t M, size_t K) {
-    const size_t Kb = k::quant_blocks(K);
+    const size_t Kb = mmgpt::quant_blocks(K);
     Quantized r;
-    r.q.assign(M * Kb * k::kQuantBlock, 99);
+    r.q.assign(M * Kb * mmgpt::kQuantBlock, 99);
     r.scale.assign(M * Kb, -1.0f);
     r.sum.assign(M * Kb, -1);
     r.rows_count = M;
@@ -82,9 +82,9 @@ TEST_CASE("q8_0 / q4_0 byte layout: where docs/format.md says each quant and sca
         const size_t B = t == WeightType::Q8_0 ? 512 : 256;  // quants of one block
         const size_t U = 2 * B + 64;                          // a unit: two blocks' quants, then their scales
         const size_t panel = 2 * U;                           // ceil(3 / 2) units
-        REQUIRE(k::packed_weight_bytes(t, N, K) == 2 * panel);
-        std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
-        k::quantize_panels(w.data(), N, K, t, p.data());
+        REQUIRE(mmgpt::packed_weight_bytes(t, N, K) == 2 * panel);
+        std::vector<uint8_t> p(mmgpt::packed_weight_bytes(t, N, K));
+        mmgpt::quantize_panels(w.data(), N, K, t, p.data());
         for (size_t n = 0; n < 32; ++n)
             for (size_t kk = 0; kk < Kb * 32; ++kk) {
                 const size_t pn = n / 16, j = n % 16, b = kk / 32, r = kk % 32;
@@ -122,11 +122,11 @@ TEST_CASE("quantize then dequantize: within half a step (q4_0: one step where it
                 CAPTURE(K);
                 CAPTURE(N);
                 const auto w = awkward_weights(N, K, static_cast<uint32_t>(K * 31 + N));
-                std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
-                k::quantize_panels(w.data(), N, K, t, p.data());
+                std::vector<uint8_t> p(mmgpt::packed_weight_bytes(t, N, K));
+                mmgpt::quantize_panels(w.data(), N, K, t, p.data());
                 std::vector<float> row(K);
                 for (size_t n = 0; n < N; ++n) {
-                    k::dequantize_panel_row(p.data(), t, K, n, row.data());
+                    mmgpt::dequantize_panel_row(p.data(), t, K, n, row.data());
                     for (size_t b = 0; b * 32 < K; ++b) {
                         const size_t k0 = b * 32, k1 = std::min(K, k0 + 32);
                         double amax = 0;
@@ -159,7 +159,7 @@ TEST_CASE("activation blocks: the reference's definition, and every kernel set b
             auto x = kt::random_floats(M * K, -3.0f, 3.0f, static_cast<uint32_t>(M * 1000 + K));
             if (K >= 32) std::fill(x.begin(), x.begin() + 32, 0.0f);  // a zero block
             const Quantized ref = quantize_with(kd::scalar_quant_kernels(), x, M, K);
-            const size_t Kb = k::quant_blocks(K);
+            const size_t Kb = mmgpt::quant_blocks(K);
             // The definition (quant_layout.hpp), re-derived.
             for (size_t m = 0; m < M; ++m)
                 for (size_t b = 0; b < Kb; ++b) {
@@ -206,8 +206,8 @@ TEST_CASE("a NaN or infinite activation makes that row's products NaN in every s
     for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0}) {
         CAPTURE(std::string(type_name(t)));
         const auto w = awkward_weights(N, K, 21);
-        std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
-        k::quantize_panels(w.data(), N, K, t, p.data());
+        std::vector<uint8_t> p(mmgpt::packed_weight_bytes(t, N, K));
+        mmgpt::quantize_panels(w.data(), N, K, t, p.data());
         auto x = kt::random_floats(M * K, -2.0f, 2.0f, 22);
         x[1 * K + 40] = std::numeric_limits<float>::infinity();
         x[4 * K + 95] = std::numeric_limits<float>::quiet_NaN();
@@ -215,7 +215,7 @@ TEST_CASE("a NaN or infinite activation makes that row's products NaN in every s
         auto ref = t == WeightType::Q8_0 ? kd::scalar_quant_kernels().gemm_panels_q8_0
                                          : kd::scalar_quant_kernels().gemm_panels_q4_0;
         std::vector<float> want(M * N);
-        ref(ref_q.rows(), p.data(), nullptr, want.data(), M, K, N, 0, k::panel_count(N), {});
+        ref(ref_q.rows(), p.data(), nullptr, want.data(), M, K, N, 0, mmgpt::panel_count(N), {});
         for (const kd::QuantKernels* qk : kd::runnable_quant_kernels()) {
             CAPTURE(std::string(qk->name));
             const Quantized xq = quantize_with(*qk, x, M, K);
@@ -223,7 +223,7 @@ TEST_CASE("a NaN or infinite activation makes that row's products NaN in every s
             for (size_t rows : {size_t{1}, M}) {  // decode (row 0 alone) and prefill
                 CAPTURE(rows);
                 std::vector<float> got(M * N, 0.0f);
-                gemm(xq.rows(), p.data(), nullptr, got.data(), rows, K, N, 0, k::panel_count(N), {});
+                gemm(xq.rows(), p.data(), nullptr, got.data(), rows, K, N, 0, mmgpt::panel_count(N), {});
                 for (size_t m = 0; m < rows; ++m)
                     for (size_t n = 0; n < N; ++n) {
                         const float g = got[m * N + n], r = want[m * N + n];
@@ -249,16 +249,16 @@ TEST_CASE("the scalar reference is the exact block sum, within the quantization 
             const size_t M = 3, N = 21;
             const auto w = awkward_weights(N, K, 5);
             const auto x = kt::random_floats(M * K, -2.0f, 2.0f, 6);
-            std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
-            k::quantize_panels(w.data(), N, K, t, p.data());
+            std::vector<uint8_t> p(mmgpt::packed_weight_bytes(t, N, K));
+            mmgpt::quantize_panels(w.data(), N, K, t, p.data());
             const Quantized xq = quantize_with(kd::scalar_quant_kernels(), x, M, K);
             std::vector<float> y(M * N);
             (t == WeightType::Q8_0 ? k::scalar::gemm_panels_q8_0 : k::scalar::gemm_panels_q4_0)(
-                xq.rows(), p.data(), nullptr, y.data(), M, K, N, 0, k::panel_count(N), {});
-            const size_t Kb = k::quant_blocks(K);
+                xq.rows(), p.data(), nullptr, y.data(), M, K, N, 0, mmgpt::panel_count(N), {});
+            const size_t Kb = mmgpt::quant_blocks(K);
             std::vector<float> wrow(K);
             for (size_t n = 0; n < N; ++n) {
-                k::dequantize_panel_row(p.data(), t, K, n, wrow.data());
+                mmgpt::dequantize_panel_row(p.data(), t, K, n, wrow.data());
                 for (size_t m = 0; m < M; ++m) {
                     // Exact value of the quantized product, and the f32 product.
                     double exact = 0, f32 = 0, bound = 0;
@@ -294,8 +294,8 @@ TEST_CASE("every quantized kernel set equals the scalar reference bit for bit (a
         for (size_t K : kKs)
             for (size_t N : kNs) {
                 const auto w = awkward_weights(N, K, static_cast<uint32_t>(K + 7 * N));
-                std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
-                k::quantize_panels(w.data(), N, K, t, p.data());
+                std::vector<uint8_t> p(mmgpt::packed_weight_bytes(t, N, K));
+                mmgpt::quantize_panels(w.data(), N, K, t, p.data());
                 const auto bias = kt::random_floats(N, -1.0f, 1.0f, 3);
                 for (size_t M : kMs) {
                     const auto x = kt::random_floats(M * K, -2.0f, 2.0f, static_cast<uint32_t>(M + K + N));
@@ -305,21 +305,21 @@ TEST_CASE("every quantized kernel set equals the scalar reference bit for bit (a
                     std::vector<float> pre(M * N);
                     (t == WeightType::Q8_0 ? kd::scalar_quant_kernels().gemm_panels_q8_0
                                            : kd::scalar_quant_kernels().gemm_panels_q4_0)(
-                        xq.rows(), p.data(), bias.data(), pre.data(), M, K, N, 0, k::panel_count(N), {});
+                        xq.rows(), p.data(), bias.data(), pre.data(), M, K, N, 0, mmgpt::panel_count(N), {});
                     for (const Epilogue& e : epilogues) {
                         const float* b = e.accumulate ? nullptr : bias.data();
                         std::vector<float> want = y0;
                         auto ref = t == WeightType::Q8_0 ? kd::scalar_quant_kernels().gemm_panels_q8_0
                                                          : kd::scalar_quant_kernels().gemm_panels_q4_0;
-                        ref(xq.rows(), p.data(), b, want.data(), M, K, N, 0, k::panel_count(N), e);
+                        ref(xq.rows(), p.data(), b, want.data(), M, K, N, 0, mmgpt::panel_count(N), e);
                         for (const kd::QuantKernels* qk : sets) {
                             if (qk == &kd::scalar_quant_kernels()) continue;
                             auto gemm = t == WeightType::Q8_0 ? qk->gemm_panels_q8_0 : qk->gemm_panels_q4_0;
                             std::vector<float> got = y0;
                             // Two panel ranges, as threads would split them.
-                            const size_t split = k::panel_count(N) / 2;
+                            const size_t split = mmgpt::panel_count(N) / 2;
                             gemm(xq.rows(), p.data(), b, got.data(), M, K, N, 0, split, e);
-                            gemm(xq.rows(), p.data(), b, got.data(), M, K, N, split, k::panel_count(N), e);
+                            gemm(xq.rows(), p.data(), b, got.data(), M, K, N, split, mmgpt::panel_count(N), e);
                             ++compared;
                             for (size_t i = 0; i < got.size(); ++i) {
                                 CAPTURE(std::string(qk->name));
@@ -365,13 +365,13 @@ TEST_CASE("decode (one row) over many panels: every set equals the reference bit
             for (size_t K : {size_t{32}, size_t{95}, size_t{768}})
                 for (size_t N : {size_t{208}, size_t{261}}) {
                     const auto w = awkward_weights(N, K, static_cast<uint32_t>(3 * K + N));
-                    std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
-                    k::quantize_panels(w.data(), N, K, t, p.data());
+                    std::vector<uint8_t> p(mmgpt::packed_weight_bytes(t, N, K));
+                    mmgpt::quantize_panels(w.data(), N, K, t, p.data());
                     const auto x = kt::random_floats(K, -2.0f, 2.0f, static_cast<uint32_t>(K + N));
                     const Quantized xq = quantize_with(kd::scalar_quant_kernels(), x, 1, K);
                     const auto bias = kt::random_floats(N, -1.0f, 1.0f, 4);
                     const auto y0 = kt::random_floats(N, -1.0f, 1.0f, 5);
-                    const size_t panels = k::panel_count(N);
+                    const size_t panels = mmgpt::panel_count(N);
                     for (const Epilogue& e : epilogues) {
                         const float* b = e.accumulate ? nullptr : bias.data();
                         auto ref = t == WeightType::Q8_0 ? kd::scalar_quant_kernels().gemm_panels_q8_0
@@ -409,18 +409,18 @@ TEST_CASE("decode of a row longer than 1024 blocks (AVX-512 q4_0 keeps its per-b
         const kt::DecodePrefetchGuard fixed(k::decode_prefetch_name(hint));
         for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0}) {
             const auto w = awkward_weights(N, K, 11);
-            std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
-            k::quantize_panels(w.data(), N, K, t, p.data());
+            std::vector<uint8_t> p(mmgpt::packed_weight_bytes(t, N, K));
+            mmgpt::quantize_panels(w.data(), N, K, t, p.data());
             const auto x = kt::random_floats(K, -2.0f, 2.0f, 12);
             const Quantized xq = quantize_with(kd::scalar_quant_kernels(), x, 1, K);
             auto pick = [t](const kd::QuantKernels& qk) {
                 return t == WeightType::Q8_0 ? qk.gemm_panels_q8_0 : qk.gemm_panels_q4_0;
             };
             std::vector<float> want(N);
-            pick(kd::scalar_quant_kernels())(xq.rows(), p.data(), nullptr, want.data(), 1, K, N, 0, k::panel_count(N), {});
+            pick(kd::scalar_quant_kernels())(xq.rows(), p.data(), nullptr, want.data(), 1, K, N, 0, mmgpt::panel_count(N), {});
             for (const kd::QuantKernels* qk : kd::runnable_quant_kernels()) {
                 std::vector<float> got(N);
-                pick(*qk)(xq.rows(), p.data(), nullptr, got.data(), 1, K, N, 0, k::panel_count(N), {});
+                pick(*qk)(xq.rows(), p.data(), nullptr, got.data(), 1, K, N, 0, mmgpt::panel_count(N), {});
                 CAPTURE(std::string(qk->name));
                 CAPTURE(std::string(type_name(t)));
                 CAPTURE(std::string(k::decode_prefetch_name(hint)));
@@ -437,8 +437,8 @@ TEST_CASE("matmul_packed with quantized weights: threaded, any thread count, equ
             CAPTURE(std::string(type_name(t)));
             CAPTURE(M);
             const auto w = awkward_weights(N, K, 11);
-            std::vector<uint8_t> p(k::packed_weight_bytes(t, N, K));
-            k::quantize_panels(w.data(), N, K, t, p.data());
+            std::vector<uint8_t> p(mmgpt::packed_weight_bytes(t, N, K));
+            mmgpt::quantize_panels(w.data(), N, K, t, p.data());
             const auto x = kt::random_floats(M * K, -2.0f, 2.0f, 12);
             const auto bias = kt::random_floats(N, -1.0f, 1.0f, 13);
             std::vector<float> want(M * N);

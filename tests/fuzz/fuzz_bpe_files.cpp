@@ -6,7 +6,7 @@
 
 #include "formats/error.hpp"
 #include "fuzz_input_file.hpp"
-#include "tools/convert/tokenizer_files.hpp"
+#include "formats/tokenizer_files.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const mmgpt::fuzz::InputFile vocab("-vocab.json"), merges("-merges.txt");
@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   vocab.write(data, split);
   merges.write(data + split + (nul ? 1 : 0), size - split - (nul ? 1 : 0));
   try {
-    (void)mmgpt::convert::read_bpe_files(vocab.path(), merges.path());
+    (void)mmgpt::read_bpe_files(vocab.path(), merges.path());
   } catch (const mmgpt::Error&) {
   }
   return 0;

@@ -9,10 +9,10 @@
 #include <string_view>
 
 #include "engine/tokenizer.hpp"
-#include "tools/convert/tokenizer_files.hpp"
+#include "formats/tokenizer_files.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const mmgpt::Tokenizer tokenizer(mmgpt::convert::read_bpe_files(
+  static const mmgpt::Tokenizer tokenizer(mmgpt::read_bpe_files(
       MMGPT_SOURCE_DIR "/data/gpt2/encoder.json", MMGPT_SOURCE_DIR "/data/gpt2/vocab.bpe"));
   if (size == 0) return 0;
   const bool allow_special = data[0] & 1;

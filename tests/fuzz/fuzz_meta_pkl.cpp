@@ -3,12 +3,12 @@
 
 #include "formats/error.hpp"
 #include "fuzz_input_file.hpp"
-#include "tools/convert/tokenizer_files.hpp"
+#include "formats/tokenizer_files.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const mmgpt::fuzz::InputFile file("-meta.pkl");
   try {
-    (void)mmgpt::convert::read_char_meta(file.write(data, size));
+    (void)mmgpt::read_char_meta(file.write(data, size));
   } catch (const mmgpt::Error&) {
   }
   return 0;

@@ -10,7 +10,7 @@
 // where the read bandwidth is measured in this process, with the same thread
 // count, right before each timed run (after a pause of kProbeSettle, so the
 // threads of the run before are quiet), by streaming the model's own mapped file
-// (the very pages decode reads) with plain vector loads (bench/machine_limits.hpp),
+// (the very pages decode reads) with plain vector loads (kernels/machine_limits.hpp),
 // best of two passes, each started with the file evicted from the CPU caches
 // (x86): a file only a few times the L3 is otherwise partly read from the L3
 // on the second pass, which is not the memory bandwidth the ratio is about;
@@ -40,7 +40,7 @@
 #include <nlohmann/json.hpp>
 #include <tbb/global_control.h>
 
-#include "bench/machine_limits.hpp"
+#include "kernels/machine_limits.hpp"
 #include "engine/decode_prefetch_tuner.hpp"
 #include "engine/executor.hpp"
 #include "engine/mmgpt.hpp"
@@ -198,7 +198,7 @@ void run_bench(const BenchArgs& a) {
     if (!peak.count(t)) peak[t] = limits::fma_peak_gflops(t);
   const ModelConfig& config = lm.config();
   const uint64_t step_bytes = decode_weight_bytes(lm.model());
-  const DType kv_dtype = parse_kv_dtype(a.kv_dtype);
+  const WeightType kv_dtype = parse_kv_dtype(a.kv_dtype);
   const uint64_t kv_per_position = uint64_t{config.n_layer} * 2 * config.n_embd * KVCache::element_bytes(kv_dtype);
   uint64_t params = 0;
   for (const TensorView& t : lm.model().file().tensors()) params += t.numel();

@@ -27,29 +27,24 @@ const char* tokenizer_name(TokenizerKind k) {
   }
   return "?";
 }
-const char* dtype_name(DType d) {
-  const char* name = mmgpt_file::dtype_name(static_cast<uint32_t>(d));
-  return name ? name : "?";
-}
+std::string dtype_name(WeightType d) { return std::string(weight_type_name(d)); }
 
 // "f32 (12 tensors, 1234 bytes), bf16 (...)": the bytes per dtype, in id order.
 std::string dtype_summary(const ModelFile& f) {
   std::string s;
-  for (DType d : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0}) {
+  for (uint32_t id = 0; const WeightTypeInfo* t = weight_type_by_id(id); ++id) {
     size_t n = 0;
     uint64_t bytes = 0;
     for (const TensorView& v : f.tensors())
-      if (v.dtype == d) ++n, bytes += v.nbytes;
+      if (v.dtype == t->type) ++n, bytes += v.nbytes;
     if (n == 0) continue;
-    s += std::string(s.empty() ? "" : ", ") + dtype_name(d) + " (" + std::to_string(n) + " tensors, " +
+    s += std::string(s.empty() ? "" : ", ") + std::string(t->name) + " (" + std::to_string(n) + " tensors, " +
          std::to_string(bytes) + " bytes)";
   }
   return s;
 }
-const char* layout_name(Layout l) {
-  const char* name = mmgpt_file::layout_name(static_cast<uint32_t>(l));
-  return name ? name : "?";
-}
+// The in-memory layout: "row-major", or "panel16" for a matrix packed in any of its dtype's panels.
+const char* layout_name(Layout l) { return mmgpt::layout_name(static_cast<uint32_t>(l)); }
 
 std::string shape_string(const std::vector<uint64_t>& shape) {
   std::string s = "[";
@@ -122,7 +117,7 @@ void print_text(const ModelFile& f) {
                 t.merges.size(), static_cast<long long>(t.eos_id));
   std::printf("tensors       %zu: %s\n", f.tensors().size(), dtype_summary(f).c_str());
   for (const TensorView& v : f.tensors())
-    std::printf("  %-28s %-4s %-10s %-16s %12llu bytes @ %llu\n", v.name.c_str(), dtype_name(v.dtype),
+    std::printf("  %-28s %-4s %-10s %-16s %12llu bytes @ %llu\n", v.name.c_str(), dtype_name(v.dtype).c_str(),
                 layout_name(v.layout), shape_string(v.shape).c_str(), static_cast<unsigned long long>(v.nbytes),
                 static_cast<unsigned long long>(v.offset));
 }

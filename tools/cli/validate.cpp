@@ -135,8 +135,8 @@ CLI::Option* add_kv_dtype_option(CLI::App* cmd, std::string& value) {
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
 }
 
-DType parse_kv_dtype(const std::string& value) {
-  return value == "bf16" ? DType::BF16 : value == "f16" ? DType::F16 : DType::F32;
+WeightType parse_kv_dtype(const std::string& value) {
+  return weight_type_by_name(value)->type;  // one of add_kv_dtype_option's names
 }
 
 }  // namespace mmgpt::cli

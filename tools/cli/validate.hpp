@@ -38,7 +38,7 @@ std::vector<uint64_t> parse_count_list(const std::string& text);  // after count
 // --kv-dtype f32|bf16|f16 (the KV cache's element type), shared by generate,
 // perplexity and bench; parse_kv_dtype after the option accepted the value.
 CLI::Option* add_kv_dtype_option(CLI::App* cmd, std::string& value);
-DType parse_kv_dtype(const std::string& value);
+WeightType parse_kv_dtype(const std::string& value);
 
 // Throws mmgpt::Error when `output` is the very file `input` (same inode):
 // writing it would destroy what is being read.

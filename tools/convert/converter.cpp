@@ -1,20 +1,20 @@
 #include "tools/convert/converter.hpp"
 
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
 
+#include "core/weight_type.hpp"
 #include "formats/error.hpp"
 #include "formats/mmgpt_file.hpp"
 #include "tools/convert/checkpoint_loader.hpp"
-#include "tools/convert/file_util.hpp"
+#include "formats/file_util.hpp"
 #include "tools/convert/layout.hpp"
 #include "formats/mmgpt_file_rules.hpp"
-#include "kernels/panel_layout.hpp"
-#include "kernels/quant_layout.hpp"
-#include "tools/convert/tokenizer_files.hpp"
+#include "formats/tokenizer_files.hpp"
 
 namespace mmgpt {
 
@@ -32,22 +32,19 @@ namespace {
 
 constexpr uint32_t kGpt2Vocab = 50257;
 
-DType parse_dtype(const std::string& name, const char* option) {
-  if (name == "f32") return DType::F32;
-  if (name == "bf16") return DType::BF16;
-  if (name == "f16") return DType::F16;
-  if (name == "q8_0") return DType::Q8_0;
-  if (name == "q4_0") return DType::Q4_0;
-  throw Error(std::string(option) + " '" + name + "' is not one of f32, bf16, f16, q8_0, q4_0");
+WeightType parse_dtype(const std::string& name, const char* option) {
+  if (const WeightTypeInfo* t = weight_type_by_name(name)) return t->type;
+  throw Error(std::string(option) + " '" + name + "' is not one of " + weight_type_names());
 }
 
-const char* dtype_label(DType d) { return mmgpt_file::dtype_name(static_cast<uint32_t>(d)); }
+std::string dtype_label(WeightType d) { return std::string(weight_type_name(d)); }
 
-// q8_0 / q4_0 store one f16 scale per block of 32: a block whose largest
-// magnitude needs a scale beyond f16's range (or holds inf / NaN) cannot be
-// quantized faithfully, so it is an error rather than silently zeroed.
-void check_quantizable(const HostTensor& t, const std::string& name, DType dt) {
-  const float limit = 65504.0f * (dt == DType::Q8_0 ? 127.0f : 8.0f);
+// A block scale is stored as f16: a block whose largest magnitude needs a
+// scale beyond f16's range (or holds inf / NaN) cannot be quantized
+// faithfully, so it is an error rather than silently zeroed.
+void check_storable(const HostTensor& t, const std::string& name, WeightType dt) {
+  const float limit = weight_type_info(dt).max_magnitude;
+  if (limit == std::numeric_limits<float>::infinity()) return;
   for (size_t i = 0; i < t.data.size(); ++i)
     if (!(std::fabs(t.data[i]) <= limit))
       throw Error("tensor '" + name + "': value " + std::to_string(t.data[i]) + " at element " + std::to_string(i) +
@@ -107,10 +104,11 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
   if (opt.weight_layout != "panel16" && opt.weight_layout != "row-major")
     throw Error("--weight-layout '" + opt.weight_layout + "' is not one of panel16, row-major");
   const bool pack = opt.weight_layout == "panel16";
-  const DType dtype = parse_dtype(opt.dtype, "--dtype");
-  const DType dtype_head = opt.dtype_head.empty() ? dtype : parse_dtype(opt.dtype_head, "--dtype-head");
-  if (!pack && (dtype != DType::F32 || dtype_head != DType::F32))
-    throw Error("--dtype " + std::string(dtype_label(dtype != DType::F32 ? dtype : dtype_head)) +
+  const WeightType dtype = parse_dtype(opt.dtype, "--dtype");
+  const WeightType dtype_head = opt.dtype_head.empty() ? dtype : parse_dtype(opt.dtype_head, "--dtype-head");
+  const bool any_tensor = weight_type_info(dtype).any_tensor;
+  if (!pack && (!any_tensor || !weight_type_info(dtype_head).any_tensor))
+    throw Error("--dtype " + dtype_label(any_tensor ? dtype_head : dtype) +
                 " (and --dtype-head) need --weight-layout panel16: reduced-precision weights are stored only in the "
                 "panel layout");
   const std::string head_name = model.config.tied_lm_head ? "wte" : "lm_head.weight";
@@ -118,12 +116,8 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
   for (auto& [name, t] : model.tensors)
     if (!by_name.emplace(name, &t).second) throw Error("internal: layout produced '" + name + "' twice");
   std::vector<TensorToWrite> to_write;
-  std::vector<std::vector<float>> packed;  // panel-layout copies of the matrices
+  std::vector<std::vector<uint8_t>> packed;  // the matrices, packed for their dtype
   packed.reserve(model.tensors.size());
-  std::vector<std::vector<uint16_t>> narrowed;  // the 16-bit ones
-  narrowed.reserve(model.tensors.size());
-  std::vector<std::vector<uint8_t>> quantized;  // the q8_0 / q4_0 ones
-  quantized.reserve(model.tensors.size());
   uint64_t bytes = 0;
   std::set<std::string> dtypes;
   for (const TensorSpec& spec : required_tensors(model.config)) {
@@ -137,35 +131,17 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
     TensorToWrite w;
     w.name = spec.name;
     w.shape = spec.shape;
-    if (pack && spec.matrix && kernels::is_quantized(static_cast<kernels::WeightType>(
-                                    spec.name == head_name ? dtype_head : dtype))) {
-      // Quantized straight from the row-major matrix into its block panels.
+    if (pack && spec.matrix) {
+      // Packed (rounded, quantized) straight from the row-major matrix.
       const size_t n = spec.shape[0], k = spec.shape[1];
       w.layout = Layout::Panel16;
       w.dtype = spec.name == head_name ? dtype_head : dtype;
-      check_quantizable(t, spec.name, w.dtype);
-      const auto wt = static_cast<kernels::WeightType>(w.dtype);
-      quantized.emplace_back(kernels::packed_weight_bytes(wt, n, k));
-      kernels::quantize_panels(t.data.data(), n, k, wt, quantized.back().data());
-      it->second->reset();
-      w.data = quantized.back().data();
-      w.nbytes = quantized.back().size();
-    } else if (pack && spec.matrix) {
-      const size_t n = spec.shape[0], k = spec.shape[1];
-      w.layout = Layout::Panel16;
-      w.dtype = spec.name == head_name ? dtype_head : dtype;
-      if (w.dtype == DType::F32) {
-        packed.emplace_back(kernels::panel_floats(n, k));
-        kernels::pack_panels(t.data.data(), n, k, packed.back().data());
-        w.data = packed.back().data();
-        w.nbytes = uint64_t(packed.back().size()) * sizeof(float);
-      } else {  // rounded straight from the row-major matrix into panel pairs
-        narrowed.emplace_back(kernels::panel_floats(n, k));
-        kernels::pack_half_panels(t.data.data(), n, k, static_cast<kernels::WeightType>(w.dtype), narrowed.back().data());
-        w.data = narrowed.back().data();
-        w.nbytes = uint64_t(narrowed.back().size()) * sizeof(uint16_t);
-      }
+      check_storable(t, spec.name, w.dtype);
+      packed.emplace_back(packed_weight_bytes(w.dtype, n, k));
+      weight_type_info(w.dtype).pack(t.data.data(), n, k, packed.back().data());
       it->second->reset();  // frees the unpacked copy unless the checkpoint still holds it
+      w.data = packed.back().data();
+      w.nbytes = packed.back().size();
     } else {
       w.data = t.data.data();
       w.nbytes = uint64_t(t.data.size()) * sizeof(float);
@@ -177,11 +153,10 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
   if (!by_name.empty()) throw Error("internal: layout produced an unexpected tensor " + by_name.begin()->first);
 
   summary.notes = std::move(model.notes);
-  if (dtype != DType::F32 || dtype_head != DType::F32)
+  if (dtype != WeightType::F32 || dtype_head != WeightType::F32)
     summary.notes.push_back(std::string("weight matrices stored as ") + dtype_label(dtype) + ", the LM head (" +
                             head_name + ") as " + dtype_label(dtype_head) +
-                            (kernels::is_quantized(static_cast<kernels::WeightType>(dtype)) ||
-                                     kernels::is_quantized(static_cast<kernels::WeightType>(dtype_head))
+                            (is_quantized(dtype) || is_quantized(dtype_head)
                                  ? " (q8_0 / q4_0: blocks of 32 with an f16 scale; bf16 / f16: rounded to nearest even)"
                                  : " (rounded to nearest even)") +
                             "; norms, biases and wpe stay f32");

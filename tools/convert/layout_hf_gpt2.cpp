@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/error.hpp"
-#include "tools/convert/file_util.hpp"
+#include "formats/file_util.hpp"
 #include "tools/convert/layout_gpt2_common.hpp"
 
 namespace mmgpt::convert {

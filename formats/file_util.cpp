@@ -1,4 +1,4 @@
-#include "tools/convert/file_util.hpp"
+#include "formats/file_util.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -7,7 +7,7 @@
 
 namespace fs = std::filesystem;
 
-namespace mmgpt::convert {
+namespace mmgpt {
 
 std::string read_small_file(const std::string& path, uint64_t max_bytes) {
   std::error_code ec;
@@ -75,4 +75,4 @@ size_t utf8_length(const std::string& s) {
   return n;
 }
 
-}  // namespace mmgpt::convert
+}  // namespace mmgpt

@@ -1,9 +1,9 @@
 #pragma once
-// Small, careful file helpers shared by the converter's readers.
+// Small, careful file helpers for the readers of checkpoints and tokenizer files.
 #include <cstdint>
 #include <string>
 
-namespace mmgpt::convert {
+namespace mmgpt {
 
 // The whole file as bytes; refuses files larger than `max_bytes` (config and
 // tokenizer files are small: a huge one is a wrong path, not data to slurp).
@@ -21,4 +21,4 @@ bool valid_utf8(const std::string& s);
 // Number of code points in well-formed UTF-8 `s`.
 size_t utf8_length(const std::string& s);
 
-}  // namespace mmgpt::convert
+}  // namespace mmgpt

@@ -1,4 +1,4 @@
-#include "tools/convert/tokenizer_files.hpp"
+#include "formats/tokenizer_files.hpp"
 
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -6,9 +6,9 @@
 
 #include "formats/error.hpp"
 #include "formats/torch_checkpoint.hpp"
-#include "tools/convert/file_util.hpp"
+#include "formats/file_util.hpp"
 
-namespace mmgpt::convert {
+namespace mmgpt {
 
 namespace {
 
@@ -236,4 +236,4 @@ FoundTokenizer load_tokenizer_path(const std::string& path) {
   return {read_char_meta(path), path};
 }
 
-}  // namespace mmgpt::convert
+}  // namespace mmgpt

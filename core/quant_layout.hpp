@@ -37,14 +37,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/panel_layout.hpp"
+#include "core/panel_layout.hpp"
 
-namespace mmgpt::kernels {
+namespace mmgpt {
 
 inline constexpr size_t kQuantBlock = 32;
 
 inline size_t quant_blocks(size_t K) { return (K + kQuantBlock - 1) / kQuantBlock; }
-inline bool is_quantized(WeightType t) { return t == WeightType::Q8_0 || t == WeightType::Q4_0; }
 // Bytes of one block's quants in a panel (B above), of a unit of two blocks
 // with their scales (U), and of a panel of Kb blocks.
 inline size_t quant_block_bytes(WeightType t) { return t == WeightType::Q8_0 ? 512 : 256; }
@@ -57,10 +56,6 @@ inline size_t quant_block_offset(WeightType t, size_t b) {
 inline size_t quant_scale_offset(WeightType t, size_t b) {
     return b / 2 * quant_unit_bytes(t) + 2 * quant_block_bytes(t) + b % 2 * 32;
 }
-
-// Bytes of a packed W[N, K] of any weight type (f32 / bf16 / f16: the panels
-// of panel_layout.hpp; q8_0 / q4_0: the panels above).
-size_t packed_weight_bytes(WeightType t, size_t N, size_t K);
 
 // Quantizes a row-major f32 W[N, K] into `out` (packed_weight_bytes(t, N, K)
 // bytes, t = Q8_0 or Q4_0), padding included.
@@ -85,4 +80,4 @@ struct QuantizedRows {
 // holds an infinity or NaN, so the products come out NaN as in f32).
 float quantize_block_q8(const float* x, size_t n, int8_t* q, int32_t* sum);
 
-}  // namespace mmgpt::kernels
+}  // namespace mmgpt

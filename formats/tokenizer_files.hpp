@@ -9,7 +9,7 @@
 
 #include "formats/model_config.hpp"
 
-namespace mmgpt::convert {
+namespace mmgpt {
 
 struct FoundTokenizer {
   TokenizerData data;
@@ -32,4 +32,4 @@ FoundTokenizer load_tokenizer_path(const std::string& path);
 // it holds an incomplete set or several different ones.
 std::optional<FoundTokenizer> find_tokenizer_in(const std::string& dir);
 
-}  // namespace mmgpt::convert
+}  // namespace mmgpt

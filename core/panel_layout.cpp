@@ -1,11 +1,11 @@
-#include "kernels/panel_layout.hpp"
+#include "core/panel_layout.hpp"
 
 #include <algorithm>
 
-#include "formats/half.hpp"
-#include "kernels/quant_layout.hpp"
+#include "core/half.hpp"
+#include "core/quant_layout.hpp"
 
-namespace mmgpt::kernels {
+namespace mmgpt {
 
 void pack_panels(const float* w, size_t N, size_t K, float* out) {
     std::fill(out, out + panel_floats(N, K), 0.0f);
@@ -44,4 +44,4 @@ void narrow_to_f16(const float* in, size_t n, uint16_t* out) {
     for (size_t i = 0; i < n; ++i) out[i] = f32_to_f16(in[i]);
 }
 
-}  // namespace mmgpt::kernels
+}  // namespace mmgpt

@@ -1,24 +1,13 @@
-#include "kernels/quant_layout.hpp"
+#include "core/quant_layout.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-#include "formats/half.hpp"
+#include "core/half.hpp"
 
-namespace mmgpt::kernels {
-
-size_t packed_weight_bytes(WeightType t, size_t N, size_t K) {
-    switch (t) {
-        case WeightType::F32: return panel_floats(N, K) * 4;
-        case WeightType::BF16:
-        case WeightType::F16: return panel_floats(N, K) * 2;
-        case WeightType::Q8_0:
-        case WeightType::Q4_0: return panel_count(N) * quant_panel_bytes(t, quant_blocks(K));
-    }
-    return 0;
-}
+namespace mmgpt {
 
 namespace {
 
@@ -131,4 +120,4 @@ float quantize_block_q8(const float* x, size_t n, int8_t* q, int32_t* sum) {
     return amax / 127.0f;
 }
 
-}  // namespace mmgpt::kernels
+}  // namespace mmgpt

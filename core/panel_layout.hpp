@@ -23,16 +23,11 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace mmgpt::kernels {
+#include "core/weight_type.hpp"
+
+namespace mmgpt {
 
 inline constexpr size_t kPanelWidth = 16;
-
-// Element type of a packed weight matrix. The kernels widen bf16 and f16 to
-// f32 in registers (exactly); activations and sums are always f32.
-//   BF16: bfloat16, the top 16 bits of an IEEE binary32;  F16: IEEE binary16.
-//   Q8_0, Q4_0: blocks of 32 small integers with an f16 scale, in their own
-//   panel arrangement (quant_layout.hpp); activations are quantized to 8 bits.
-enum class WeightType { F32 = 0, BF16 = 1, F16 = 2, Q8_0 = 3, Q4_0 = 4 };
 
 inline size_t panel_count(size_t N) { return (N + kPanelWidth - 1) / kPanelWidth; }
 // Floats a packed W[N, K] occupies (N rounded up to whole panels).
@@ -99,4 +94,4 @@ void unpack_panel_row(const void* packed, WeightType type, size_t N, size_t K, s
 void narrow_to_bf16(const float* in, size_t n, uint16_t* out);
 void narrow_to_f16(const float* in, size_t n, uint16_t* out);
 
-}  // namespace mmgpt::kernels
+}  // namespace mmgpt

@@ -1,0 +1,51 @@
+#pragma once
+// What generation takes and gives: its options, the events a caller sees as
+// tokens are made, and the result. Shared by the public API (mmgpt.hpp) and
+// the generator that implements it (generator.hpp).
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/weight_type.hpp"
+#include "engine/sampler.hpp"
+
+namespace mmgpt {
+
+struct GenerateOptions {
+  size_t max_new_tokens = 256;
+  SamplingOptions sampling;              // greedy or temperature / top-k / top-p / min-p / repetition penalty; seed
+  bool ignore_eos = false;               // keep going past the end-of-text token
+  std::vector<std::string> stop;         // stop at any of these strings (matched across tokens; not emitted)
+  WeightType kv_dtype = WeightType::F32;  // KV cache elements: f32, or bf16 / f16 (half the memory and cache traffic)
+};
+
+enum class StopReason { Length, EndOfText, StopString, Callback };
+
+// One generated token, as the callback sees it.
+struct TokenEvent {
+  size_t sequence = 0;    // index of the prompt in a batch (0 for a single prompt)
+  int32_t token = 0;      // -1 for the last event of a sequence that only releases held-back text
+  std::string_view text;  // bytes that became printable with this token: never half a UTF-8
+                          // character, never part of a stop string; may be empty
+};
+// Return false to stop that sequence.
+using TokenCallback = std::function<bool(const TokenEvent&)>;
+
+struct GenerationTimings {
+  double prefill_seconds = 0.0;  // running the prompt (up to the first token's logits)
+  double decode_seconds = 0.0;   // the remaining steps
+  size_t prompt_tokens = 0;
+  size_t decode_steps = 0;       // forward steps after the prefill
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;   // generated ids (an end-of-text token that stopped generation is not included)
+  std::string text;              // their bytes, cut before a stop string
+  StopReason reason = StopReason::Length;
+  GenerationTimings timings;
+};
+
+}  // namespace mmgpt
