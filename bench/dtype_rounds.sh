@@ -1,8 +1,8 @@
 #!/bin/bash
 # Rounds of `mmgpt bench` over GPT-2-shaped models in every weight dtype: the
-# runs behind the README's speed tables. Each round benches every file once,
-# one after another, each first dropped from the page cache (so it is read
-# back on 2 MB pages: README, "How to read them"); results go to
+# runs behind docs/benchmarks.md, "Reference figures". Each round benches every
+# file once, one after another, each first dropped from the page cache (so it is
+# read back on 2 MB pages: docs/benchmarks.md, "mmgpt bench"); results go to
 # OUT_DIR/SHAPE-DTYPE-ROUND.json, and bench/dtype_table.py makes the tables.
 #
 #   bench/dtype_rounds.sh [options] OUT_DIR [-- BENCH_ARGS...]

@@ -9,7 +9,8 @@ them). Tokens per second are medians over every timed run of every round;
 model file's read bandwidth measured before each run) is the median over the
 rounds of each round's median, in bold below 0.90. The lines under the tables
 give the limits measured in the same runs (FMA peak, file probe), so the
-figures can be read without knowing the machine.
+figures can be read without knowing the machine (docs/benchmarks.md, "What
+the fractions mean"; the tables are as under "Reference figures").
 """
 import collections
 import glob

@@ -18,8 +18,8 @@
 // panels are. Why: a decode kernel reads a pair front to back as one memory
 // stream while keeping two accumulator chains, one per panel, each with two
 // dependent multiply-adds per line; one panel alone would wait on its chain
-// (docs/decode-streaming.md). Sizes are those of the f32 layout, 2 bytes per
-// element.
+// (docs/kernels.md, "16-bit panels in pairs"). Sizes are those of the f32
+// layout, 2 bytes per element.
 #include <cstddef>
 #include <cstdint>
 

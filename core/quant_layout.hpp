@@ -27,8 +27,8 @@
 // row j in 32-bit lane j: exactly the operand of one 512-bit VPDPBUSD (or two
 // 256-bit / four 128-bit SDOT) whose other operand broadcasts 4 bytes of x.
 // And a panel is read front to back, scales included, as one stream: decode
-// streams the whole matrix in memory order (docs/decode-streaming.md; the
-// scales used to follow all of a panel's quants, a second stream per panel).
+// streams the whole matrix in memory order, with no second stream of scales
+// (docs/kernels.md, "Quantized panels with their scales inline").
 //
 // Activations: each row of x[M, K] is quantized per block of 32 to q8 with
 // an f32 scale (the QuantizedRows below); a product sums the exact integer

@@ -13,7 +13,7 @@ namespace mmgpt {
 // The ids are the .mmgpt file's dtype ids.
 enum class WeightType : uint32_t { F32 = 0, BF16 = 1, F16 = 2, Q8_0 = 3, Q4_0 = 4 };
 inline constexpr size_t kWeightTypeCount = 5;
-// The name the public API (mmgpt.hpp: GenerateOptions::kv_dtype) has always used.
+// Another name for the type, for programs embedding mmgpt (mmgpt.hpp) that spell it DType.
 using DType = WeightType;
 
 // How a matrix of the type is packed for the matmul kernels. The values are

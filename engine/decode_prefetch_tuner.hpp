@@ -5,41 +5,37 @@
 // hint, kernels/dispatch.cpp) and, on a shared host, on the moment: with the
 // core to itself a decode kernel needs software prefetches to keep enough
 // lines in flight; when another tenant shares the core, the same prefetches
-// cost more than they bring and no prefetch at all is faster
-// (kernels/decode_prefetch.hpp has the figures). So while the setting is
+// cost more than they bring and no prefetch at all is faster (docs/kernels.md,
+// "Decode: prefetching ahead, and the hint per CPU"). So while the setting is
 // "auto" (kernels::decode_prefetch_auto()) the engine compares the vendor's
 // hint with none every so often and keeps the faster.
 //
-// A comparison runs `pairs` pairs of blocks of decode steps,
-// each pair a block with each hint back to back (the order alternating from
-// pair to pair, so a context that grows by one each step favours neither),
-// and takes the median over the pairs of the ratio of the blocks' mean step
-// times: steps next to each other see the same host, which whole runs do
-// not. A block's first `settle` steps are not timed (a step right after one
-// with the other hint finds the caches as that one left them); then its steps are timed until they add up to `block_seconds`, so a
-// model whose steps take microseconds (weights in cache) is compared over
-// many steps and one whose steps take milliseconds over one. The other hint
-// is taken when the median ratio is below 1 - `margin`. The next comparison
-// comes after `min_period` seconds of decode steps after a switch, and each
-// comparison that keeps the choice doubles the wait, up to `max_period`: a
-// comparison of about 2 * pairs * (settle + 1) steps of a 124M model (16
-// steps, half of them with the hint not chosen) every 8 seconds costs
-// well under 1% of the time even when that hint is much slower. The hint
-// never changes a result (every decode loop gives the same bits under each:
-// tests/test_kernels_dispatch.cpp), only the speed.
+// A comparison runs `pairs` pairs of blocks of decode steps, each pair a
+// block with each hint back to back (the order alternating from pair to
+// pair, so a context that grows by one each step favours neither), and takes
+// the median over the pairs of the ratio of the blocks' mean step times:
+// steps next to each other see the same host, which whole runs do not. A
+// block's first `settle` steps are not timed (a step right after one with
+// the other hint finds the caches as that one left them); then its steps are
+// timed until they add up to `block_seconds`, so a model whose steps take
+// microseconds (weights in cache) is compared over many steps and one whose
+// steps take milliseconds over one. The other hint is taken when the median
+// ratio is below 1 - `margin`. The next comparison comes after `min_period`
+// seconds of decode steps after a switch, and each comparison that keeps the
+// choice doubles the wait, up to `max_period`, so once the choice holds the
+// comparisons cost a small share of the time even when the hint not chosen
+// is much slower. The hint never changes a result (every decode loop gives
+// the same bits under each: tests/test_kernels_dispatch.cpp), only the speed.
 //
 // One tuner serves the process for each thread budget and batch size (the
 // host is the process's; one thread and two share the memory differently,
-// and the kernels read a matrix with more arithmetic a line for each row of
-// a batch, which can change which hint is faster: on Zen 5 at one thread
-// q4_0 at a batch of 4 decoded 1.24-1.35 times as fast with the non-temporal
-// hint as without, where q8_0 was 1.19-1.23 times as fast without; so each
-// budget and batch size has its own choice); its comparisons belong to one
-// caller (an Executor) at a time, and other callers' steps meanwhile run
-// with the current choice and are not timed. Decodes running at once share
-// the kernels' hint, so one can run part of a step of another's comparison
-// with the other hint: a choice made wrong that way is undone at a later
-// comparison.
+// and the kernels do more arithmetic a line for each row of a batch, which
+// can change which hint is faster: docs/kernels.md, "Small batches stream
+// like decode"); its comparisons belong to one caller (an Executor) at a
+// time, and other callers' steps meanwhile run with the current choice and
+// are not timed. Decodes running at once share the kernels' hint, so one can
+// run part of a step of another's comparison with the other hint: a choice
+// made wrong that way is undone at a later comparison.
 #include <array>
 #include <chrono>
 #include <cstddef>

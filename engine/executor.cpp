@@ -135,11 +135,10 @@ size_t Executor::team_members(std::span<const SequenceStep> steps, size_t tokens
   // A layer norm read only by the matmul after it is no stage of its own:
   // each member normalizes the row itself as it starts its parts of that
   // matmul (run_team), instead of one member doing it while the others wait
-  // at a stage boundary and then fetch its output from that member's cache.
-  // 355M q4_0, 2 threads with the host's memory fast: steps 2.4% faster
-  // (docs/decode-streaming.md, "layer norms folded"). The norm's input is
-  // then read while other members write the matmul's output, so the two
-  // must not share arena bytes (this step's plan).
+  // at a stage boundary and then fetch its output from that member's cache
+  // (docs/kernels.md, "The decode team"). The norm's input is then read
+  // while other members write the matmul's output, so the two must not
+  // share arena bytes (this step's plan).
   auto apart = [&](int a, int b) {
     return plan_->offsets[a] + plan_->sizes[a] <= plan_->offsets[b] ||
            plan_->offsets[b] + plan_->sizes[b] <= plan_->offsets[a];
@@ -152,9 +151,8 @@ size_t Executor::team_members(std::span<const SequenceStep> steps, size_t tokens
   // member's product reads those blocks instead of quantizing the whole row
   // itself. Every part then starts on a q8 block boundary, so the blocks are
   // the bytes quantize_rows gives for the whole row. Each member moves a
-  // quarter of the bytes from the other's cache (q8 instead of f32) and does
-  // half the quantizing: 355M q4_0, 2 threads, steps 1.01 of before
-  // (docs/decode-streaming.md, "x quantized by its producers").
+  // quarter of the bytes from the other's cache (q8 instead of f32) and
+  // quantizes only its share (docs/kernels.md, "The decode team").
   team_quantizes_.assign(ops.size(), false);
   size_t q_width = 0;
   for (size_t i = 0; i + 1 < ops.size(); ++i) {
@@ -173,7 +171,7 @@ size_t Executor::team_members(std::span<const SequenceStep> steps, size_t tokens
     team_sum_.resize(quant_blocks(q_width));
   }
   // A model so small that no matmul is worth splitting runs op by op: a team
-  // would only add its waits (the demo model in q4_0 decoded 10% slower).
+  // would only add its waits.
   return split || decode_team_ > 1 ? members : 1;
 }
 

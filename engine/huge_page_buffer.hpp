@@ -1,11 +1,10 @@
 #pragma once
 // Zero-initialised float storage from anonymous memory advised MADV_HUGEPAGE.
 // For the KV cache: decode reads all of it every step, and on 4 KiB pages that
-// read is slowed by TLB misses (a 124M model's cache is 75 MB; measured on
-// this project's machines, 4 KiB-page memory streams at 15 GB/s where huge
-// pages reach 24-26 GB/s). The kernel zero-fills pages on first touch, so
-// unlike std::vector nothing is written at construction and only the part of
-// the buffer a sequence reaches becomes resident.
+// read is slowed by TLB misses (docs/kernels.md, "Attention and the KV
+// cache"). The kernel zero-fills pages on first touch, so unlike std::vector
+// nothing is written at construction and only the part of the buffer a
+// sequence reaches becomes resident.
 #include <cstddef>
 
 namespace mmgpt {

@@ -2,14 +2,13 @@
 // A step run as a sequence of stages shared by a team of threads, without a
 // fork and a join per stage.
 //
-// A decode step of a 355M model is about 170 operations in a few
-// milliseconds. Forking each matmul's panels over TBB and joining them made
-// whole steps 1-13% slower at 2 threads than this team, most for q4_0 whose
-// steps are shortest (docs/decode-streaming.md, "Decode as a team"). Here
-// the members start once per step and walk the stages in order together:
-// each stage is split into parts, any member may claim any part, and a member
-// goes on to the next stage once every part of this one has finished (it
-// spins: the wait is usually well under a microsecond).
+// A decode step is a long sequence of short operations. Forking each
+// matmul's panels over TBB and joining them makes every join wait for the
+// slower thread (docs/kernels.md, "The decode team"). Here the members
+// start once per step and walk the stages in order together: each stage is
+// split into parts, any member may claim any part, and a member goes on to
+// the next stage once every part of this one has finished (it spins: the
+// wait is usually short).
 //
 // No member ever waits for a member that has not started: a part is claimed
 // only by the member that runs it at once, so one thread alone runs the
@@ -48,11 +47,8 @@ namespace mmgpt {
 // waits) a few lines between looks at the stage's count,
 // until the stage is done, the runs are, or kStagePrefetchCap bytes have
 // been requested. The wait turns into reads the member would make anyway,
-// and it starts the next stage with them arriving (2 threads, whole decode
-// steps against none: a matmul's own block, 355M q4_0 1.02-1.04, other
-// weight types and 124M 0.99-1.02; before attention, the keys and values of
-// the member's own heads, 1.002-1.012; docs/decode-streaming.md). Unset, or
-// an empty first run: a plain wait.
+// and it starts the next stage with them arriving (docs/kernels.md, "The
+// decode team"). Unset, or an empty first run: a plain wait.
 using StageReads = std::function<std::span<const std::byte>(size_t stage, size_t member, size_t run)>;
 // About what a core's L2 holds: more would push out the first lines before
 // the stage reads them.

@@ -17,9 +17,9 @@
 // at commit), staged here when the caller's pieces are smaller or unaligned:
 // the page cache keeps a file in folios the size of the writes that made it,
 // and only a 2 MiB folio can be mapped with one 2 MB page. A model file
-// written tensor by tensor ended up mostly in small folios, so the engine
-// that maps it next took a TLB miss every 4 KB of weights
-// (docs/decode-streaming.md, "2 MB pages for the weights").
+// written tensor by tensor would end up mostly in small folios, and the
+// engine that maps it next would take a TLB miss every 4 KB of weights
+// (docs/kernels.md, "2 MB pages for the weights").
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -49,9 +49,9 @@ ModelFile ModelFile::open(const std::string& path) {
 #ifdef MADV_HUGEPAGE
   // Pages of the file read in from now on come in 2 MiB folios, which the
   // mapping takes as 2 MB pages: decode streams every weight once a token and
-  // on 4 KB pages pays a TLB miss every 4 KB (355M q4_0 and bf16 at 1 thread: 2-7%
-  // slower; docs/decode-streaming.md). Pages already cached keep their size. Advisory:
-  // a kernel without transparent huge pages for files maps 4 KB pages.
+  // on 4 KB pages pays a TLB miss every 4 KB (docs/kernels.md, "2 MB pages
+  // for the weights"). Pages already cached keep their size. Advisory: a
+  // kernel without transparent huge pages for files maps 4 KB pages.
   ::madvise(map, static_cast<size_t>(size), MADV_HUGEPAGE);
 #endif
   ModelFile file;  // owns the mapping from here on: its destructor unmaps on a parse error

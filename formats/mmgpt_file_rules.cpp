@@ -169,7 +169,7 @@ void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t lay
   if (layout_id != kLayoutRowMajor && shape.size() != 2)
     throw Error(where + ": layout " + layout + " needs a matrix, but the shape is " + shape_string(shape));
   const uint32_t packing = static_cast<uint32_t>(type->packing);
-  // Layout 1 once held every dtype's panels in an older order, which this reader no longer runs.
+  // Layout 1 with a dtype that has a packing of its own is an older panel order, which this reader does not run.
   if (layout_id == static_cast<uint32_t>(Packing::Panels) && type->packing == Packing::BlockPanels)
     throw Error(where + ": dtype " + dtype +
                 " in layout panel16 is the block order of files written by mmgpt before 2026-11-24, which this "

@@ -81,7 +81,7 @@ class HeaderReader : public nlohmann::json_sax<Json> {
       field_ = k == "dtype" ? &tensors.back().dtype
                : k == "shape" ? &tensors.back().shape
                : k == "data_offsets" ? &tensors.back().offsets
-                                     : nullptr;  // other fields are ignored, as before
+                                     : nullptr;  // other fields are ignored
       if (field_ && !field_->is_null()) throw fail_("tensor '" + key_ + "' gives '" + k + "' twice");
     }
     return true;

@@ -25,11 +25,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ----------------------------------------------------------------------------
-# Debian's torch links the reference (Fortran) BLAS, which runs nn.Linear at
-# ~1 GFLOP/s here; its oneDNN convolution is ~10x faster. A linear layer on
-# [B, T, C] is a 1x1 conv1d, so training routes Linear through conv1d. It is
-# still an nn.Linear (same parameters, same state_dict keys), so the saved
-# checkpoint is a plain nanoGPT checkpoint.
+# Debian's torch links the reference (Fortran) BLAS, which runs nn.Linear far
+# slower than its oneDNN convolution. A linear layer on [B, T, C] is a 1x1
+# conv1d, so training routes Linear through conv1d. It is still an nn.Linear
+# (same parameters, same state_dict keys), so the saved checkpoint is a plain
+# nanoGPT checkpoint.
 
 class Linear(nn.Linear):
     def forward(self, x):
@@ -189,8 +189,7 @@ def main():
 
     torch.manual_seed(args.seed)
     # One thread by default: the reference BLAS is single-threaded anyway, and on
-    # a machine shared with compilers OpenMP's spin-waiting made 2 threads up to
-    # 10x slower than 1 in measurements.
+    # a busy machine OpenMP's spin-waiting makes more threads slower than one.
     torch.set_num_threads(args.threads)
     t_start = time.time()
 

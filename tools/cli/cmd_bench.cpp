@@ -234,9 +234,8 @@ void run_bench(const BenchArgs& a) {
         const DecodePrefetchSteps steps_before = decode_prefetch_steps();
         for (size_t r = 0; r < a.reps; ++r) {
           // The limit, measured now: the machine's load moves both figures together.
-          // First a pause: right after a run (the warm-up or the previous one) a
-          // two-thread probe read 33-55 GB/s where the same probe 200 ms later
-          // read 47-61 (124M f32, 2026-11-25), which overstated frac_of_bw.
+          // First a pause: right after a run (the warm-up or the previous one) the
+          // probe reads less than it does a moment later, which would overstate frac_of_bw.
           std::this_thread::sleep_for(kProbeSettle);
           mbw.push_back(limits::read_bandwidth_gbps(file.mapped_bytes(), file.file_size(), threads, 2, /*from_memory=*/true));
           const RunTimes t = run_once(exec, caches, prompts, n);
@@ -270,8 +269,8 @@ void run_bench(const BenchArgs& a) {
   }
   if (!rss_scoped) notes.push_back("peak RSS is the process's lifetime peak (cannot reset it here)");
   // After the runs, which read every page of the model. Said in a note only
-  // for a model large enough to be streamed from memory (64 MiB: twice the
-  // L3 of the development machine); a small one cannot fill 2 MB pages anyway.
+  // for a model large enough to be streamed from memory (64 MiB, more than a
+  // typical L3); a small one cannot fill 2 MB pages anyway.
   const std::optional<double> on_2mb_pages = huge_mapped_share(lm.model().file().mapped_bytes());
   if (on_2mb_pages && *on_2mb_pages < 0.9 && lm.model().file().file_size() >= (uint64_t{64} << 20))
     notes.push_back(fmt("%.0f%%", *on_2mb_pages * 100) + " of " + a.model +
