@@ -6,7 +6,7 @@
 // kBlock (kernels::KVBlocks). A head's rows in a block are one run and a
 // block holds every head of the group, so attention over a group, block by
 // block and head by head, reads its keys as one stream, then its values
-// (kernels/attention_simd.hpp). The storage is huge-page memory, zero until
+// (kernels/simd/attention_simd.hpp). The storage is huge-page memory, zero until
 // written (engine/huge_page_buffer.hpp).
 //
 // Elements are f32, or (--kv-dtype) bf16 / f16: half the memory, and half the

@@ -1,6 +1,7 @@
-// Chooses the kernel instantiation once per process: the widest ISA the CPU
-// runs, unless MMGPT_ISA names another one. This file is compiled without ISA
-// flags and sees the instantiations only through their function tables.
+// Chooses the kernel set once per process: the first instruction set in
+// kIsas the CPU runs, unless MMGPT_ISA names another one. This file is
+// compiled without ISA flags and sees the instruction sets only through
+// their tables (registry.hpp).
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -8,20 +9,31 @@
 #include <string>
 #include <string_view>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <cpuid.h>
-#endif
-#if defined(__aarch64__) && defined(__linux__)
-#include <asm/hwcap.h>
-#include <sys/auxv.h>
-#endif
-
 #include "kernels/decode_prefetch_kind.hpp"
-#include "kernels/isa_table.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/registry.hpp"
+#if defined(__x86_64__) || defined(_M_X64)
+#include "kernels/x86/cpu.hpp"
+#endif
 
 namespace mmgpt::kernels::detail {
 namespace {
+
+// The instruction sets built into this binary, most preferred first.
+const Isa* const* isas(size_t& count) {
+    static const Isa* const list[] = {
+#if defined(__x86_64__) || defined(_M_X64)
+        &avx512_isa(),
+        &avx2_isa(),
+#endif
+#if defined(__aarch64__)
+        &neon_isa(),
+#endif
+        nullptr,
+    };
+    count = sizeof list / sizeof list[0] - 1;
+    return list;
+}
 
 // MMGPT_BF16DOT=0 keeps bf16 weights on the f32 kernels (widened, activations
 // in f32) even where the bf16 dot product is available.
@@ -30,127 +42,41 @@ bool bf16dot_allowed() {
     return env == nullptr || std::string_view(env) != "0";
 }
 
-#if defined(__x86_64__) || defined(_M_X64)
-// F16C from CPUID leaf 1, ECX bit 29. Not through __builtin_cpu_supports:
-// clang (14, the fuzz and sanitizer compiler) does not know the "f16c" name.
-bool cpu_has_f16c() {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
-    return (ecx & bit_F16C) != 0;
-}
-#endif
-
-#if defined(__x86_64__) || defined(_M_X64)
-// AVX-512 VNNI from CPUID leaf 7, ECX bit 11 (the same for gcc and clang).
-bool cpu_has_avx512vnni() {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
-    return (ecx & (1u << 11)) != 0;
-}
-
-// AVX512_BF16 from CPUID leaf 7, subleaf 1, EAX bit 5 (no __builtin_cpu_supports
-// name for it in clang 14).
-bool cpu_has_avx512bf16() {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || eax < 1) return false;  // no subleaf 1
-    if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) == 0) return false;
-    return (eax & (1u << 5)) != 0;
-}
-
-bool cpu_runs_avx2() {
-    __builtin_cpu_init();  // safe to repeat; needed if we run before libgcc's constructor
-    // F16C: the f16 weight kernels widen with VCVTPH2PS (every AVX2 CPU we know has it).
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
-}
-
-bool cpu_runs_avx512() {
-    return cpu_runs_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-}
-#endif
-
-#if defined(__aarch64__)
-// The Armv8.2 dot product (SDOT), from the kernel's hardware capabilities.
-bool cpu_has_dotprod() {
-#if defined(__linux__)
-    return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
-#else
-    return false;
-#endif
-}
-
-// The BF16 extension (BFDOT), from the second word of hardware capabilities.
-bool cpu_has_bf16() {
-#if defined(__linux__) && defined(HWCAP2_BF16)
-    return (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
-#else
-    return false;
-#endif
-}
-#endif
-
-IsaTable with_quant(IsaTable t, const QuantKernels& q, const Bf16DotKernels* bf16dot = nullptr) {
-    t.quant = &q;
-    t.bf16dot = bf16dot;
-    return t;
-}
-
-// The table for `name` if it is built into this binary and the CPU can run
-// it; nullptr otherwise. Each comes with the best quantized kernels the CPU
-// runs at that level, AVX-512 and NEON with the bf16 dot product where the
-// CPU has it (bf16dot false: the same table without it).
-const IsaTable* runnable_table(std::string_view name, bool bf16dot = true) {
-    if (name == "scalar") return &scalar_table();
-#if defined(__x86_64__) || defined(_M_X64)
-    if (name == "avx2") {
-        if (!cpu_runs_avx2()) return nullptr;
-        static const IsaTable t = with_quant(avx2_table(), avx2_quant_kernels());
-        return &t;
-    }
-    if (name == "avx512") {
-        if (!cpu_runs_avx512()) return nullptr;
-        static const IsaTable widen =
-            with_quant(avx512_table(), cpu_has_avx512vnni() ? avx512vnni_quant_kernels() : avx2_quant_kernels());
-        static const IsaTable t = with_quant(
-            widen, *widen.quant, cpu_has_avx512bf16() && bf16dot_allowed() ? &avx512bf16_bf16dot_kernels() : nullptr);
-        return bf16dot ? &t : &widen;
-    }
-#endif
-#if defined(__aarch64__)
-    if (name == "neon") {  // Advanced SIMD is mandatory on AArch64
-        static const IsaTable widen =
-            with_quant(neon_table(), cpu_has_dotprod() ? neon_dotprod_quant_kernels() : neon_quant_kernels());
-        static const IsaTable t = with_quant(
-            widen, *widen.quant, cpu_has_bf16() && bf16dot_allowed() ? &neon_bf16_bf16dot_kernels() : nullptr);
-        return bf16dot ? &t : &widen;
-    }
-#endif
+// The set of the instruction set `name` if it is built into this binary and
+// the CPU runs it; null otherwise.
+const KernelSet* runnable_set(std::string_view name, bool bf16dot) {
+    if (name == "scalar") return &scalar_kernel_set();
+    size_t n = 0;
+    const Isa* const* list = isas(n);
+    for (size_t i = 0; i < n; ++i)
+        if (name == list[i]->name) return list[i]->set(bf16dot && bf16dot_allowed());
     return nullptr;
 }
 
-const IsaTable* best_table() {
-    for (std::string_view name : {"avx512", "avx2", "neon"})
-        if (const IsaTable* t = runnable_table(name)) return t;
-    return &scalar_table();
+const KernelSet* best_set() {
+    size_t n = 0;
+    const Isa* const* list = isas(n);
+    for (size_t i = 0; i < n; ++i)
+        if (const KernelSet* s = list[i]->set(bf16dot_allowed())) return s;
+    return &scalar_kernel_set();
 }
 
-// MMGPT_ISA=scalar|avx2|avx512|neon forces an instantiation. One this CPU
+// MMGPT_ISA=scalar|avx2|avx512|neon forces an instruction set. One this CPU
 // (or this build) cannot run is ignored with a warning rather than failing,
-// so a script that sets it still works everywhere. (MMGPT_BF16DOT=0, read by
-// bf16dot_allowed, keeps bf16 weights off the bf16 dot product.)
-const IsaTable* initial_table() {
-    const IsaTable* best = best_table();
+// so a script that sets it still works everywhere.
+const KernelSet* initial_set() {
+    const KernelSet* best = best_set();
     const char* env = std::getenv("MMGPT_ISA");
     if (env == nullptr || *env == '\0') return best;
-    if (const IsaTable* t = runnable_table(env)) return t;
+    if (const KernelSet* s = runnable_set(env, true)) return s;
     std::fprintf(stderr, "mmgpt: warning: MMGPT_ISA=%s is not an instruction set this CPU and build can run "
                          "(scalar, avx2, avx512, neon); using %s\n", env, best->name);
     return best;
 }
 
-std::atomic<const IsaTable*>& current() {
-    static std::atomic<const IsaTable*> table{initial_table()};
-    return table;
+std::atomic<const KernelSet*>& current() {
+    static std::atomic<const KernelSet*> set{initial_set()};
+    return set;
 }
 
 std::string_view name_of(DecodePrefetch h) {
@@ -196,52 +122,52 @@ DecodePrefetchState& decode_prefetch_state() {
 
 }  // namespace
 
-const IsaTable& active_table() { return *current().load(std::memory_order_acquire); }
+const KernelSet& active_set() { return *current().load(std::memory_order_acquire); }
 
-std::vector<const QuantKernels*> runnable_quant_kernels() {
-    std::vector<const QuantKernels*> all{&scalar_quant_kernels()};
-#if defined(__x86_64__) || defined(_M_X64)
-    if (cpu_runs_avx2()) all.push_back(&avx2_quant_kernels());
-    if (cpu_runs_avx512() && cpu_has_avx512vnni()) all.push_back(&avx512vnni_quant_kernels());
-#endif
-#if defined(__aarch64__)
-    all.push_back(&neon_quant_kernels());
-    if (cpu_has_dotprod()) all.push_back(&neon_dotprod_quant_kernels());
-#endif
-    return all;
+std::vector<const KernelSet*> runnable_kernel_sets() {
+    std::vector<const KernelSet*> sets{&scalar_kernel_set()};
+    size_t n = 0;
+    const Isa* const* list = isas(n);
+    for (size_t i = 0; i < n; ++i)
+        for (bool bf16dot : {true, false})
+            if (const KernelSet* s = list[i]->set(bf16dot); s && (sets.back() != s)) sets.push_back(s);
+    return sets;
 }
 
-std::vector<const Bf16DotKernels*> runnable_bf16dot_kernels() {
-    std::vector<const Bf16DotKernels*> all{&scalar_bf16dot_kernels(), &scalar_arm_bf16dot_kernels()};
-#if defined(__x86_64__) || defined(_M_X64)
-    if (cpu_runs_avx512() && cpu_has_avx512bf16()) all.push_back(&avx512bf16_bf16dot_kernels());
-#endif
-#if defined(__aarch64__)
-    if (cpu_has_bf16()) all.push_back(&neon_bf16_bf16dot_kernels());
-#endif
-    return all;
+std::vector<const QuantKernels*> runnable_quant_kernels() {
+    std::vector<const QuantKernels*> quant{&scalar_quant_kernels()};
+    std::vector<const MatmulKernels*> bf16dot;
+    size_t n = 0;
+    const Isa* const* list = isas(n);
+    for (size_t i = n; i-- > 0;) list[i]->runnable(quant, bf16dot);  // the simplest first
+    return quant;
+}
+
+std::vector<const MatmulKernels*> runnable_bf16dot_kernels() {
+    std::vector<const QuantKernels*> quant;
+    std::vector<const MatmulKernels*> bf16dot{&scalar_bf16dot_kernels(), &scalar_arm_bf16dot_kernels()};
+    size_t n = 0;
+    const Isa* const* list = isas(n);
+    for (size_t i = n; i-- > 0;) list[i]->runnable(quant, bf16dot);
+    return bf16dot;
 }
 
 }  // namespace mmgpt::kernels::detail
 
 namespace mmgpt::kernels {
 
-std::string_view isa_name() { return detail::active_table().name; }
+std::string_view isa_name() { return detail::active_set().name; }
 
-std::string_view quant_isa_name() { return detail::active_table().quant->name; }
+std::string_view quant_isa_name() { return detail::active_set().matmul[static_cast<size_t>(WeightType::Q8_0)]->name; }
 
 std::string_view bf16_isa_name() {
-    const detail::Bf16DotKernels* k = detail::active_table().bf16dot;
-    return k ? k->name : "f32";
+    const detail::MatmulKernels* k = detail::active_set().matmul[static_cast<size_t>(WeightType::BF16)];
+    return k->x == detail::XForm::Bf16Rows ? k->name : "f32";
 }
 
 std::string cpu_vendor() {
 #if defined(__x86_64__) || defined(_M_X64)
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return {};
-    char v[12];
-    std::memcpy(v, &ebx, 4), std::memcpy(v + 4, &edx, 4), std::memcpy(v + 8, &ecx, 4);
-    return std::string(v, sizeof v);
+    return detail::x86::vendor();
 #else
     return {};
 #endif
@@ -286,7 +212,7 @@ void use_decode_prefetch(DecodePrefetch h) {
 }
 
 bool force_isa(std::string_view name, bool bf16dot) {
-    const detail::IsaTable* t = detail::runnable_table(name, bf16dot);
+    const detail::KernelSet* t = detail::runnable_set(name, bf16dot);
     if (t == nullptr) return false;
     detail::current().store(t, std::memory_order_release);
     return true;

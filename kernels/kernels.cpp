@@ -15,7 +15,7 @@
 #include <tbb/partitioner.h>
 
 #include "kernels/gemm_blocking.hpp"
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
 
@@ -52,7 +52,7 @@ void for_chunks(size_t n, size_t grain, F f) {
 
 void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N) {
     if (M == 0 || N == 0) return;
-    const auto& t = detail::active_table();
+    const auto& t = detail::active_set();
     // Work per output column is M*K multiply-adds (M*K <= the size of x, so no overflow).
     const size_t per_column = std::max<size_t>(M * K, 1);
     // At least 16 columns per task so each task streams a useful block of W;
@@ -80,55 +80,59 @@ size_t panel_range_grain(size_t M, size_t K, size_t N, size_t threads) {
 
 PanelProduct::PanelProduct(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M,
                            size_t K, size_t N, Epilogue e)
-    : x_(x), wp_(wp), type_(type), bias_(bias), y_(y), M_(M), K_(K), N_(N), e_(e) {
+    : wp_(wp), type_(type), bias_(bias), y_(y), M_(M), K_(K), N_(N), e_(e) {
+    x_.f32 = x;
     if (M == 0 || N == 0) return;
-    const auto& t = detail::active_table();
-    if (is_quantized(type)) {
-        // The buffers are reused by the next product made on this thread.
-        thread_local std::vector<int8_t> q;
-        thread_local std::vector<float> scale;
-        thread_local std::vector<int32_t> sum;
-        const size_t Kb = quant_blocks(K);
-        if (q.size() < M * Kb * kQuantBlock) q.resize(M * Kb * kQuantBlock);
-        if (scale.size() < M * Kb) scale.resize(M * Kb), sum.resize(M * Kb);
-        quantize_rows(x, M, K, q.data(), scale.data(), sum.data());
-        xq_ = QuantizedRows{q.data(), scale.data(), sum.data(), Kb};
-    } else if (type == WeightType::BF16 && t.bf16dot != nullptr) {
-        // Rows of even length, for every M (so a row's result never depends on M).
-        thread_local std::vector<uint16_t> xb;
-        const size_t Kp = detail::bf16dot_row_elems(K);
-        if (xb.size() < M * Kp) xb.resize(M * Kp);
-        for_chunks(M, ceil_div(kMinWorkPerTask, std::max<size_t>(K, 1)), [&, out = xb.data()](size_t r0, size_t r1) {
-            detail::bf16dot_round_rows(x + r0 * K, r1 - r0, K, out + r0 * Kp);
-        });
-        xb_ = xb.data();
+    // x in the form the weight type's kernels want, into buffers of this
+    // thread that the next product made on it reuses.
+    switch (detail::active_set().matmul[static_cast<size_t>(type)]->x) {
+        case detail::XForm::F32: break;
+        case detail::XForm::Q8Blocks: {
+            thread_local std::vector<int8_t> q;
+            thread_local std::vector<float> scale;
+            thread_local std::vector<int32_t> sum;
+            const size_t Kb = quant_blocks(K);
+            if (q.size() < M * Kb * kQuantBlock) q.resize(M * Kb * kQuantBlock);
+            if (scale.size() < M * Kb) scale.resize(M * Kb), sum.resize(M * Kb);
+            quantize_rows(x, M, K, q.data(), scale.data(), sum.data());
+            x_.q8 = QuantizedRows{q.data(), scale.data(), sum.data(), Kb};
+            break;
+        }
+        case detail::XForm::Bf16Rows: {
+            // Rows of even length, for every M (so a row's result never depends on M).
+            thread_local std::vector<uint16_t> xb;
+            const size_t Kp = detail::bf16dot_row_elems(K);
+            if (xb.size() < M * Kp) xb.resize(M * Kp);
+            for_chunks(M, ceil_div(kMinWorkPerTask, std::max<size_t>(K, 1)), [&, out = xb.data()](size_t r0, size_t r1) {
+                detail::bf16dot_round_rows(x + r0 * K, r1 - r0, K, out + r0 * Kp);
+            });
+            x_.bf16 = xb.data();
+            break;
+        }
     }
 }
 
 PanelProduct::PanelProduct(const QuantizedRows& xq, const void* wp, WeightType type, const float* bias, float* y,
                            size_t M, size_t K, size_t N, Epilogue e)
-    : x_(nullptr), wp_(wp), type_(type), bias_(bias), y_(y), M_(M), K_(K), N_(N), e_(e), xq_(xq) {
-    if (!is_quantized(type) || xq.blocks != quant_blocks(K))
+    : wp_(wp), type_(type), bias_(bias), y_(y), M_(M), K_(K), N_(N), e_(e) {
+    x_.q8 = xq;
+    if (detail::active_set().matmul[static_cast<size_t>(type)]->x != detail::XForm::Q8Blocks ||
+        xq.blocks != quant_blocks(K))
         throw std::invalid_argument("PanelProduct: q8 rows need q8_0 / q4_0 weights and quant_blocks(K) blocks a row");
 }
 
 void PanelProduct::run(size_t p0, size_t p1) const {
     if (M_ == 0 || p0 >= p1) return;
-    const auto& t = detail::active_table();
-    if (is_quantized(type_)) {
-        const auto gemm = type_ == WeightType::Q8_0 ? t.quant->gemm_panels_q8_0 : t.quant->gemm_panels_q4_0;
-        return gemm(xq_, static_cast<const uint8_t*>(wp_), bias_, y_, M_, K_, N_, p0, p1, e_);
+    const detail::MatmulKernels& k = *detail::active_set().matmul[static_cast<size_t>(type_)];
+    float* scratch = nullptr;
+    if (k.x == detail::XForm::F32) {
+        // Partial sums between K blocks; one buffer per thread, kept between calls.
+        thread_local std::vector<float> buffer;
+        const size_t need = detail::gemm_scratch_floats(M_, K_, p1 - p0);
+        if (buffer.size() < need) buffer.resize(need);
+        scratch = buffer.data();
     }
-    if (xb_ != nullptr)
-        return t.bf16dot->gemm_panels(xb_, static_cast<const uint16_t*>(wp_), bias_, y_, M_, K_, N_, p0, p1, e_);
-    // Partial sums between K blocks; one buffer per thread, kept between calls.
-    thread_local std::vector<float> scratch;
-    const size_t need = detail::gemm_scratch_floats(M_, K_, p1 - p0);
-    if (scratch.size() < need) scratch.resize(need);
-    if (type_ == WeightType::F32)
-        return t.gemm_panels(x_, static_cast<const float*>(wp_), bias_, y_, M_, K_, N_, p0, p1, e_, scratch.data());
-    const auto gemm = type_ == WeightType::BF16 ? t.gemm_panels_bf16 : t.gemm_panels_f16;
-    gemm(x_, static_cast<const uint16_t*>(wp_), bias_, y_, M_, K_, N_, p0, p1, e_, scratch.data());
+    k.panels[static_cast<size_t>(type_)](x_, wp_, bias_, y_, M_, K_, N_, p0, p1, e_, scratch);
 }
 
 void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
@@ -152,11 +156,11 @@ void attention_row(const float* q, const float* k, const float* v, size_t n, siz
 
 void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, int32_t* sum) {
     if (M == 0 || K == 0) return;
-    const auto& t = detail::active_table();
+    const auto& t = detail::active_set();
     const size_t Kb = quant_blocks(K);
     const size_t grain = ceil_div(kMinWorkPerTask, K);
     for_chunks(M, grain, [&](size_t r0, size_t r1) {
-        t.quant->quantize_rows(x + r0 * K, r1 - r0, K, q + r0 * Kb * kQuantBlock, scale + r0 * Kb, sum + r0 * Kb);
+        t.quantize_rows(x + r0 * K, r1 - r0, K, q + r0 * Kb * kQuantBlock, scale + r0 * Kb, sum + r0 * Kb);
     });
 }
 
@@ -165,43 +169,34 @@ void attention_heads(const float* q, const void* k, const void* v, WeightType kv
     if (n > 0 && (at.block == 0 || at.block % kKVBlockMultiple != 0))
         throw std::invalid_argument("attention_heads: the block of positions must be a positive multiple of " +
                                     std::to_string(kKVBlockMultiple));
-    const auto& t = detail::active_table();
-    switch (kv) {
-        case WeightType::BF16:
-            return t.attention_heads_bf16(q, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n,
-                                          heads, hd, at, scale, s, out);
-        case WeightType::F16:
-            return t.attention_heads_f16(q, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n,
-                                         heads, hd, at, scale, s, out);
-        default:
-            return t.attention_heads(q, static_cast<const float*>(k), static_cast<const float*>(v), n, heads, hd, at,
-                                     scale, s, out);
-    }
+    const detail::AttentionKernel attend = detail::active_set().attention[static_cast<size_t>(kv)];
+    if (attend == nullptr) throw std::invalid_argument("attention_heads: a KV cache holds f32, bf16 or f16");
+    attend(q, k, v, n, heads, hd, at, scale, s, out);
 }
 
 void narrow(const float* in, size_t n, WeightType to, uint16_t* out) {
     if (to == WeightType::F16)
-        detail::active_table().narrow_f16(in, n, out);
+        detail::active_set().narrow_f16(in, n, out);
     else
         narrow_to_bf16(in, n, out);  // integer arithmetic: the compiler vectorizes it as it is
 }
 
-float dot(const float* a, const float* b, size_t n) { return detail::active_table().dot(a, b, n); }
+float dot(const float* a, const float* b, size_t n) { return detail::active_set().dot(a, b, n); }
 
 void axpy(float a, const float* x, float* y, size_t n) {
-    const auto& t = detail::active_table();
+    const auto& t = detail::active_set();
     for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.axpy(a, x + i0, y + i0, i1 - i0); });
 }
 
 void add(float* y, const float* x, size_t n) {
-    const auto& t = detail::active_table();
+    const auto& t = detail::active_set();
     for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.add(y + i0, x + i0, i1 - i0); });
 }
 
 void layernorm(const float* x, const float* gamma, const float* beta, float* y, size_t rows, size_t dim,
                float eps) {
     if (dim == 0) return;
-    const auto& t = detail::active_table();
+    const auto& t = detail::active_set();
     const size_t grain = ceil_div(kMinWorkPerTask, dim);
     for_chunks(rows, grain, [&](size_t r0, size_t r1) {
         t.layernorm(x + r0 * dim, gamma, beta, y + r0 * dim, r1 - r0, dim, eps);
@@ -209,16 +204,16 @@ void layernorm(const float* x, const float* gamma, const float* beta, float* y, 
 }
 
 void gelu_erf(float* x, size_t n) {
-    const auto& t = detail::active_table();
+    const auto& t = detail::active_set();
     for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.gelu_erf(x + i0, i1 - i0); });
 }
 
 void gelu_tanh(float* x, size_t n) {
-    const auto& t = detail::active_table();
+    const auto& t = detail::active_set();
     for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.gelu_tanh(x + i0, i1 - i0); });
 }
 
 // One row: a reduction, so never split.
-void softmax(float* x, size_t n) { detail::active_table().softmax(x, n); }
+void softmax(float* x, size_t n) { detail::active_set().softmax(x, n); }
 
 }  // namespace mmgpt::kernels

@@ -15,6 +15,7 @@
 #include "kernels/decode_prefetch_kind.hpp"
 #include "kernels/epilogue.hpp"
 #include "kernels/kv_blocks.hpp"
+#include "kernels/prepared_x.hpp"
 #include "core/panel_layout.hpp"
 #include "core/quant_layout.hpp"
 
@@ -83,15 +84,13 @@ class PanelProduct {
     void run(size_t p0, size_t p1) const;
 
  private:
-    const float* x_;
+    detail::PreparedX x_;  // x in the form the weight type's kernels want
     const void* wp_;
     WeightType type_;
     const float* bias_;
     float* y_;
     size_t M_, K_, N_;
     Epilogue e_;
-    QuantizedRows xq_{};            // q8_0 / q4_0: x in q8 blocks
-    const uint16_t* xb_ = nullptr;  // bf16 on a bf16 dot-product set: x rounded to bf16
 };
 // One query's causal attention for `heads` consecutive heads over n positions:
 //   out_h[d] = sum_j softmax_j(scale * q_h . k_hj) v_hj[d],

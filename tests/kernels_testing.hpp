@@ -16,7 +16,7 @@
 #endif
 
 #include "decode_prefetch_guard.hpp"
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
 
 namespace kt {
@@ -91,15 +91,58 @@ int for_each_simd_isa(F body) {
     return ran;
 }
 
-// True when matmul_packed runs bf16 weights on the bf16 dot-product kernels
-// (activations rounded to bf16) in the instantiation in use.
-inline bool bf16dot_active() { return mmgpt::kernels::detail::active_table().bf16dot != nullptr; }
+// The bf16 dot-product kernels matmul_packed runs bf16 weights on in the set
+// in use (activations rounded to bf16), or null where it widens them.
+inline const mmgpt::kernels::detail::MatmulKernels* active_bf16dot() {
+    namespace kd = mmgpt::kernels::detail;
+    const kd::MatmulKernels* k = kd::active_set().matmul[static_cast<size_t>(mmgpt::WeightType::BF16)];
+    return k->x == kd::XForm::Bf16Rows ? k : nullptr;
+}
+inline bool bf16dot_active() { return active_bf16dot() != nullptr; }
 
 // The scalar set that defines `set`'s results (itself for a reference).
-inline const mmgpt::kernels::detail::Bf16DotKernels& bf16dot_reference_of(
-    const mmgpt::kernels::detail::Bf16DotKernels& set) {
+inline const mmgpt::kernels::detail::MatmulKernels& bf16dot_reference_of(
+    const mmgpt::kernels::detail::MatmulKernels& set) {
     return set.reference ? *set.reference : set;
 }
+
+// A bf16 dot-product set's panels [p0, p1) over x already rounded to bf16 rows.
+inline void bf16dot_panels(const mmgpt::kernels::detail::MatmulKernels& set, const uint16_t* xr, const uint16_t* wp,
+                           const float* bias, float* y, size_t M, size_t K, size_t N, size_t p0, size_t p1,
+                           mmgpt::kernels::Epilogue e) {
+    mmgpt::kernels::detail::PreparedX x;
+    x.bf16 = xr;
+    set.panels[static_cast<size_t>(mmgpt::WeightType::BF16)](x, wp, bias, y, M, K, N, p0, p1, e, nullptr);
+}
+
+// A quantized set's panels [p0, p1) of weight type t over x in q8 blocks.
+inline void quant_panels(const mmgpt::kernels::detail::QuantKernels& set, mmgpt::WeightType t,
+                         const mmgpt::QuantizedRows& xq, const uint8_t* wp, const float* bias, float* y, size_t M,
+                         size_t K, size_t N, size_t p0, size_t p1, mmgpt::kernels::Epilogue e) {
+    mmgpt::kernels::detail::PreparedX x;
+    x.q8 = xq;
+    set.matmul.panels[static_cast<size_t>(t)](x, wp, bias, y, M, K, N, p0, p1, e, nullptr);
+}
+
+// A quantized set's kernel for weight type t, called as a typed kernel.
+inline auto quant_gemm(const mmgpt::kernels::detail::QuantKernels& set, mmgpt::WeightType t) {
+    return [&set, t](const mmgpt::QuantizedRows& xq, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K,
+                     size_t N, size_t p0, size_t p1, mmgpt::kernels::Epilogue e) {
+        quant_panels(set, t, xq, wp, bias, y, M, K, N, p0, p1, e);
+    };
+}
+
+// The active set's f32 panel kernels (f32, and bf16 / f16 widened to f32),
+// panels [p0, p1) of weight type t.
+inline void widening_panels(mmgpt::WeightType t, const float* x, const void* wp, const float* bias, float* y, size_t M,
+                            size_t K, size_t N, size_t p0, size_t p1, mmgpt::kernels::Epilogue e, float* scratch) {
+    namespace kd = mmgpt::kernels::detail;
+    kd::PreparedX px;
+    px.f32 = x;
+    const kd::MatmulKernels& wide = *kd::active_set().matmul[static_cast<size_t>(mmgpt::WeightType::F32)];
+    wide.panels[static_cast<size_t>(t)](px, wp, bias, y, M, K, N, p0, p1, e, scratch);
+}
+
 
 // What matmul_packed computes for bf16 weights (packed panels wp) when
 // bf16dot_active(): the sums of the reference of the set in use (or of `ref`:
@@ -109,17 +152,17 @@ inline const mmgpt::kernels::detail::Bf16DotKernels& bf16dot_reference_of(
 inline std::vector<float> bf16dot_expected(const float* x, const uint16_t* wp, const float* bias,
                                            std::vector<float> y, size_t M, size_t K, size_t N,
                                            mmgpt::kernels::Epilogue e,
-                                           const mmgpt::kernels::detail::Bf16DotKernels* ref = nullptr) {
+                                           const mmgpt::kernels::detail::MatmulKernels* ref = nullptr) {
     namespace k = mmgpt::kernels;
     namespace kd = mmgpt::kernels::detail;
     if (ref == nullptr) {
-        const kd::Bf16DotKernels* active = kd::active_table().bf16dot;
+        const kd::MatmulKernels* active = active_bf16dot();
         ref = active ? &bf16dot_reference_of(*active) : &kd::scalar_bf16dot_kernels();
     }
     std::vector<uint16_t> xr(M * kd::bf16dot_row_elems(K));
     kd::bf16dot_round_rows(x, M, K, xr.data());
     std::vector<float> v(M * N);
-    ref->gemm_panels(xr.data(), wp, bias, v.data(), M, K, N, 0, mmgpt::panel_count(N), {});
+    bf16dot_panels(*ref, xr.data(), wp, bias, v.data(), M, K, N, 0, mmgpt::panel_count(N), {});
     if (e.act == k::Activation::GeluErf) k::gelu_erf(v.data(), v.size());
     if (e.act == k::Activation::GeluTanh) k::gelu_tanh(v.data(), v.size());
     for (size_t i = 0; i < v.size(); ++i) y[i] = e.accumulate ? y[i] + v[i] : v[i];

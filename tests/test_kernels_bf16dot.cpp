@@ -135,17 +135,17 @@ struct StepCase {
 };
 
 // Every runnable set with `ref`'s arithmetic (ref included) gives each case's value.
-void check_step_cases(const std::vector<StepCase>& cases, const kd::Bf16DotKernels& ref) {
+void check_step_cases(const std::vector<StepCase>& cases, const kd::MatmulKernels& ref) {
     for (const StepCase& c : cases) {
         CAPTURE(std::string(c.what));
         const size_t K = c.x.size();
         const auto xr = round_rows(c.x, 1, K);
         const auto wp = pack_bf16(c.w, 1, K);
-        for (const kd::Bf16DotKernels* set : kd::runnable_bf16dot_kernels()) {
+        for (const kd::MatmulKernels* set : kd::runnable_bf16dot_kernels()) {
             if (&kt::bf16dot_reference_of(*set) != &ref) continue;
             CAPTURE(std::string(set->name));
             float y = 99.0f;
-            set->gemm_panels(xr.data(), wp.data(), nullptr, &y, 1, K, 1, 0, 1, {});
+            kt::bf16dot_panels(*set, xr.data(), wp.data(), nullptr, &y, 1, K, 1, 0, 1, {});
             CHECK(same(y, c.want));
         }
     }
@@ -211,7 +211,7 @@ TEST_CASE("the Arm reference's step is BFDOT's as the Arm ARM defines it, and ev
 
 TEST_CASE("every bf16 dot-product set equals the reference bit for bit, every shape and epilogue") {
     const auto sets = kd::runnable_bf16dot_kernels();
-    for (const kd::Bf16DotKernels* s : sets) MESSAGE("bf16 dot-product kernels runnable here: " << std::string(s->name));
+    for (const kd::MatmulKernels* s : sets) MESSAGE("bf16 dot-product kernels runnable here: " << std::string(s->name));
     const Epilogue epilogues[] = {{Activation::None, false},     {Activation::None, true},
                                   {Activation::GeluErf, false},  {Activation::GeluErf, true},
                                   {Activation::GeluTanh, false}, {Activation::GeluTanh, true}};
@@ -233,14 +233,14 @@ TEST_CASE("every bf16 dot-product set equals the reference bit for bit, every sh
                         const auto y0 = kt::random_floats(M * N, -1.0f, 1.0f, seed + 3);
                         for (const Epilogue& e : epilogues) {
                             const float* b = (M + int(e.act)) % 2 ? bias.data() : nullptr;
-                            for (const kd::Bf16DotKernels* set : sets) {
-                                const kd::Bf16DotKernels& ref = kt::bf16dot_reference_of(*set);
+                            for (const kd::MatmulKernels* set : sets) {
+                                const kd::MatmulKernels& ref = kt::bf16dot_reference_of(*set);
                                 const auto want = kt::bf16dot_expected(x.data(), wp.data(), b, y0, M, K, N, e, &ref);
                                 std::vector<float> got = y0;
                                 // Two panel ranges, as threads would split them.
                                 const size_t split = mmgpt::panel_count(N) / 2;
-                                set->gemm_panels(xr.data(), wp.data(), b, got.data(), M, K, N, 0, split, e);
-                                set->gemm_panels(xr.data(), wp.data(), b, got.data(), M, K, N, split, mmgpt::panel_count(N), e);
+                                kt::bf16dot_panels(*set, xr.data(), wp.data(), b, got.data(), M, K, N, 0, split, e);
+                                kt::bf16dot_panels(*set, xr.data(), wp.data(), b, got.data(), M, K, N, split, mmgpt::panel_count(N), e);
                                 ++compared;
                                 if (set == &ref && e.act != Activation::None) {
                                     // The reference's own GELU is the scalar one (std::erf / std::tanh):
@@ -289,7 +289,7 @@ TEST_CASE("each reference against the exact product of the rounded values, and o
     // Per rounding: to nearest at most u |result|, to odd under 2u |result|
     // (BFDOT rounds the pair's sum and the accumulation: two per pair).
     struct Ref {
-        const kd::Bf16DotKernels* set;
+        const kd::MatmulKernels* set;
         double per_k;  // bound on the roundings per k, in units of u sum |p|
     };
     for (const Ref ref : {Ref{&kd::scalar_bf16dot_kernels(), 1.0}, Ref{&kd::scalar_arm_bf16dot_kernels(), 2.0}})
@@ -301,7 +301,7 @@ TEST_CASE("each reference against the exact product of the rounded values, and o
         const auto xr = round_rows(x, M, K);
         const auto wp = pack_bf16(w, N, K);
         std::vector<float> y(M * N);
-        ref.set->gemm_panels(xr.data(), wp.data(), nullptr, y.data(), M, K, N, 0, mmgpt::panel_count(N), {});
+        kt::bf16dot_panels(*ref.set, xr.data(), wp.data(), nullptr, y.data(), M, K, N, 0, mmgpt::panel_count(N), {});
         const size_t Kp = kd::bf16dot_row_elems(K);
         size_t bad = 0;
         for (size_t m = 0; m < M; ++m)

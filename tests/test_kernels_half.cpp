@@ -11,7 +11,7 @@
 //   is within (K+1) u sum|x w| (plus the bias, GELU and residual rounding);
 // - on small-integer data every product and partial sum is exact: SIMD equals
 //   the scalar reference bit for bit.
-// Where the instantiation has the bf16 dot product (kernels/isa_table.hpp,
+// Where the instantiation has the bf16 dot product (kernels/registry.hpp,
 // test_kernels_bf16dot.cpp), bf16 weights take it instead: x is rounded to
 // bf16 first. There matmul_packed is checked against that reference (and the
 // exact evaluation on the rounded x), and the table's widening kernel, the
@@ -89,13 +89,11 @@ std::vector<float> run(bool scalar, const std::vector<float>& x, const void* wp,
 // True when matmul_packed multiplies weights of type t with the bf16 dot product.
 bool dot_product(WeightType t) { return t == WeightType::BF16 && kt::bf16dot_active(); }
 
-// The active table's widening kernel for t, called directly (one thread).
+// The active set's widening kernel for t, called directly (one thread).
 std::vector<float> run_widening(const std::vector<float>& x, const uint16_t* wp, WeightType t, const float* bias,
                                 std::vector<float> y, size_t M, size_t K, size_t N, Epilogue e) {
-    const auto& tab = kd::active_table();
     std::vector<float> scratch(kd::gemm_scratch_floats(M, K, mmgpt::panel_count(N)));
-    (t == WeightType::BF16 ? tab.gemm_panels_bf16 : tab.gemm_panels_f16)(x.data(), wp, bias, y.data(), M, K, N, 0,
-                                                                         mmgpt::panel_count(N), e, scratch.data());
+    kt::widening_panels(t, x.data(), wp, bias, y.data(), M, K, N, 0, mmgpt::panel_count(N), e, scratch.data());
     return y;
 }
 
@@ -304,7 +302,7 @@ TEST_CASE("bf16 / f16 packed matmul: a panel range may start or end inside a pai
     // Threads get even ranges (kernels.cpp), but each kernel must be right for
     // any: split calls equal one call over all panels, bit for bit.
     kt::for_each_simd_isa([](std::string_view) {
-        const auto& tab = kd::active_table();
+        const kd::MatmulKernels* bf16dot = kt::active_bf16dot();
         for (WeightType t : {WeightType::BF16, WeightType::F16})
             for (size_t M : {1, 7, 19})
                 for (size_t K : {17, 256}) {
@@ -319,13 +317,14 @@ TEST_CASE("bf16 / f16 packed matmul: a panel range may start or end inside a pai
                     std::vector<float> scratch(kd::gemm_scratch_floats(M, K, panels));
                     auto gemm = [&](bool dot, std::vector<float>& y, size_t p0, size_t p1) {
                         if (dot)
-                            tab.bf16dot->gemm_panels(xr.data(), h.packed.data(), b.data(), y.data(), M, K, N, p0, p1, {});
+                            kt::bf16dot_panels(*bf16dot, xr.data(), h.packed.data(), b.data(), y.data(), M, K, N, p0,
+                                               p1, {});
                         else
-                            (t == WeightType::BF16 ? tab.gemm_panels_bf16 : tab.gemm_panels_f16)(
-                                x.data(), h.packed.data(), b.data(), y.data(), M, K, N, p0, p1, {}, scratch.data());
+                            kt::widening_panels(t, x.data(), h.packed.data(), b.data(), y.data(), M, K, N, p0, p1, {},
+                                                scratch.data());
                     };
                     for (bool dot : {false, true}) {
-                        if (dot && (t != WeightType::BF16 || tab.bf16dot == nullptr)) continue;
+                        if (dot && (t != WeightType::BF16 || bf16dot == nullptr)) continue;
                         CAPTURE(dot);
                         std::vector<float> all(M * N), split(M * N);
                         gemm(dot, all, 0, panels);

@@ -21,7 +21,7 @@
 #include <tbb/global_control.h>
 
 #include "core/half.hpp"
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "kernels_testing.hpp"
 
 namespace k = mmgpt::kernels;
@@ -151,7 +151,7 @@ TEST_CASE("quantize then dequantize: within half a step (q4_0: one step where it
 
 TEST_CASE("activation blocks: the reference's definition, and every kernel set bit for bit") {
     const auto sets = kd::runnable_quant_kernels();
-    for (const kd::QuantKernels* qk : sets) MESSAGE("quantized kernels runnable here: " << std::string(qk->name));
+    for (const kd::QuantKernels* qk : sets) MESSAGE("quantized kernels runnable here: " << std::string(qk->matmul.name));
     for (size_t K : kKs)
         for (size_t M : {size_t{1}, size_t{3}, size_t{8}}) {
             CAPTURE(K);
@@ -177,7 +177,7 @@ TEST_CASE("activation blocks: the reference's definition, and every kernel set b
                     CHECK(ref.sum[m * Kb + b] == s);
                 }
             for (const kd::QuantKernels* qk : sets) {
-                CAPTURE(std::string(qk->name));
+                CAPTURE(std::string(qk->matmul.name));
                 const Quantized got = quantize_with(*qk, x, M, K);
                 CHECK(got.q == ref.q);
                 CHECK(std::memcmp(got.scale.data(), ref.scale.data(), ref.scale.size() * 4) == 0);
@@ -188,7 +188,7 @@ TEST_CASE("activation blocks: the reference's definition, and every kernel set b
 
 TEST_CASE("activation blocks: infinities and NaNs give a NaN scale, never an integer from NaN") {
     for (const kd::QuantKernels* qk : kd::runnable_quant_kernels()) {
-        CAPTURE(std::string(qk->name));
+        CAPTURE(std::string(qk->matmul.name));
         std::vector<float> x(64, 0.5f);
         x[3] = std::numeric_limits<float>::infinity();
         x[40] = std::numeric_limits<float>::quiet_NaN();
@@ -212,14 +212,13 @@ TEST_CASE("a NaN or infinite activation makes that row's products NaN in every s
         x[1 * K + 40] = std::numeric_limits<float>::infinity();
         x[4 * K + 95] = std::numeric_limits<float>::quiet_NaN();
         const Quantized ref_q = quantize_with(kd::scalar_quant_kernels(), x, M, K);
-        auto ref = t == WeightType::Q8_0 ? kd::scalar_quant_kernels().gemm_panels_q8_0
-                                         : kd::scalar_quant_kernels().gemm_panels_q4_0;
+        auto ref = kt::quant_gemm(kd::scalar_quant_kernels(), t);
         std::vector<float> want(M * N);
         ref(ref_q.rows(), p.data(), nullptr, want.data(), M, K, N, 0, mmgpt::panel_count(N), {});
         for (const kd::QuantKernels* qk : kd::runnable_quant_kernels()) {
-            CAPTURE(std::string(qk->name));
+            CAPTURE(std::string(qk->matmul.name));
             const Quantized xq = quantize_with(*qk, x, M, K);
-            auto gemm = t == WeightType::Q8_0 ? qk->gemm_panels_q8_0 : qk->gemm_panels_q4_0;
+            auto gemm = kt::quant_gemm(*qk, t);
             for (size_t rows : {size_t{1}, M}) {  // decode (row 0 alone) and prefill
                 CAPTURE(rows);
                 std::vector<float> got(M * N, 0.0f);
@@ -303,18 +302,16 @@ TEST_CASE("every quantized kernel set equals the scalar reference bit for bit (a
                     const auto y0 = kt::random_floats(M * N, -1.0f, 1.0f, 9);
                     // The pre-activation sums (with the bias): bound the GELU cases.
                     std::vector<float> pre(M * N);
-                    (t == WeightType::Q8_0 ? kd::scalar_quant_kernels().gemm_panels_q8_0
-                                           : kd::scalar_quant_kernels().gemm_panels_q4_0)(
+                    kt::quant_gemm(kd::scalar_quant_kernels(), t)(
                         xq.rows(), p.data(), bias.data(), pre.data(), M, K, N, 0, mmgpt::panel_count(N), {});
                     for (const Epilogue& e : epilogues) {
                         const float* b = e.accumulate ? nullptr : bias.data();
                         std::vector<float> want = y0;
-                        auto ref = t == WeightType::Q8_0 ? kd::scalar_quant_kernels().gemm_panels_q8_0
-                                                         : kd::scalar_quant_kernels().gemm_panels_q4_0;
+                        auto ref = kt::quant_gemm(kd::scalar_quant_kernels(), t);
                         ref(xq.rows(), p.data(), b, want.data(), M, K, N, 0, mmgpt::panel_count(N), e);
                         for (const kd::QuantKernels* qk : sets) {
                             if (qk == &kd::scalar_quant_kernels()) continue;
-                            auto gemm = t == WeightType::Q8_0 ? qk->gemm_panels_q8_0 : qk->gemm_panels_q4_0;
+                            auto gemm = kt::quant_gemm(*qk, t);
                             std::vector<float> got = y0;
                             // Two panel ranges, as threads would split them.
                             const size_t split = mmgpt::panel_count(N) / 2;
@@ -322,7 +319,7 @@ TEST_CASE("every quantized kernel set equals the scalar reference bit for bit (a
                             gemm(xq.rows(), p.data(), b, got.data(), M, K, N, split, mmgpt::panel_count(N), e);
                             ++compared;
                             for (size_t i = 0; i < got.size(); ++i) {
-                                CAPTURE(std::string(qk->name));
+                                CAPTURE(std::string(qk->matmul.name));
                                 CAPTURE(std::string(type_name(t)));
                                 CAPTURE(M);
                                 CAPTURE(K);
@@ -374,12 +371,11 @@ TEST_CASE("decode (one row) over many panels: every set equals the reference bit
                     const size_t panels = mmgpt::panel_count(N);
                     for (const Epilogue& e : epilogues) {
                         const float* b = e.accumulate ? nullptr : bias.data();
-                        auto ref = t == WeightType::Q8_0 ? kd::scalar_quant_kernels().gemm_panels_q8_0
-                                                         : kd::scalar_quant_kernels().gemm_panels_q4_0;
+                        auto ref = kt::quant_gemm(kd::scalar_quant_kernels(), t);
                         std::vector<float> want = y0;
                         ref(xq.rows(), p.data(), b, want.data(), 1, K, N, 0, panels, e);
                         for (const kd::QuantKernels* qk : sets) {
-                            auto gemm = t == WeightType::Q8_0 ? qk->gemm_panels_q8_0 : qk->gemm_panels_q4_0;
+                            auto gemm = kt::quant_gemm(*qk, t);
                             for (size_t first : {size_t{0}, size_t{1}, size_t{3}, size_t{5}})
                                 for (size_t split : {size_t{4}, size_t{7}, size_t{8}, size_t{9}, size_t{12}}) {
                                     // Three ranges covering the matrix: [0, first), [first, mid), [mid, panels).
@@ -388,7 +384,7 @@ TEST_CASE("decode (one row) over many panels: every set equals the reference bit
                                     gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, 0, first, e);
                                     gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, first, mid, e);
                                     gemm(xq.rows(), p.data(), b, got.data(), 1, K, N, mid, panels, e);
-                                    CAPTURE(std::string(qk->name));
+                                    CAPTURE(std::string(qk->matmul.name));
                                     CAPTURE(std::string(type_name(t)));
                                     CAPTURE(K);
                                     CAPTURE(N);
@@ -414,14 +410,14 @@ TEST_CASE("decode of a row longer than 1024 blocks (AVX-512 q4_0 keeps its per-b
             const auto x = kt::random_floats(K, -2.0f, 2.0f, 12);
             const Quantized xq = quantize_with(kd::scalar_quant_kernels(), x, 1, K);
             auto pick = [t](const kd::QuantKernels& qk) {
-                return t == WeightType::Q8_0 ? qk.gemm_panels_q8_0 : qk.gemm_panels_q4_0;
+                return kt::quant_gemm(qk, t);
             };
             std::vector<float> want(N);
             pick(kd::scalar_quant_kernels())(xq.rows(), p.data(), nullptr, want.data(), 1, K, N, 0, mmgpt::panel_count(N), {});
             for (const kd::QuantKernels* qk : kd::runnable_quant_kernels()) {
                 std::vector<float> got(N);
                 pick(*qk)(xq.rows(), p.data(), nullptr, got.data(), 1, K, N, 0, mmgpt::panel_count(N), {});
-                CAPTURE(std::string(qk->name));
+                CAPTURE(std::string(qk->matmul.name));
                 CAPTURE(std::string(type_name(t)));
                 CAPTURE(std::string(k::decode_prefetch_name(hint)));
                 CHECK(std::memcmp(got.data(), want.data(), N * 4) == 0);

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/half.hpp"
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
 #include "core/panel_layout.hpp"
 
@@ -52,6 +52,25 @@ void gemm_panels_f16(const float* x, const uint16_t* wp, const float* bias, floa
                      size_t p0, size_t p1, Epilogue e, float* /*scratch*/) {
     gemm_panels_of(x, wp, bias, y, M, K, N, p0, p1, e, [](uint16_t v) { return f16_to_f32(v); });
 }
+
+}  // namespace mmgpt::kernels::scalar
+
+namespace mmgpt::kernels::detail {
+
+const MatmulKernels& scalar_matmul_kernels() {
+    static const MatmulKernels k = [] {
+        MatmulKernels m{"scalar", XForm::F32};
+        m.panels[static_cast<size_t>(WeightType::F32)] = &f32_entry<&scalar::gemm_panels>;
+        m.panels[static_cast<size_t>(WeightType::BF16)] = &half_entry<&scalar::gemm_panels_bf16>;
+        m.panels[static_cast<size_t>(WeightType::F16)] = &half_entry<&scalar::gemm_panels_f16>;
+        return m;
+    }();
+    return k;
+}
+
+}  // namespace mmgpt::kernels::detail
+
+namespace mmgpt::kernels::scalar {
 
 void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                    Epilogue e) {

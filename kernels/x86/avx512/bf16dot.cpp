@@ -39,9 +39,10 @@
 #include <vector>
 
 #include "core/half.hpp"
-#include "kernels/avx512_tile_finish.hpp"
+#include "kernels/x86/avx512/avx512.hpp"
+#include "kernels/x86/avx512/tile_finish.hpp"
 #include "kernels/decode_prefetch.hpp"
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
 
@@ -283,8 +284,8 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
 
 }  // namespace
 
-const Bf16DotKernels& avx512bf16_bf16dot_kernels() {
-    static const Bf16DotKernels k{"avx512bf16", &gemm_panels, &scalar_bf16dot_kernels()};
+const MatmulKernels& avx512bf16_bf16dot_kernels() {
+    static const MatmulKernels k = bf16dot_kernels<&gemm_panels>("avx512bf16", &scalar_bf16dot_kernels());
     return k;
 }
 

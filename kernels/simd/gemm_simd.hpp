@@ -39,7 +39,7 @@
 #include "kernels/decode_prefetch.hpp"
 #include "kernels/gemm_blocking.hpp"
 #include "core/panel_layout.hpp"
-#include "kernels/widen_simd.hpp"
+#include "kernels/simd/widen_simd.hpp"
 
 namespace mmgpt::kernels::simd {
 

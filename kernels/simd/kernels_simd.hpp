@@ -19,9 +19,9 @@
 #include <xsimd/xsimd.hpp>
 
 #include "kernels/constants.hpp"
-#include "kernels/attention_simd.hpp"
-#include "kernels/gemm_simd.hpp"
-#include "kernels/isa_table.hpp"
+#include "kernels/simd/attention_simd.hpp"
+#include "kernels/simd/gemm_simd.hpp"
+#include "kernels/registry.hpp"
 
 // Each ISA TU compiles the same inline functions (std::, xsimd internals)
 // with different -m flags; where the compiler emits them out of line the
@@ -145,22 +145,13 @@ struct Kernels {
         PanelGemm<Arch, Kernels, WeightF16>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
     }
 
-    MMGPT_SIMD_ENTRY static void attention_heads(const float* q, const float* k, const float* v, size_t n,
-                                                 size_t heads, size_t hd, KVBlocks at, float scale, float* s,
-                                                 float* out) {
-        AttentionHeads<Arch, Kernels>::run(q, k, v, n, heads, hd, at, scale, s, out);
-    }
-
-    MMGPT_SIMD_ENTRY static void attention_heads_bf16(const float* q, const uint16_t* k, const uint16_t* v, size_t n,
-                                                      size_t heads, size_t hd, KVBlocks at, float scale, float* s,
-                                                      float* out) {
-        AttentionHeads<Arch, Kernels, WeightBF16>::run(q, k, v, n, heads, hd, at, scale, s, out);
-    }
-
-    MMGPT_SIMD_ENTRY static void attention_heads_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n,
-                                                     size_t heads, size_t hd, KVBlocks at, float scale, float* s,
-                                                     float* out) {
-        AttentionHeads<Arch, Kernels, WeightF16>::run(q, k, v, n, heads, hd, at, scale, s, out);
+    // One query over heads of a KV cache of element type WT (k, v: its elements).
+    template <class WT = WeightF32>
+    MMGPT_SIMD_ENTRY static void attention_heads(const float* q, const void* k, const void* v, size_t n, size_t heads,
+                                                 size_t hd, KVBlocks at, float scale, float* s, float* out) {
+        using E = typename WT::E;
+        AttentionHeads<Arch, Kernels, WT>::run(q, static_cast<const E*>(k), static_cast<const E*>(v), n, heads, hd, at,
+                                               scale, s, out);
     }
 
     // f32 -> f16, round to nearest even (the hardware conversion; the tail
@@ -368,10 +359,29 @@ struct Kernels {
         }
     }
 
-    static detail::IsaTable table(const char* name) {
-        return detail::IsaTable{name, &matmul_cols, &gemm_panels, &attention_heads, &dot, &axpy, &add, &layernorm, &gelu_erf, &gelu_tanh, &softmax,
-                                 &gemm_panels_bf16, &gemm_panels_f16, nullptr, &attention_heads_bf16, &attention_heads_f16,
-                                 &narrow_f16};
+    // The panel matmuls (f32, and bf16 / f16 widened to f32), by weight type.
+    static const detail::MatmulKernels& matmul_kernels(const char* name) {
+        static const detail::MatmulKernels k = [name] {
+            detail::MatmulKernels m{name, detail::XForm::F32, {}, &detail::scalar_matmul_kernels()};
+            m.panels[static_cast<size_t>(WeightType::F32)] = &detail::f32_entry<&gemm_panels>;
+            m.panels[static_cast<size_t>(WeightType::BF16)] = &detail::half_entry<&gemm_panels_bf16>;
+            m.panels[static_cast<size_t>(WeightType::F16)] = &detail::half_entry<&gemm_panels_f16>;
+            return m;
+        }();
+        return k;
+    }
+
+    // Everything of this instruction set but the intrinsics kernels, which
+    // its set.cpp adds where the CPU has their extensions.
+    static detail::KernelSet set(const char* name) {
+        detail::KernelSet s{name};
+        s.use(matmul_kernels(name));
+        s.attention[static_cast<size_t>(WeightType::F32)] = &attention_heads<WeightF32>;
+        s.attention[static_cast<size_t>(WeightType::BF16)] = &attention_heads<WeightBF16>;
+        s.attention[static_cast<size_t>(WeightType::F16)] = &attention_heads<WeightF16>;
+        s.matmul_cols = &matmul_cols, s.dot = &dot, s.axpy = &axpy, s.add = &add, s.layernorm = &layernorm;
+        s.gelu_erf = &gelu_erf, s.gelu_tanh = &gelu_tanh, s.softmax = &softmax, s.narrow_f16 = &narrow_f16;
+        return s;
     }
 };
 

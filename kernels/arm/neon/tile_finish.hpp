@@ -18,7 +18,7 @@
 #include <utility>
 
 #include "kernels/epilogue.hpp"
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 
 namespace mmgpt::kernels::detail {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "core/half.hpp"
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
 #include "core/quant_layout.hpp"
 
@@ -75,13 +75,14 @@ void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, 
 namespace mmgpt::kernels::detail {
 
 void quant_gelu(Activation act, float* v, size_t n) {
-    const IsaTable& t = active_table();
+    const KernelSet& t = active_set();
     if (act == Activation::GeluErf) t.gelu_erf(v, n);
     if (act == Activation::GeluTanh) t.gelu_tanh(v, n);
 }
 
 const QuantKernels& scalar_quant_kernels() {
-    static const QuantKernels k{"scalar", &scalar::gemm_panels_q8_0, &scalar::gemm_panels_q4_0, &scalar::quantize_rows};
+    static const QuantKernels k =
+        quant_kernels<&scalar::gemm_panels_q8_0, &scalar::gemm_panels_q4_0>("scalar", &scalar::quantize_rows, nullptr);
     return k;
 }
 

@@ -19,9 +19,9 @@
 #include <bit>
 #include <cmath>
 
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
-#include "kernels/scalar_bf16dot_loop.hpp"
+#include "kernels/scalar/bf16dot_loop.hpp"
 
 namespace mmgpt::kernels {
 namespace {
@@ -55,8 +55,8 @@ void bf16dot_round_rows(const float* x, size_t M, size_t K, uint16_t* out) {
     }
 }
 
-const Bf16DotKernels& scalar_bf16dot_kernels() {
-    static const Bf16DotKernels k{"scalar", &gemm_panels_bf16dot};
+const MatmulKernels& scalar_bf16dot_kernels() {
+    static const MatmulKernels k = bf16dot_kernels<&gemm_panels_bf16dot>("scalar", nullptr);
     return k;
 }
 

@@ -20,9 +20,9 @@
 #include <cstdint>
 #include <limits>
 
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
-#include "kernels/scalar_bf16dot_loop.hpp"
+#include "kernels/scalar/bf16dot_loop.hpp"
 
 namespace mmgpt::kernels {
 namespace {
@@ -69,8 +69,8 @@ void gemm_panels_bfdot(const uint16_t* x, const uint16_t* wp, const float* bias,
 
 namespace detail {
 
-const Bf16DotKernels& scalar_arm_bf16dot_kernels() {
-    static const Bf16DotKernels k{"scalar (BFDOT)", &gemm_panels_bfdot};
+const MatmulKernels& scalar_arm_bf16dot_kernels() {
+    static const MatmulKernels k = bf16dot_kernels<&gemm_panels_bfdot>("scalar (BFDOT)", nullptr);
     return k;
 }
 

@@ -8,7 +8,7 @@
 #if !defined(__ARM_FEATURE_DOTPROD)
 #error "quant_neon_dotprod.cpp needs -march=armv8.2-a+dotprod (see CMakeLists.txt)"
 #endif
-#include "kernels/quant_neon_impl.hpp"
+#include "kernels/arm/neon/quant_impl.hpp"
 
 namespace mmgpt::kernels::detail {
 

@@ -47,9 +47,10 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
-#include "kernels/neon_tile_finish.hpp"
+#include "kernels/arm/neon/neon.hpp"
+#include "kernels/arm/neon/tile_finish.hpp"
 #include "core/quant_layout.hpp"
 
 namespace mmgpt::kernels::detail {
@@ -348,8 +349,8 @@ void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, 
 
 template <bool Dot>
 const QuantKernels& make_table(const char* name) {
-    static const QuantKernels k{name, &gemm_panels<Dot, WeightType::Q8_0>, &gemm_panels<Dot, WeightType::Q4_0>,
-                                &quantize_rows};
+    static const QuantKernels k = quant_kernels<&gemm_panels<Dot, WeightType::Q8_0>, &gemm_panels<Dot, WeightType::Q4_0>>(
+        name, &quantize_rows, &scalar_quant_kernels().matmul);
     return k;
 }
 

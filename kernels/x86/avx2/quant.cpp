@@ -27,8 +27,9 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/x86/avx2/avx2.hpp"
 #include "kernels/decode_prefetch.hpp"
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
 
 namespace mmgpt::kernels::detail {
@@ -381,7 +382,8 @@ void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, 
 }  // namespace
 
 const QuantKernels& avx2_quant_kernels() {
-    static const QuantKernels k{"avx2", &gemm_panels_q8_0, &gemm_panels_q4_0, &quantize_rows};
+    static const QuantKernels k = quant_kernels<&gemm_panels_q8_0, &gemm_panels_q4_0>(
+        "avx2", &quantize_rows, &scalar_quant_kernels().matmul);
     return k;
 }
 

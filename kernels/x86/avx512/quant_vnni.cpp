@@ -40,9 +40,10 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/avx512_tile_finish.hpp"
+#include "kernels/x86/avx512/avx512.hpp"
+#include "kernels/x86/avx512/tile_finish.hpp"
 #include "kernels/decode_prefetch.hpp"
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
 
 namespace mmgpt::kernels::detail {
@@ -420,7 +421,8 @@ void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, 
 }  // namespace
 
 const QuantKernels& avx512vnni_quant_kernels() {
-    static const QuantKernels k{"avx512vnni", &gemm_panels_q8_0, &gemm_panels_q4_0, &quantize_rows};
+    static const QuantKernels k = quant_kernels<&gemm_panels_q8_0, &gemm_panels_q4_0>(
+        "avx512vnni", &quantize_rows, &scalar_quant_kernels().matmul);
     return k;
 }
 

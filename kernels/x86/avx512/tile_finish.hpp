@@ -17,7 +17,7 @@
 #include <cstddef>
 
 #include "kernels/epilogue.hpp"
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "core/panel_layout.hpp"
 
 namespace mmgpt::kernels::detail {

@@ -10,7 +10,7 @@
 
 #include "core/half.hpp"
 #include "kernels/constants.hpp"
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
 
 namespace mmgpt::kernels::scalar {
@@ -154,28 +154,26 @@ void attention_entry_of(const float* q, const E* k, const E* v, size_t n, size_t
         row(q + h * hd, kr.data(), vr.data(), n, hd, scale, s + h * n, out + h * hd);
     }
 }
-void attention_entry(const float* q, const float* k, const float* v, size_t n, size_t heads, size_t hd, KVBlocks at,
+template <class E, auto Row>
+void attention_entry(const float* q, const void* k, const void* v, size_t n, size_t heads, size_t hd, KVBlocks at,
                      float scale, float* s, float* out) {
-    attention_entry_of(q, k, v, n, heads, hd, at, scale, s, out, scalar::attention_row);
-}
-void attention_entry_bf16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t heads, size_t hd,
-                          KVBlocks at, float scale, float* s, float* out) {
-    attention_entry_of(q, k, v, n, heads, hd, at, scale, s, out, scalar::attention_row_bf16);
-}
-void attention_entry_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t heads, size_t hd,
-                         KVBlocks at, float scale, float* s, float* out) {
-    attention_entry_of(q, k, v, n, heads, hd, at, scale, s, out, scalar::attention_row_f16);
+    attention_entry_of(q, static_cast<const E*>(k), static_cast<const E*>(v), n, heads, hd, at, scale, s, out, Row);
 }
 }  // namespace
 
-const IsaTable& scalar_table() {
-    static const IsaTable table{
-        "scalar",         &scalar::matmul_cols, &scalar::gemm_panels, &attention_entry, &scalar::dot,      &scalar::axpy,     &scalar::add,
-        &scalar::layernorm, &scalar::gelu_erf,  &scalar::gelu_tanh, &scalar::softmax,
-        &scalar::gemm_panels_bf16, &scalar::gemm_panels_f16, &scalar_quant_kernels(),
-        &attention_entry_bf16, &attention_entry_f16, &scalar::narrow_f16,
-    };
-    return table;
+const KernelSet& scalar_kernel_set() {
+    static const KernelSet set = [] {
+        KernelSet s{"scalar"};
+        s.use(scalar_matmul_kernels()).use(scalar_quant_kernels());
+        s.attention[static_cast<size_t>(WeightType::F32)] = &attention_entry<float, &scalar::attention_row>;
+        s.attention[static_cast<size_t>(WeightType::BF16)] = &attention_entry<uint16_t, &scalar::attention_row_bf16>;
+        s.attention[static_cast<size_t>(WeightType::F16)] = &attention_entry<uint16_t, &scalar::attention_row_f16>;
+        s.matmul_cols = &scalar::matmul_cols, s.dot = &scalar::dot, s.axpy = &scalar::axpy, s.add = &scalar::add;
+        s.layernorm = &scalar::layernorm, s.gelu_erf = &scalar::gelu_erf, s.gelu_tanh = &scalar::gelu_tanh;
+        s.softmax = &scalar::softmax, s.narrow_f16 = &scalar::narrow_f16;
+        return s;
+    }();
+    return set;
 }
 
 }  // namespace mmgpt::kernels::detail

@@ -4,7 +4,7 @@
 #if !defined(__aarch64__)
 #error "quant_neon.cpp is for aarch64 only"
 #endif
-#include "kernels/quant_neon_impl.hpp"
+#include "kernels/arm/neon/quant_impl.hpp"
 
 namespace mmgpt::kernels::detail {
 

@@ -35,9 +35,10 @@
 #include <cstring>
 
 #include "kernels/decode_prefetch.hpp"
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
-#include "kernels/neon_tile_finish.hpp"
+#include "kernels/arm/neon/neon.hpp"
+#include "kernels/arm/neon/tile_finish.hpp"
 
 namespace mmgpt::kernels::detail {
 namespace {
@@ -155,8 +156,8 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
 
 }  // namespace
 
-const Bf16DotKernels& neon_bf16_bf16dot_kernels() {
-    static const Bf16DotKernels k{"neon_bf16", &gemm_panels, &scalar_arm_bf16dot_kernels()};
+const MatmulKernels& neon_bf16_bf16dot_kernels() {
+    static const MatmulKernels k = bf16dot_kernels<&gemm_panels>("neon_bf16", &scalar_arm_bf16dot_kernels());
     return k;
 }
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "core/half.hpp"
-#include "kernels/isa_table.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
 
 namespace mmgpt::kernels::detail {

@@ -39,7 +39,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "kernels/kv_blocks.hpp"
-#include "kernels/widen_simd.hpp"
+#include "kernels/simd/widen_simd.hpp"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>

@@ -1,0 +1,9 @@
+# AVX-512 F/BW/DQ/VL, and the VNNI and BF16 extensions for the intrinsics
+# kernels that use them; set.cpp detects and composes (no ISA flags).
+if(MMGPT_ARCH STREQUAL "x86_64")
+  set(avx512 "-mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma")
+  mmgpt_kernel_sources(x86/avx512 set.cpp none
+    kernels.cpp "${avx512}"
+    quant_vnni.cpp "${avx512} -mavx512vnni -mf16c"
+    bf16dot.cpp "${avx512} -mavx512bf16 -mf16c")
+endif()
