@@ -12,40 +12,28 @@
 // quant_layout.hpp), and a pair of panels at a time for bf16 / f16, whose
 // lines alternate between the two panels (panel_layout.hpp): one run of
 // memory read with two accumulator chains, which a 16-bit line (two k-steps)
-// needs to keep up (gemm_simd.hpp, bf16dot_avx512bf16.cpp).
+// needs to keep up (simd/gemm_simd.hpp, x86/avx512/bf16dot.cpp).
 //
 // The prefetch instruction depends on the CPU, chosen once per process
 // (kernels::decode_prefetch(), dispatch.cpp): non-temporal (PREFETCHNTA, on
 // Arm PRFM PLDL1STRM: the hint for data used once) on AMD and Arm, PREFETCHT0
-// elsewhere. On Zen 5 T0 is no better (every 124M and 355M file,
-// alternated: T0's decode tok/s a median 0.96 of NTA's at one thread and
-// 1.05 at two; pairs 0.79-1.14 and 0.90-1.59, as this host moves the same
-// binary); on an Intel Xeon (a 16-vCPU VM of an Emerald Rapids-class host:
-// AMX, 2 MB L2 a core, 300 MB L3) NTA made decode 1.7 to 4.5 times slower
-// than T0 (0.41-0.63 of a plain read of the file; T0 0.96-2.18, above 1
-// where the weights stay in that L3): docs/decode-streaming.md, "A second
-// machine". So the decode loops are instantiated for each hint and each
-// call picks one (with_decode_hint).
+// elsewhere. On AMD T0 is no better; on Intel the non-temporal hint holds
+// decode far below the memory's rate. So the decode loops are instantiated
+// for each hint and each call picks one (with_decode_hint).
 //
-// Nor is one choice right at every moment on one machine. When the host
-// shares this core with another tenant (the development machine's shared
-// Zen 5: the FMA peak one thread measures halves, 115-117 GFLOP/s instead
-// of 193-285), the same decode runs faster with no software prefetch at all:
-// whole steps alternated one by one, 1 thread, none over NTA: q8_0 1.155,
-// q4_0 1.068 (355M 1.094), f16 1.044, f32 1.03, bf16 1.006; 2 threads q8_0
-// 1.14, bf16 1.07, q4_0 1.04. With the core to itself, no prefetch was
-// 0.82 of NTA for q4_0 (and 0.62-0.77 for f16 and q4_0 earlier). So the
-// engine times decode steps and switches between the vendor's hint and None
+// Nor is one choice right at every moment on one machine: when another
+// tenant shares the core, the same decode can run faster with no software
+// prefetch at all, and slower when the core is its own. So the engine times
+// decode steps and switches between the vendor's hint and None
 // (engine/decode_prefetch_tuner.hpp); MMGPT_DECODE_PREFETCH fixes one.
 //
-// The figures behind these choices (Zen 5, 1 and 2 threads, against a plain
-// read of the same memory in the same run) are in docs/decode-streaming.md:
-// in-panel T0 prefetching, no prefetching, L2 hints and other distances were
-// each slower for some weight type.
+// The measurements behind these choices, and the slower variants
+// (prefetching into L2, other distances), are in docs/kernels.md, "Decode:
+// prefetching ahead, and the hint per CPU" and "Tried and not kept".
 //
 // Internal linkage: every kernel TU gets its own copy, compiled with its own
 // ISA flags. always_inline matters: GCC 12 marks an out-of-line wrapper of
-// __builtin_prefetch `const` and deletes the calls (no prefetch was left).
+// __builtin_prefetch `const` and deletes the calls.
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>

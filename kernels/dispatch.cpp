@@ -1,7 +1,7 @@
 // Chooses the kernel set once per process: the first instruction set in
 // kIsas the CPU runs, unless MMGPT_ISA names another one. This file is
 // compiled without ISA flags and sees the instruction sets only through
-// their tables (registry.hpp).
+// their Isa entries and the KernelSets they compose (registry.hpp).
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -174,10 +174,10 @@ std::string cpu_vendor() {
 }
 
 // Non-temporal on AMD (and Hygon, the same cores) and off x86; T0 on Intel
-// and any other x86 vendor. Measured: decode_prefetch.hpp. T0 is the default
-// for an unknown x86 vendor because it was never far behind (Zen 5: within
-// this host's spread) while PREFETCHNTA was, on an Intel Xeon, 1.7 to 4.5
-// times slower.
+// and any other x86 vendor: on AMD T0 is not far behind the non-temporal
+// hint, while on Intel the non-temporal hint holds decode far below the
+// memory's rate, so T0 is the safer default for an unknown vendor
+// (docs/kernels.md, "Decode: prefetching ahead, and the hint per CPU").
 DecodePrefetch decode_prefetch_for_vendor(std::string_view vendor) {
     if (vendor.empty() || vendor == "AuthenticAMD" || vendor == "HygonGenuine") return DecodePrefetch::Nta;
     return DecodePrefetch::T0;

@@ -7,7 +7,8 @@
 // stays in L2). When the whole of x fits that budget there is no K blocking at
 // all; otherwise the sums over K are carried between K blocks in a scratch
 // array. Either way every output is one FMA chain over k = 0 .. K-1 from zero,
-// so blocking, tiling and thread splits never change a result.
+// so blocking, tiling and thread splits never change a result (docs/kernels.md,
+// "The GEMM: blocking and microkernels").
 #include <cstddef>
 
 #include "core/panel_layout.hpp"
@@ -15,7 +16,7 @@
 namespace mmgpt::kernels::detail {
 
 inline constexpr size_t kGemmKC = 256;
-inline constexpr size_t kGemmMC = 240;  // a multiple of every MR in use (4 and 6)
+inline constexpr size_t kGemmMC = 240;  // a multiple of the GEMM tile's MR (6, gemm_simd.hpp)
 inline constexpr size_t kGemmL2Budget = 256 * 1024;
 
 struct GemmBlocking {

@@ -66,10 +66,10 @@ size_t panel_range_grain(size_t M, size_t K, size_t N, size_t threads) {
     // Ranges own whole panels (each streams its own part of W), at least
     // kMinWorkPerTask each. Prefill: about two ranges per thread, since each
     // range re-reads all of x (from L2/L3) once per K block. Decode: at most
-    // four per thread, enough to even out the threads; its ranges are short (a
-    // panel streams in well under a microsecond), so more would make the cost
-    // per task a measurable part of a step (the LM head of a 124M model is 3142
-    // panels). The split never changes a result (gemm_blocking.hpp), only the speed.
+    // four per thread, enough to even out the threads; a panel streams in so
+    // little time that more ranges would make the cost per task a noticeable
+    // part of a step. The split never changes a result (gemm_blocking.hpp),
+    // only the speed.
     const size_t per_panel = std::max<size_t>(M * K * kPanelWidth, 1);
     size_t grain = ceil_div(kMinWorkPerTask, per_panel);
     grain = std::max(grain, ceil_div(panels, (M > 1 ? 2 : 4) * std::max<size_t>(threads, 1)));

@@ -45,11 +45,11 @@ void matmul_packed(const float* x, const float* wp, const float* bias, float* y,
 // independent of M and of the thread count). Same result as the f32 overload
 // on the widened matrix, bit for bit. Except bf16 weights where bf16_isa_name()
 // is not "f32": there x is rounded to bf16 and the products summed by the bf16
-// dot-product instruction (defined by scalar_bf16dot.cpp), also independent of
+// dot-product instruction (defined by scalar/bf16dot.cpp), also independent of
 // M and of threads.
 // q8_0 / q4_0 weights (quant_layout.hpp): x is first quantized to q8 blocks,
 // then integer block dot products are scaled and summed in f32 (the
-// definition is scalar_quant.cpp); also independent of M and of threads.
+// definition is scalar/quant.cpp); also independent of M and of threads.
 void matmul_packed(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
                    size_t N, Epilogue e = {});
 // How matmul_packed splits the panels of an M-row product for `threads`
@@ -134,7 +134,7 @@ void attention_row_bf16(const float* q, const uint16_t* k, const uint16_t* v, si
 void attention_row_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
                        float* s, float* out);
 void narrow_f16(const float* in, size_t n, uint16_t* out);
-// Table entries behind matmul_packed (isa_table.hpp).
+// The scalar set's kernels behind matmul_packed (registry.hpp).
 void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                  size_t p0, size_t p1, Epilogue e, float* scratch);
 void gemm_panels_bf16(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,

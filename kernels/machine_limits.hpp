@@ -180,7 +180,7 @@ inline constexpr bool kCanEvictCaches = false;
 // Drops the lines of [data, data + bytes) from every level of the CPU's
 // caches, so that the next read of them is served by memory: CLFLUSH (SSE2,
 // every x86-64) on each 64-byte line. Elsewhere (kCanEvictCaches false) it
-// does nothing. About 1 ms per 64 MB of lines that are not cached (Zen 5).
+// does nothing.
 inline void evict_from_caches(const void* data, size_t bytes) {
 #ifdef MMGPT_LIMITS_X86
   const auto* p = static_cast<const unsigned char*>(data);
@@ -230,7 +230,7 @@ namespace detail {
 __attribute__((target("avx2,fma"))) inline float fma_chains_avx2(uint64_t iters) {
   const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
   // Distinct starting values: identical chains would be merged by the
-  // compiler into one (GCC 12 did: one FMA per iteration, a 1.5x overstated peak).
+  // compiler into one, which would overstate the peak.
   __m256 a0 = _mm256_set1_ps(1.000f), a1 = _mm256_set1_ps(1.001f), a2 = _mm256_set1_ps(1.002f),
          a3 = _mm256_set1_ps(1.003f), a4 = _mm256_set1_ps(1.004f), a5 = _mm256_set1_ps(1.005f),
          a6 = _mm256_set1_ps(1.006f), a7 = _mm256_set1_ps(1.007f), a8 = _mm256_set1_ps(1.008f),
@@ -292,7 +292,8 @@ struct FmaPath {
 };
 
 // The widest FMA path the CPU has. On x86 AVX-512 is preferred where present
-// (on Zen 4 it is no faster for fp32 than AVX2; on Intel server cores it is 2x).
+// (no slower for fp32 than AVX2, and twice as fast on cores with two 512-bit
+// FMA units).
 inline FmaPath best_fma_path() {
 #ifdef MMGPT_LIMITS_X86
   if (__builtin_cpu_supports("avx512f")) return {"avx512", 16, detail::fma_chains_avx512};

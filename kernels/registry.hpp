@@ -9,8 +9,8 @@
 // of set) lives in TUs built without ISA flags, so no inline code built for
 // AVX-512 can end up being called on a CPU without it.
 //
-// Table entries are serial; the public functions in kernels.cpp split the
-// work over threads (by output columns, never over a reduction).
+// The kernels in a set are serial; the public functions in kernels.cpp split
+// the work over threads (by output columns, never over a reduction).
 #include <array>
 #include <cstddef>
 #include <cstdint>

@@ -146,7 +146,7 @@ inline void widening_panels(mmgpt::WeightType t, const float* x, const void* wp,
 
 // What matmul_packed computes for bf16 weights (packed panels wp) when
 // bf16dot_active(): the sums of the reference of the set in use (or of `ref`:
-// kernels/scalar_bf16dot.cpp, scalar_bf16dot_arm.cpp) with the bias, then the
+// kernels/scalar/bf16dot.cpp, scalar/bf16dot_arm.cpp) with the bias, then the
 // active instantiation's vector GELU (the one the kernels fuse, as
 // kernels::gelu_*) and the residual add, so bit for bit.
 inline std::vector<float> bf16dot_expected(const float* x, const uint16_t* wp, const float* bias,

@@ -202,7 +202,7 @@ TEST_CASE("attention_heads over blocks of positions: each head bit for bit its r
     };
     {
         kt::IsaGuard guard;
-        REQUIRE(k::force_isa("scalar"));  // the scalar table's entry (gathers each head's rows)
+        REQUIRE(k::force_isa("scalar"));  // the scalar set's entry (gathers each head's rows)
         run_all();
     }
     kt::for_each_simd_isa([&](std::string_view) { run_all(); });

@@ -1,7 +1,7 @@
 // The bf16 dot-product matmul (bf16 weights times activations rounded to
-// bf16), in two arithmetics: VDPBF16PS's (kernels/scalar_bf16dot.cpp defines
-// it, bf16dot_avx512bf16.cpp runs it where the CPU has AVX512_BF16) and Arm
-// BFDOT's (scalar_bf16dot_arm.cpp, bf16dot_neon_bf16.cpp where the CPU has
+// bf16), in two arithmetics: VDPBF16PS's (kernels/scalar/bf16dot.cpp defines
+// it, x86/avx512/bf16dot.cpp runs it where the CPU has AVX512_BF16) and Arm
+// BFDOT's (scalar/bf16dot_arm.cpp, arm/neon/bf16dot.cpp where the CPU has
 // BF16; run here under qemu-aarch64 by scripts/test-aarch64.sh):
 // - the rounding of x: nearest even, NaN stays NaN, f32 subnormals to zero;
 // - each reference's step is its instruction's (VDPBF16PS: odd element of a
@@ -217,7 +217,7 @@ TEST_CASE("every bf16 dot-product set equals the reference bit for bit, every sh
                                   {Activation::GeluTanh, false}, {Activation::GeluTanh, true}};
     size_t compared = 0, differ = 0, gelu_far = 0;
     // Decode (M = 1) runs on FMAs when the thread budget is one and on
-    // VDPBF16PS otherwise (bf16dot_avx512bf16.cpp): both must give the bits.
+    // VDPBF16PS otherwise (x86/avx512/bf16dot.cpp): both must give the bits.
     auto sweep = [&] {
         for (bool special : {false, true})
             for (size_t K : kKs)

@@ -14,7 +14,7 @@
 // Where the instantiation has the bf16 dot product (kernels/registry.hpp,
 // test_kernels_bf16dot.cpp), bf16 weights take it instead: x is rounded to
 // bf16 first. There matmul_packed is checked against that reference (and the
-// exact evaluation on the rounded x), and the table's widening kernel, the
+// exact evaluation on the rounded x), and the set's widening kernel, the
 // path MMGPT_BF16DOT=0 takes, is called directly against the f32 kernel.
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // Block-quantized weights (q8_0, q4_0) and the 8-bit activation blocks they
-// multiply with (core/quant_layout.hpp, kernels/scalar_quant.cpp):
+// multiply with (core/quant_layout.hpp, kernels/scalar/quant.cpp):
 // - the byte layout, against the formula of docs/format.md written out again here;
 // - quantizing then dequantizing a weight stays within the documented error
 //   (q8_0: half a step, q4_0: half a step, one step at the clamped end);

@@ -1,7 +1,7 @@
-// The kernel tables themselves (kernels/registry.hpp): every set this CPU
+// The kernel sets themselves (kernels/registry.hpp): every set this CPU
 // runs registers a matmul for every weight type of core/weight_type.hpp and
 // an attention for every KV cache type, and each registered matmul gives its
-// reference's bits on awkward shapes. Driven by the tables, so a new weight
+// reference's bits on awkward shapes. Driven by the sets, so a new weight
 // type (a row) or instruction set (a folder) is tested here without new
 // test code.
 //

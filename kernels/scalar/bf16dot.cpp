@@ -1,6 +1,6 @@
 // Scalar reference of the bf16 dot-product matmul (bf16 weights times
 // activations rounded to bf16): the definition the AVX512_BF16 kernels
-// (bf16dot_avx512bf16.cpp) reproduce bit for bit. It is the arithmetic of
+// (x86/avx512/bf16dot.cpp) reproduce bit for bit. It is the arithmetic of
 // VCVTNE2PS2BF16 and VDPBF16PS as the Intel SDM defines them:
 //  - x is rounded to bf16 once (bf16dot_round_rows): nearest, ties to even;
 //    NaN stays NaN (quiet); an f32 subnormal becomes a zero of its sign. A row
@@ -13,9 +13,10 @@
 //    result becomes a zero of its sign; the product of two bf16 is exact in
 //    f32, so each step rounds once (to nearest even). w past K is zero.
 //  - then the epilogue as for f32: v = acc + bias; v = act(v); y (+)= v.
-// Measured on AMD Zen 5 (tests/test_kernels_bf16dot.cpp): VDPBF16PS gives this
-// bit for bit on random data and on subnormals, infinities and NaNs (only the
-// payload of a NaN result can differ), and VCVTNE2PS2BF16 this rounding.
+// tests/test_kernels_bf16dot.cpp checks, where the CPU has AVX512_BF16, that
+// VDPBF16PS gives this bit for bit on random data and on subnormals,
+// infinities and NaNs (only the payload of a NaN result can differ), and
+// VCVTNE2PS2BF16 this rounding.
 #include <bit>
 #include <cmath>
 
@@ -45,7 +46,7 @@ void bf16dot_round_rows(const float* x, size_t M, size_t K, uint16_t* out) {
         // Branch-free, so the compiler vectorizes it.
         for (size_t k = 0; k < K; ++k) {
             const uint32_t u = std::bit_cast<uint32_t>(x[m * K + k]);
-            const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // f32_to_bf16 (half.hpp)
+            const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // f32_to_bf16 (core/half.hpp)
             const uint32_t nan = (u >> 16) | 0x0040u;
             const uint32_t zero = (u >> 16) & 0x8000u;
             const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? nan : (u & 0x7f800000u) == 0 ? zero : nearest;

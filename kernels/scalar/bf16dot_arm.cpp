@@ -1,6 +1,6 @@
 // Scalar reference of the bf16 dot-product matmul as Arm's BFDOT computes it:
-// the definition the NEON BF16 kernels (bf16dot_neon_bf16.cpp) reproduce bit
-// for bit. Same inputs as the VDPBF16PS reference (scalar_bf16dot.cpp: x
+// the definition the NEON BF16 kernels (arm/neon/bf16dot.cpp) reproduce bit
+// for bit. Same inputs as the VDPBF16PS reference (scalar/bf16dot.cpp: x
 // rounded to bf16 once by bf16dot_round_rows, rows of pairs, w past K zero),
 // different arithmetic. The Arm ARM's BFDOT with FPCR.EBF 0 (Linux's
 // default), per output (m, n), over the pairs i = 0, 1, .. of k in order:

@@ -1,6 +1,6 @@
 #pragma once
-// The loop the two bf16 dot-product references share (scalar_bf16dot.cpp,
-// VDPBF16PS's arithmetic; scalar_bf16dot_arm.cpp, BFDOT's): per output (m, n)
+// The loop the two bf16 dot-product references share (scalar/bf16dot.cpp,
+// VDPBF16PS's arithmetic; scalar/bf16dot_arm.cpp, BFDOT's): per output (m, n)
 // of panels [p0, p1), acc = 0 and then, over the pairs of k in order,
 // acc = step(acc, x[2i], w[2i], x[2i+1], w[2i+1]) with the bf16 values
 // widened and subnormal inputs read as zeros of their sign (both instructions

@@ -139,7 +139,7 @@ void softmax(float* x, size_t n) {
 namespace mmgpt::kernels::detail {
 
 namespace {
-// The table's attention entries: each head's rows gathered from the blocks
+// The scalar set's attention entries: each head's rows gathered from the blocks
 // into one run, then the reference row.
 template <class E, class Row>
 void attention_entry_of(const float* q, const E* k, const E* v, size_t n, size_t heads, size_t hd, KVBlocks at,

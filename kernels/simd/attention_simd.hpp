@@ -24,14 +24,10 @@
 // and, within a block, head by head: the keys of the call's heads are then one
 // run of memory per block, and with the heads of a group of the KV cache
 // (engine/kv_cache.hpp: a group's blocks follow one another) one stream, then
-// the values likewise. The hardware prefetcher streams that at about the bare
-// read loop's rate, with no software prefetch; with one run per head (the
-// layout before, [layer][head][position]) a step read runs of 16 KB (64
-// positions) to a few hundred KB far apart, which a bare loop on one thread
-// read at 12-15 GB/s at 64 positions where one stream read 26-30
-// (development machine, Zen 5 with its core shared, the 124M shape's cache;
-// at 576 positions 24-27 against 27-33): docs/decode-streaming.md, "Keys and
-// values in blocks of positions".
+// the values likewise. The hardware prefetcher streams that at about a bare
+// read loop's rate, with no software prefetch; with one run per head per
+// layer instead (short runs far apart) it would not get going
+// (docs/kernels.md, "Attention and the KV cache").
 #include <algorithm>
 #include <cstddef>
 #include <type_traits>

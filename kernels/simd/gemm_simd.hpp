@@ -27,7 +27,7 @@
 // the result of the f32 kernel on its widened values. In a GEMM of three
 // tiles of rows or more, each block of k-steps of a tile's panels is widened
 // once into an f32 buffer that every tile of rows then reads (micro_wide):
-// widening in the tile cost two more uops on the FMA ports for every 12 FMAs
+// widening in the tile costs two more uops on the FMA ports for every 12 FMAs
 // (bf16: VPMOVZXWD + VPSLLD; f16: VCVTPH2PS is two on Intel).
 #include <cstddef>
 #include <cstdint>
@@ -55,10 +55,10 @@ struct PanelGemm {
     // Small batches stream as decode does (run(), below): 16-bit weights
     // where a GEMM tile is a pair of panels too.
     static constexpr bool kStreamBatches = sizeof(WE) == 2 && P == 2;
-    // 16-bit weights from this many rows: each block widened once for all
-    // tiles (run_widened). 124M f16 at one thread on AVX-512 (Xeon), against
-    // widening in every tile: batches of 8 and 12 rows 0.85 and 0.95 of its
-    // tok/s, 18 1.04, 24 and 36 1.14-1.15, prefill of 64 and 512 1.14-1.29.
+    // 16-bit weights from this many rows (three tiles): each block widened
+    // once for all tiles (run_widened). The buffer pays off only when enough
+    // tiles of rows share it; fewer rows widen in every tile (docs/kernels.md,
+    // "The GEMM: blocking and microkernels").
     static constexpr size_t kWidenMinRows = 3 * MR;
     static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
 
@@ -277,10 +277,9 @@ struct PanelGemm {
     // run() for 16-bit weights and kWidenMinRows rows or more: the same blocks,
     // each block of k-steps of a tile's panels widened once (widen_block) for
     // every tile of rows (micro_wide). Not inlined into run(): GCC's inlining
-    // of the whole GEMM moves with any change to it (helpers for the loops
-    // micro and micro_wide share, even always_inline, took the AVX-512
-    // object from 209k to 159k instructions), and the decode and f32 paths
-    // there are what was measured.
+    // of the whole GEMM shifts with any change to it, so this path stays out
+    // of line and leaves the code of the decode and f32 paths in run() as it
+    // is.
     [[gnu::noinline]] static void run_widened(const float* x, const WE* wp, const float* bias, float* y, size_t M,
                                               size_t K, size_t N, size_t p0, size_t p1, Epilogue e, float* scratch) {
         // One buffer per thread, kept between calls: KC * 16P floats (32 KB
@@ -334,13 +333,11 @@ struct PanelGemm {
         // dependent FMAs a line). A range that starts at an odd panel (a
         // thread's share) takes that one alone (for_panel_pairs). Small
         // batches of 16-bit weights on AVX-512 (where a GEMM tile is a pair
-        // too, P == 2) stream the same way, under the decode hint: 124M f16
-        // at one thread, batches of 2 to 6, 1.14-1.23 times the tok/s of the
-        // GEMM tiles without a prefetch; f32 one panel at a time was 0.86-0.94
-        // of its GEMM tiles at batches of 4 and 6 (two panels share each
-        // broadcast of x: fewer instructions an FMA where the FMAs count),
-        // so f32 batches keep those (docs/decode-streaming.md, "Small
-        // batches").
+        // too, P == 2) stream the same way, under the decode hint, which is
+        // the faster for them. f32 batches keep the GEMM tiles: in a batch
+        // f32 is FMA-bound, and two panels share each broadcast of x (fewer
+        // instructions an FMA) (docs/kernels.md, "Small batches stream like
+        // decode").
         if (M == 1 || (kStreamBatches && M <= MR)) {
             detail::with_decode_hint([&](auto hint) {
                 constexpr DecodePrefetch H = decltype(hint)::value;

@@ -1,10 +1,10 @@
 #pragma once
 // The SIMD kernels, written once against xsimd 8.1 batch types and
-// instantiated per ISA by kernels_avx2.cpp, kernels_avx512.cpp and
-// kernels_neon.cpp (each compiled with its own -m flags). Include this only
-// from those files: everything here is compiled for the TU's ISA.
+// instantiated per ISA by the kernels.cpp of x86/avx2, x86/avx512 and
+// arm/neon (each compiled with its folder's flags, sources.cmake). Include
+// this only from those files: everything here is compiled for the TU's ISA.
 //
-// Numerics (the scalar reference in scalar.cpp is the specification):
+// Numerics (the scalar reference in scalar/ is the specification):
 // - dot products use FMA and several accumulators, so they differ from the
 //   index-order reference by rounding only (identical on integer data);
 // - add/axpy do an unfused multiply then add, bit-identical to the reference;
@@ -26,13 +26,13 @@
 // Each ISA TU compiles the same inline functions (std::, xsimd internals)
 // with different -m flags; where the compiler emits them out of line the
 // linker keeps one copy for all TUs, which could put AVX-512 code on the AVX2
-// or scalar path. So every table entry is flattened (all its callees inlined;
-// with optimisation on, nm then shows no symbol shared between the ISA
-// objects and the rest), and this header avoids std:: helpers. At -O0 GCC
-// ignores flatten and a few xsimd helpers are shared by the two x86 TUs, but
-// their AVX-512-TU copies contain only VEX (AVX) instructions and are reached
-// only from the SIMD paths, so even a Debug build cannot run AVX-512 code on
-// an AVX2 CPU.
+// or scalar path. So every kernel a set registers is flattened (all its
+// callees inlined; with optimisation on, nm then shows no symbol shared
+// between the ISA objects and the rest), and this header avoids std::
+// helpers. At -O0 GCC ignores flatten and a few xsimd helpers are shared by
+// the two x86 TUs, but their AVX-512-TU copies contain only VEX (AVX)
+// instructions and are reached only from the SIMD paths, so even a Debug
+// build cannot run AVX-512 code on an AVX2 CPU.
 #define MMGPT_SIMD_ENTRY [[gnu::flatten]]
 
 namespace mmgpt::kernels::simd {
@@ -292,8 +292,8 @@ struct Kernels {
 
     // a / b correctly rounded, as the reference's float division. xsimd 8.1
     // divides float batches on NEON with a reciprocal estimate and two Newton
-    // steps (up to 1 ulp off; found running the tests under qemu-aarch64), so
-    // on AArch64 use its IEEE vector division instruction instead.
+    // steps (up to 1 ulp off), so on AArch64 use its IEEE vector division
+    // instruction instead.
     static B divide(B a, B b) {
 #if defined(__aarch64__)
         if constexpr (__is_same(Arch, xsimd::neon64)) return B(vdivq_f32(a, b));

@@ -1,16 +1,16 @@
 // bf16 weights times activations rounded to bf16, with the Arm BF16
 // extension's BFDOT (FEAT_BF16: Armv8.6-A, and earlier cores such as
 // Neoverse V1/N2, Apple M2 and later): 8 multiply-adds per 128-bit
-// instruction, twice an f32 FMLA's. CMake compiles this file with
-// -march=armv8.2-a+bf16 because of its name; dispatch.cpp pairs it with the
-// NEON table only on CPUs whose HWCAP2 reports BF16.
+// instruction, twice an f32 FMLA's. Compiled with -march=armv8.2-a+bf16
+// (sources.cmake); set.cpp puts it in the NEON set only on CPUs whose HWCAP2
+// reports BF16 (and not under MMGPT_BF16DOT=0).
 //
 // Numerics: BFDOT's, which are not VDPBF16PS's. Per f32 lane and pair of bf16
 // (k = 2i, 2i+1) it rounds both products, their sum, and the sum added to the
 // accumulator, each to odd (not to nearest), flushing subnormal inputs and
 // results to zero (Arm ARM, BFDOT, with FPCR.EBF 0: Linux's default; a CPU
 // with FEAT_EBF16 in a process that set FPCR.EBF would round differently).
-// scalar_bf16dot_arm.cpp defines it; every output here is one accumulator
+// scalar/bf16dot_arm.cpp defines it; every output here is one accumulator
 // chain over the pairs in order from zero, so the result is that reference's
 // bit for bit whatever the tile, row block or thread split, and a row's
 // result does not depend on M.
@@ -22,13 +22,13 @@
 // Activations: rows of bf16 pairs (bf16dot_round_rows); four pairs are one
 // vector, each used by lane (BFDOT by element).
 //
-// Epilogue as the quantized NEON kernels' (neon_tile_finish.hpp): v = acc +
-// bias, the GELU through quant_gelu (the active table's vector GELU), y (+)= v.
+// Epilogue as the quantized NEON kernels' (tile_finish.hpp): v = acc + bias,
+// the GELU through quant_gelu (the active set's vector GELU), y (+)= v.
 #if !defined(__aarch64__)
-#error "bf16dot_neon_bf16.cpp is for aarch64 only"
+#error "arm/neon/bf16dot.cpp is for aarch64 only"
 #endif
 #if !defined(__ARM_FEATURE_BF16_VECTOR_ARITHMETIC)
-#error "bf16dot_neon_bf16.cpp needs -march=armv8.2-a+bf16 (see CMakeLists.txt)"
+#error "arm/neon/bf16dot.cpp needs -march=armv8.2-a+bf16 (see sources.cmake)"
 #endif
 #include <arm_neon.h>
 
@@ -113,7 +113,7 @@ void tile(const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K,
         pair(i, std::integral_constant<int, 0>{}, xv);
     }
 
-    finish<R, 4 * P>(acc, o.y, o.ldy, o.ncols, o.bias, o.e);  // neon_tile_finish.hpp
+    finish<R, 4 * P>(acc, o.y, o.ldy, o.ncols, o.bias, o.e);  // tile_finish.hpp
 }
 
 // tile<rows, 1, false> for rows in 1 .. R.

@@ -1,8 +1,8 @@
 // The quantized kernels for baseline Armv8-A Advanced SIMD (no dot product):
 // int8 products widened with SMULL / SMLAL and summed pairwise into int32.
-// The code is in quant_neon_impl.hpp, shared with quant_neon_dotprod.cpp.
+// The code is in quant_impl.hpp, shared with quant_dotprod.cpp.
 #if !defined(__aarch64__)
-#error "quant_neon.cpp is for aarch64 only"
+#error "arm/neon/quant.cpp is for aarch64 only"
 #endif
 #include "kernels/arm/neon/quant_impl.hpp"
 

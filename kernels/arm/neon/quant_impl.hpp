@@ -1,14 +1,14 @@
 #pragma once
 // The block-quantized kernels (q8_0 / q4_0 weights, q8 activations) for
 // AArch64 Advanced SIMD, written once for both quantized sets:
-//   quant_neon.cpp          Dot = false: baseline Armv8-A (SMULL / SMLAL into
-//                           int16, SADALP / SADDLP into int32);
-//   quant_neon_dotprod.cpp  Dot = true: the Armv8.2 dot product (SDOT by lane).
+//   quant.cpp          Dot = false: baseline Armv8-A (SMULL / SMLAL into
+//                      int16, SADALP / SADDLP into int32);
+//   quant_dotprod.cpp  Dot = true: the Armv8.2 dot product (SDOT by lane).
 // Include only from those two files. Everything here has internal linkage (an
 // unnamed namespace), so the two TUs, compiled with different -march, never
 // share an inline function through the linker.
 //
-// Numerics: exactly the scalar reference (scalar_quant.cpp). Per output
+// Numerics: exactly the scalar reference (scalar/quant.cpp). Per output
 // (m, n) and block b the integer dot product of the 32 weight and 32
 // activation quants is exact in int32 whatever order it is summed in; its
 // float is exact (|sum| < 2^24); then acc = fma(float(isum), dw * dx, acc) in
@@ -32,11 +32,11 @@
 // loaded feeds R rows. Rows left over (M % R) take the one-row tile.
 //
 // Epilogue: v = acc + bias, then the GELU through quant_gelu (the active
-// table's vector GELU, as the f32 matmul fuses it), then y (+)= v; so every
+// set's vector GELU, as the f32 matmul fuses it), then y (+)= v; so every
 // result without a GELU is the reference's bit for bit, and a fused GELU is
 // within the vector GELU's bound of it.
 #if !defined(__aarch64__)
-#error "quant_neon_impl.hpp is for aarch64 only"
+#error "arm/neon/quant_impl.hpp is for aarch64 only"
 #endif
 #include <arm_neon.h>
 
@@ -242,7 +242,7 @@ void tile(const QuantizedRows& x, const uint8_t* panel0, const Geometry& g, size
         }
     }
 
-    // Epilogue, in the reference's order (neon_tile_finish.hpp).
+    // Epilogue, in the reference's order (tile_finish.hpp).
     finish<R, C>(acc, y + m0 * N + n0, N, ncols, bias ? bias + n0 : nullptr, e);
 }
 
@@ -288,9 +288,10 @@ void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, f
     }
 }
 
-// quantize_block_q8 (quant_layout.cpp) for whole rows, vectorized: the same
-// max |x|, the same 127 / amax and amax / 127, and FCVTNS (round to nearest,
-// ties to even: nearbyint in the default rounding mode) for the quants.
+// quantize_block_q8 (core/quant_layout.cpp) for whole rows, vectorized: the
+// same max |x|, the same 127 / amax and amax / 127, and FCVTNS (round to
+// nearest, ties to even: nearbyint in the default rounding mode) for the
+// quants.
 void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, int32_t* sum) {
     const size_t Kb = quant_blocks(K);
     const float32x4_t finite_max = vdupq_n_f32(std::numeric_limits<float>::max());

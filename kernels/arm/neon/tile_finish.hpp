@@ -1,15 +1,15 @@
 #pragma once
-// Internal, AArch64 kernel TUs only (quant_neon_impl.hpp, bf16dot_neon_bf16.cpp):
+// Internal, AArch64 kernel TUs only (quant_impl.hpp, bf16dot.cpp):
 // what their register tiles share. A tile of R rows x C column vectors (4
 // f32 each) of sums is finished as every matmul's epilogue defines it
 // (epilogue.hpp): v = acc + bias; v = act(v); y (+)= v, the GELU through
-// quant_gelu (isa_table.hpp, the active table's vector GELU).
+// quant_gelu (registry.hpp, the active set's vector GELU).
 //
 // Everything here has internal linkage (an unnamed namespace), so each TU
 // keeps its own copy compiled with its own -march: no inline function built
 // for one extension can be merged by the linker into a TU for another.
 #if !defined(__aarch64__)
-#error "neon_tile_finish.hpp is for aarch64 only"
+#error "arm/neon/tile_finish.hpp is for aarch64 only"
 #endif
 #include <arm_neon.h>
 

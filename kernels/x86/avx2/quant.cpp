@@ -1,6 +1,7 @@
 // Block-quantized matmul (q8_0 / q4_0 weights x q8 activations) and the
-// activation quantization for AVX2 without VNNI. CMake compiles this file
-// with -mavx2 -mfma -mf16c because of its name.
+// activation quantization for AVX2 without VNNI. Compiled with -mavx2 -mfma
+// -mf16c (sources.cmake); set.cpp uses it on CPUs that run AVX2, and the
+// AVX-512 set.cpp on AVX-512 CPUs without VNNI.
 //
 // A 64-byte k-group of a panel (quant_layout.hpp) is two ymm: rows 0..7 and
 // rows 8..15, each row's 4 consecutive k in its 32-bit lane. Against 4
@@ -14,13 +15,13 @@
 //         pairs are at most 2 * 15 * 127 = 3810, so all 8 of a block add up
 //         in int16 (<= 30480 < 2^15) and one VPMADDWD per block widens them;
 //         the block accumulator starts at -8 * sum_x, so it ends at isum.
-// Float part per block, as the reference (scalar_quant.cpp):
+// Float part per block, as the reference (scalar/quant.cpp):
 //   acc = fma(float(isum), f16->f32(dw) * dx, acc)
 // (exact int->float, exact f16->f32, dw * dx rounded to f32, one FMA per
 // block in order), so without activation the output is bit for bit the
-// reference's. GELU: quant_gelu (isa_table.hpp) on the finished tile.
+// reference's. GELU: quant_gelu (registry.hpp) on the finished tile.
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
-#error "quant_avx2.cpp must be compiled with -mavx2 -mfma -mf16c"
+#error "x86/avx2/quant.cpp must be compiled with -mavx2 -mfma -mf16c"
 #endif
 #include <immintrin.h>
 
@@ -40,11 +41,11 @@ namespace {
 constexpr size_t MR = 3;
 // Decode streams one panel at a time, so the matrix is read front to back as
 // one stream (a panel holds its scales beside its quants, quant_layout.hpp),
-// each line prefetched kDecodeAheadBytes ahead (decode_prefetch.hpp). On Zen 5
-// with MMGPT_ISA=avx2, whole 124M decode steps at 1 thread: q4_0 1.04 and
-// q8_0 1.04 of a plain read in the same run, against 0.90 and 0.87 for two
-// panels at once. Prefill with a single row tile (M <= MR) reads the weights
-// once: prefetched ahead within each panel.
+// each line prefetched kDecodeAheadBytes ahead (decode_prefetch.hpp): one
+// stream keeps closer to the memory's rate than two panels at once
+// (docs/kernels.md, "The panel layout"). Prefill with a single row tile
+// (M <= MR) reads the weights once: prefetched kPrefetchQuant ahead within
+// each panel.
 constexpr size_t kPrefetchQuant = 2048;
 constexpr size_t kActivationL2Budget = 256 * 1024;
 
@@ -202,13 +203,11 @@ template <bool Q4, size_t R, size_t P, Ahead Prefetch, DecodePrefetch H = Decode
 // q4_0 decode: one row of x against one panel, all K, with tile<true, 1, 1,
 // Ahead::Decode>'s arithmetic in its order (so its result bit for bit), but
 // walked one unit (two blocks and their line of scales) a step at constant
-// offsets from a pointer instead of computing both offsets every block (97
-// instructions a block instead of 113, GCC 12, no software prefetch). Whole
-// decode steps on Zen 5 with MMGPT_ISA=avx2 and the core shared (steps
-// alternated, each variant with its faster prefetch setting): 124M 1.05 (1
-// thread) and 1.05 (2), 355M 1.08 of the block-a-step tile; from L2, a
-// 768 x 768 matrix alone, 39 against 37 GB/s. For q8_0 the same walk was
-// 0.96 (355M), so q8_0 decodes with the tile.
+// offsets from a pointer instead of computing both offsets every block: fewer
+// instructions a block, so the out-of-order window runs further ahead of the
+// arithmetic. It is the faster under every prefetch hint; q8_0 walked so is
+// slower, so it decodes with the tile (docs/kernels.md, "Decode: prefetching
+// ahead, and the hint per CPU", and "Tried and not kept").
 template <DecodePrefetch H>
 [[gnu::always_inline]] inline void decode_tile_q4(const QuantizedRows& x, const uint8_t* panel, size_t Kb, const Out& o) {
     constexpr size_t kBlock = 256, kUnit = 2 * kBlock + 64;  // quant_layout.hpp
@@ -330,7 +329,7 @@ inline int32_t hsum(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-// quantize_block_q8 (quant_layout.cpp) on four ymm: max |x| and the
+// quantize_block_q8 (core/quant_layout.cpp) on four ymm: max |x| and the
 // non-finite check (|x| >= inf or unordered), q = cvtps2dq(x * (127 / amax))
 // (nearest even, as nearbyint), clamped to [-127, 127] as the reference,
 // packed to bytes (the in-lane packs reordered by one dword permute).

@@ -1,12 +1,12 @@
 // bf16 weights times activations rounded to bf16, with AVX512_BF16's
-// VDPBF16PS: 32 multiply-adds per instruction, twice an f32 FMA's. CMake
-// compiles this file with -mavx512f -mavx512bw -mavx512dq -mavx512vl
-// -mavx512bf16 -mfma -mf16c because of its name; dispatch.cpp pairs it with
-// the AVX-512 table only on CPUs that report AVX512_BF16.
+// VDPBF16PS: 32 multiply-adds per instruction, twice an f32 FMA's. Compiled
+// with the AVX-512 flags plus -mavx512bf16 -mf16c (sources.cmake); set.cpp
+// puts it in the AVX-512 set only on CPUs that report AVX512_BF16 (and not
+// under MMGPT_BF16DOT=0).
 //
 // Numerics: VDPBF16PS adds to each f32 lane the products of one pair of bf16
 // (k = 2i, 2i+1), odd element first, each with its own rounding, inputs DAZ,
-// result FTZ: exactly the scalar reference's step (scalar_bf16dot.cpp). Every
+// result FTZ: exactly the scalar reference's step (scalar/bf16dot.cpp). Every
 // output here is one accumulator chain over the pairs in order from zero, so
 // the result is the reference's bit for bit whatever the tile, row block or
 // thread split; a row's result does not depend on M.
@@ -21,14 +21,14 @@
 // Activations: rows of bf16 pairs (bf16dot_round_rows, zero-padded to even
 // K); one 32-bit pair broadcast to every lane per row and pair.
 //
-// The tile's epilogue (bias, GELU, accumulate): avx512_tile_finish.hpp, shared
+// The tile's epilogue (bias, GELU, accumulate): tile_finish.hpp, shared
 // with the VNNI kernels.
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512BF16__)
-#error "bf16dot_avx512bf16.cpp must be compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -mfma -mf16c"
+#error "x86/avx512/bf16dot.cpp must be compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -mfma -mf16c"
 #endif
 // GCC 12's AVX-512 intrinsics initialise "undefined" vectors from themselves
 // (`__m512i __Y = __Y;`), which -Wmaybe-uninitialized reports once inlined:
-// the compiler header's known false positive (as in kernels_avx512.cpp).
+// the compiler header's known false positive (as in this folder's kernels.cpp).
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -51,20 +51,16 @@ namespace {
 
 // Prefill microkernel: MR rows x NP panels (32 output columns) per tile: 16
 // accumulators + the interleaved weights of a pair + a broadcast in the 32 zmm.
-// (On Zen 5, 1 thread, M = 512, K = 768, N = 3072: 8 x 2 about 400 GFLOP/s,
-// 6 x 2 345, 8 x 3 and 6 x 4 about 372, 12 x 2 as 8 x 2.)
+// The fastest of the tile shapes tried (docs/kernels.md, "The GEMM: blocking
+// and microkernels").
 constexpr size_t MR = 8;
 constexpr size_t NP = 2;
 // Decode (one row): one pair of panels at a time, which lie in one run of
 // memory, so the matrix is read front to back as a single stream, each line
 // prefetched ahead as decode_prefetch.hpp describes, two accumulator chains
-// (one per panel). Measured on Zen 5 with `mmgpt bench`, 355M at 2 threads:
-// 104.7-105.9 tok/s with pairs against 65.7-96.7 one panel at a time; the
-// demo model (in cache) 40.0k-40.6k against 28.2k-28.6k. Before pairs, with
-// panels stored one after another (whole decode steps against a plain read
-// in the same run): 124M / 355M at 1 thread 1.01 / 0.97 with one panel, 0.93
-// / 0.92 with two (two streams) and 0.93 / 0.86 with four. On one thread
-// the same arithmetic runs on FMAs instead (decode_panels, below).
+// (one per panel), so one chain's latency does not bound the read
+// (docs/kernels.md, "16-bit panels in pairs"). On one thread the same
+// arithmetic runs on FMAs instead (decode_panels, below).
 // Rows of rounded activations kept in L2 while a panel pair sweeps them.
 constexpr size_t kActivationL2Budget = 256 * 1024;
 
@@ -143,8 +139,8 @@ template <size_t R, size_t P, Ahead Prefetch, DecodePrefetch H = DecodePrefetch:
 // (tests/test_kernels_bf16dot.cpp checks it against the reference, with
 // subnormals, infinities and NaNs). A line needs no VPERMW (the widening of
 // its two halves is a zero-extend and a shift each); it takes more
-// instructions than VDPBF16PS's three, and was faster on one thread only
-// (gemm_panels; docs/decode-streaming.md, "bf16 decode on FMAs").
+// instructions than VDPBF16PS's three, and is the faster on one thread only
+// (gemm_panels; docs/kernels.md, "bf16 dot products").
 //
 // Panels p .. p + P - 1 into part (16 P floats, before the epilogue), with
 // DAZ and FTZ set by the caller. xf: the rounded activation row widened to
@@ -241,12 +237,9 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
 
     // Decode (one row) on one thread runs on FMAs (decode_panels), on more
     // with VDPBF16PS below: the same bits either way, so this is speed only.
-    // Measured on Zen 5 (2 vCPUs), bf16 124M and 355M, `mmgpt bench -p 1,512
-    // -n 64`, the two alternated, tok/s FMAs over VDPBF16PS per pair of
-    // runs: 1 thread median 1.17 (0.94-1.48, 16 pairs), 2 threads 0.95
-    // (0.85-1.22, 16 pairs); why two threads prefer VDPBF16PS (fewer
-    // instructions a line) is not established (docs/decode-streaming.md,
-    // "bf16 decode on FMAs").
+    // The FMA form is the faster on one thread, VDPBF16PS (fewer instructions
+    // a line) on two; why two threads prefer it is not established
+    // (docs/kernels.md, "bf16 dot products").
     if (M == 1 && thread_budget() == 1) return decode_panels(x, wp, K, N, p0, p1, out);
 
     // Decode and small batches (a single row tile): memory-bound, the weights

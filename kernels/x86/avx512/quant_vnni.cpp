@@ -1,8 +1,7 @@
 // Block-quantized matmul (q8_0 / q4_0 weights x q8 activations) and the
-// activation quantization, for AVX-512 with VNNI. CMake compiles this file
-// with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512vnni -mfma -mf16c
-// because of its name; dispatch.cpp pairs it with the AVX-512 table only on
-// CPUs that report AVX512_VNNI.
+// activation quantization, for AVX-512 with VNNI. Compiled with the AVX-512
+// flags plus -mavx512vnni -mf16c (sources.cmake); set.cpp puts it in the
+// AVX-512 set only on CPUs that report AVX512_VNNI (else AVX2's).
 //
 // Inner product: 64 bytes of a panel are 4 (q8_0) or 8 (q4_0) consecutive k
 // of its 16 rows, row j in 32-bit lane j (quant_layout.hpp), so one VPDPBUSD
@@ -15,21 +14,21 @@
 // the quantized activations), so after its 8 VPDPBUSD it holds isum exactly
 // (|intermediate| <= 32 * 255 * 127 < 2^31).
 //
-// Float part, per block, exactly the reference's arithmetic (scalar_quant.cpp):
+// Float part, per block, exactly the reference's arithmetic (scalar/quant.cpp):
 //   acc = fma(float(isum), f16->f32(dw) * dx, acc)
 // VCVTDQ2PS is exact (|isum| < 2^24), VCVTPH2PS is exact, the product dw * dx
 // is rounded to f32 as in the reference, and there is one FMA per block in
 // block order. So without an activation the result is bit for bit the
 // reference's, whatever the tile shape, blocking or thread split.
 //
-// The tile's epilogue (bias, GELU, accumulate): avx512_tile_finish.hpp.
+// The tile's epilogue (bias, GELU, accumulate): tile_finish.hpp.
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512VNNI__) || \
     !defined(__F16C__) || !defined(__FMA__)
-#error "quant_avx512vnni.cpp must be compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512vnni -mfma -mf16c"
+#error "x86/avx512/quant_vnni.cpp must be compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512vnni -mfma -mf16c"
 #endif
 // GCC 12's AVX-512 intrinsics initialise "undefined" vectors from themselves
 // (`__m512i __Y = __Y;`), which -Wmaybe-uninitialized reports once inlined:
-// the compiler header's known false positive (as in kernels_avx512.cpp).
+// the compiler header's known false positive (as in this folder's kernels.cpp).
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -57,11 +56,9 @@ constexpr size_t NP = 2;
 // Decode streams one panel at a time: the matrix is then read front to back
 // as a single stream (a panel holds its scales beside its quants,
 // quant_layout.hpp), each line prefetched kDecodeAheadBytes further on
-// (decode_prefetch.hpp). Measured on Zen 5, whole decode steps of 124M- and
-// 355M-shaped models against a plain read in the same run (1 thread):
-// q4_0 1.01-1.06 and q8_0 0.96-1.00, where streaming 2 (q4_0, prefetched) or
-// 4 (q8_0, not) panels at once, as before this layout, read 0.80-0.87 and
-// 0.79-0.81; 4-6 KB ahead instead of 8 KB 0.93-1.02.
+// (decode_prefetch.hpp): one stream keeps closer to the memory's rate than
+// several panels at once (docs/kernels.md, "The panel layout" and "Quantized
+// panels with their scales inline").
 // Rows of quantized activations kept in L2 while a panel pair sweeps them.
 constexpr size_t kActivationL2Budget = 256 * 1024;
 
@@ -177,11 +174,9 @@ typedef int32_t int32_may_alias __attribute__((may_alias));
 // integer sums are the same, so the result is tile<Q4, R, 1>'s bit for bit.
 // With more than one row x's bytes are broadcast inside VPDPBUSD
 // (dpbusd_x4), an instruction fewer a row and line where the rows multiply
-// the arithmetic; one row keeps the broadcasts in registers (with a prefetch
-// per line that was the faster: "q4_0 decode in fewer instructions" in
-// docs/decode-streaming.md). For R > 1 this replaced tile<Q4, R, NP>, two
-// panels (two streams) prefetched 2 KB ahead with T0 (docs/decode-streaming.md,
-// "Small batches").
+// the arithmetic; one row keeps the broadcasts in registers, the faster with
+// a prefetch per line (docs/kernels.md, "Decode: prefetching ahead, and the
+// hint per CPU", and "Small batches stream like decode").
 template <bool Q4, size_t R, DecodePrefetch H>
 [[gnu::always_inline]] inline void decode_tile(const QuantizedRows& x, const uint8_t* panel, size_t Kb, const Out& o) {
     constexpr WeightType T = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
@@ -249,16 +244,12 @@ template <bool Q4, size_t R, DecodePrefetch H>
 // sums and float steps (so its result bit for bit), in fewer instructions:
 // one unit (two blocks and their line of scales) a step at constant offsets
 // from a pointer, x's bytes broadcast inside VPDPBUSD, each block's
-// -8 * sum_x read from `x_offset`. 55 instructions a unit where
-// decode_tile took 53 a block (GCC 12), so the out-of-order window, the
-// only thing that runs ahead of the arithmetic without a prefetch, holds
-// twice the bytes in flight. Measured on Zen 5 with the core shared, whole
-// decode steps alternated (docs/decode-streaming.md, "q4_0 decode in fewer
-// instructions"): 124M 1.07-1.11 (1 thread) and 1.06-1.10 (2), 355M 1.04
-// of decode_tile without prefetch. With a prefetch per line it is the other
-// way round (0.97 of decode_tile with the non-temporal hint): the lines are
-// then in the cache when loaded, and from L2 this loop reads 48 GB/s where
-// decode_tile reads 53. So only the None instantiation uses it.
+// -8 * sum_x read from `x_offset`: about half decode_tile's instructions a
+// block, so the out-of-order window, the only thing that runs ahead of the
+// arithmetic without a prefetch, holds twice the bytes in flight. With a
+// prefetch per line the lines are in the cache when loaded and decode_tile
+// reads them faster, so only the None instantiation uses this
+// (docs/kernels.md, "Decode: prefetching ahead, and the hint per CPU").
 [[gnu::always_inline]] inline void decode_tile_q4_units(const QuantizedRows& x, const int32_t* x_offset,
                                                          const uint8_t* panel, size_t Kb, const Out& o) {
     constexpr size_t kBlock = 256, kUnit = 2 * kBlock + 64;  // quant_layout.hpp
@@ -379,7 +370,7 @@ void gemm_panels_q4_0(const QuantizedRows& x, const uint8_t* wp, const float* bi
     gemm_panels<true>(x, wp, bias, y, M, K, N, p0, p1, e);
 }
 
-// quantize_block_q8 (quant_layout.cpp), 32 values in two zmm:
+// quantize_block_q8 (core/quant_layout.cpp), 32 values in two zmm:
 // amax = max |x| and a non-finite check (|x| >= inf or unordered), then
 // q = cvtps2dq(x * (127 / amax)) (round to nearest even in the default MXCSR,
 // as nearbyint), clamped to [-127, 127] as the reference does (a no-op for

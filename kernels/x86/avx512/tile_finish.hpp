@@ -1,16 +1,16 @@
 #pragma once
-// Internal, AVX-512 TUs only (quant_avx512vnni.cpp, bf16dot_avx512bf16.cpp):
+// Internal, AVX-512 TUs only (quant_vnni.cpp, bf16dot.cpp):
 // how their register tiles end. A tile of R rows x P panels of f32 sums is
 // finished as every matmul's epilogue defines it (epilogue.hpp): v = acc +
 // bias; v = act(v); y (+)= v, with masked loads and stores at the matrix edge.
-// GELU goes through quant_gelu (isa_table.hpp, the active table's vector
-// GELU) on the tile staged in a small buffer.
+// GELU goes through quant_gelu (registry.hpp, the active set's vector GELU)
+// on the tile staged in a small buffer.
 //
 // Everything here has internal linkage (an unnamed namespace), so each TU
 // keeps its own copy compiled with its own flags: no inline function built
 // for one ISA extension can be merged by the linker into a TU for another.
 #if !defined(__AVX512F__)
-#error "avx512_tile_finish.hpp is for translation units compiled with AVX-512"
+#error "x86/avx512/tile_finish.hpp is for translation units compiled with AVX-512"
 #endif
 #include <immintrin.h>
 
