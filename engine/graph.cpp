@@ -149,9 +149,14 @@ std::string Graph::to_string() const {
     if (o.kind == OpKind::MatMul && o.epilogue.act != kernels::Activation::None)
       out << " +" << (o.epilogue.act == kernels::Activation::GeluErf ? "gelu_erf" : "gelu_tanh");
     if (o.kind == OpKind::MatMul && o.epilogue.accumulate) out << " (added into " << buffers[o.output].name << ")";
-    static const char* kTypes[] = {"", " bf16", " f16", " q8_0", " q4_0"};
-    if (!o.weight.empty())
-      out << "  w=" << o.weight << (o.packed ? " [panel16" + std::string(kTypes[int(o.w_type)]) + "]" : "");
+    if (!o.weight.empty()) {
+      out << "  w=" << o.weight;
+      if (o.packed) {
+        out << " [panel16";
+        if (o.w_type != WeightType::F32) out << " " << weight_type_name(o.w_type);
+        out << "]";
+      }
+    }
     if (!o.bias.empty()) out << " b=" << o.bias;
     out << "\n";
   }

@@ -79,31 +79,21 @@ void matmul_packed(const float* x, const float* wp, const float* bias, float* y,
 
 void matmul_packed(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
                    size_t N, Epilogue e) {
-    const size_t panels = panel_count(N);
-    switch (type) {
-        case WeightType::F32: gemm_panels(x, static_cast<const float*>(wp), bias, y, M, K, N, 0, panels, e, nullptr); break;
-        case WeightType::BF16:
-            gemm_panels_bf16(x, static_cast<const uint16_t*>(wp), bias, y, M, K, N, 0, panels, e, nullptr);
-            break;
-        case WeightType::F16:
-            gemm_panels_f16(x, static_cast<const uint16_t*>(wp), bias, y, M, K, N, 0, panels, e, nullptr);
-            break;
-        case WeightType::Q8_0:
-        case WeightType::Q4_0: {
-            const size_t Kb = quant_blocks(K);
-            std::vector<int8_t> q(M * Kb * kQuantBlock);
-            std::vector<float> scale(M * Kb);
-            std::vector<int32_t> sum(M * Kb);
-            quantize_rows(x, M, K, q.data(), scale.data(), sum.data());
-            const QuantizedRows xq{q.data(), scale.data(), sum.data(), Kb};
-            const auto* w8 = static_cast<const uint8_t*>(wp);
-            if (type == WeightType::Q8_0)
-                gemm_panels_q8_0(xq, w8, bias, y, M, K, N, 0, panels, e);
-            else
-                gemm_panels_q4_0(xq, w8, bias, y, M, K, N, 0, panels, e);
-            break;
-        }
+    // The scalar set's kernel for the type, with x prepared as it wants.
+    const detail::KernelSet& set = detail::scalar_kernel_set();
+    const detail::MatmulKernels& k = *set.matmul[static_cast<size_t>(type)];
+    detail::PreparedX px;
+    px.f32 = x;
+    std::vector<int8_t> q;
+    std::vector<float> scale;
+    std::vector<int32_t> sum;
+    if (k.x == detail::XForm::Q8Blocks) {
+        const size_t Kb = quant_blocks(K);
+        q.resize(M * Kb * kQuantBlock), scale.resize(M * Kb), sum.resize(M * Kb);
+        set.quantize_rows(x, M, K, q.data(), scale.data(), sum.data());
+        px.q8 = QuantizedRows{q.data(), scale.data(), sum.data(), Kb};
     }
+    k.panels[static_cast<size_t>(type)](px, wp, bias, y, M, K, N, 0, panel_count(N), e, nullptr);
 }
 
 }  // namespace mmgpt::kernels::scalar

@@ -2,7 +2,9 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "core/weight_type.hpp"
 #include "formats/error.hpp"
 #include "tools/cli/commands.hpp"
 #include "tools/cli/validate.hpp"
@@ -19,6 +21,24 @@ const char* tokenizer_kind_name(TokenizerKind k) {
     case TokenizerKind::Gpt2Bpe: return "GPT-2 BPE";
   }
   return "?";
+}
+
+// Every weight type's name, as --dtype takes them.
+std::vector<std::string> dtype_names() {
+  std::vector<std::string> names;
+  for (uint32_t id = 0; const WeightTypeInfo* t = weight_type_by_id(id); ++id) names.emplace_back(t->name);
+  return names;
+}
+
+// "f32 (32), bf16 (16), ..., q4_0 (4.5)": each weight type and its bits per weight.
+std::string dtype_choices() {
+  std::string s;
+  for (uint32_t id = 0; const WeightTypeInfo* t = weight_type_by_id(id); ++id) {
+    char bits[32];
+    std::snprintf(bits, sizeof bits, "%g", 8.0 * t->block_bytes / t->block);
+    s += (id ? ", " : "") + std::string(t->name) + " (" + bits + ")";
+  }
+  return s;
 }
 
 // What was read and written, on stderr, so stdout stays free for scripts.
@@ -57,13 +77,13 @@ void add_convert(CLI::App& app) {
                   "how weight matrices are stored: panel16 (default: what the fast kernels read) or row-major")
       ->check(CLI::IsMember({"panel16", "row-major"}));
   cmd->add_option("--dtype", o->dtype,
-                  "element type of the weight matrices: f32 (default), bf16, f16, or the block-quantized q8_0 "
-                  "(8.5 bits per weight) and q4_0 (4.5 bits); all but f32 need panel16; norms, biases and wpe stay f32")
-      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0"}));
+                  "element type of the weight matrices, with its bits per weight: " + dtype_choices() +
+                      "; f32 is the default, the others need panel16; norms, biases and wpe stay f32")
+      ->check(CLI::IsMember(dtype_names()));
   cmd->add_option("--dtype-head", o->dtype_head,
-                  "element type of the LM head (lm_head.weight, or wte when tied): f32, bf16, f16, q8_0 or q4_0 "
-                  "(default: --dtype)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0"}));
+                  "element type of the LM head (lm_head.weight, or wte when tied): " + weight_type_names() +
+                      " (default: --dtype)")
+      ->check(CLI::IsMember(dtype_names()));
   cmd->callback([o]() {
     print_summary(*o, convert_checkpoint(*o));
   });

@@ -6,9 +6,12 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include <tbb/info.h>
 
+#include "core/weight_type.hpp"
 #include "formats/error.hpp"
 
 namespace mmgpt::cli {
@@ -127,12 +130,20 @@ void refuse_overwriting(const std::string& output, const char* output_option, co
                 " itself; refusing to overwrite what is being read");
 }
 
+// The weight types a KV cache may hold (the element-wise ones).
+static std::vector<std::string> kv_dtype_names() {
+  std::vector<std::string> names;
+  for (uint32_t id = 0; const WeightTypeInfo* t = weight_type_by_id(id); ++id)
+    if (t->element_wise) names.emplace_back(t->name);
+  return names;
+}
+
 CLI::Option* add_kv_dtype_option(CLI::App* cmd, std::string& value) {
   return cmd
       ->add_option("--kv-dtype", value,
                    "element type of the KV cache: f32 (default), or bf16 / f16: half the memory and half the bytes "
                    "each decode step reads from the cache (keys and values rounded to nearest even)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+      ->check(CLI::IsMember(kv_dtype_names()));
 }
 
 WeightType parse_kv_dtype(const std::string& value) {
