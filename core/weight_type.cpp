@@ -30,8 +30,18 @@ void unpack_row(const void* packed, size_t N, size_t K, size_t n, float* row) {
 template <WeightType T>
 constexpr WeightTypeInfo row(std::string_view name, uint32_t block, uint32_t block_bytes, uint32_t unit_blocks,
                              Packing packing, ActivationPrep prep, float max_magnitude) {
-    return {T,          name,   block, block_bytes, unit_blocks, packing, prep, block == 1, T == WeightType::F32,
-            max_magnitude, &pack<T>, &unpack_row<T>};
+    return {.type = T,
+            .name = name,
+            .block = block,
+            .block_bytes = block_bytes,
+            .unit_blocks = unit_blocks,
+            .packing = packing,
+            .prep = prep,
+            .element_wise = block == 1,
+            .any_tensor = T == WeightType::F32,
+            .max_magnitude = max_magnitude,
+            .pack = &pack<T>,
+            .unpack_row = &unpack_row<T>};
 }
 
 // q8_0 / q4_0 blocks: 32 quants (1 byte or half a byte each) and an f16 scale,
