@@ -19,20 +19,20 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <utility>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <benchmark/benchmark.h>
 
 #include <tbb/task_arena.h>
 
-#include "kernels/machine_limits.hpp"
+#include "core/quant_layout.hpp"
 #include "engine/attention.hpp"
 #include "engine/kv_cache.hpp"
 #include "kernels/kernels.hpp"
-#include "core/quant_layout.hpp"
+#include "kernels/machine_limits.hpp"
 
 namespace k = mmgpt::kernels;
 
@@ -40,25 +40,25 @@ namespace {
 
 // The limits every figure is divided by (set in main before any benchmark runs).
 struct Limits {
-  double bw_gbps = 0;       // read bandwidth, all kernel threads, huge-page anonymous memory
-  double peak_gflops = 0;   // fp32 FMA peak, all kernel threads
+  double bw_gbps = 0;      // read bandwidth, all kernel threads, huge-page anonymous memory
+  double peak_gflops = 0;  // fp32 FMA peak, all kernel threads
 } g_limits;
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = dist(gen);
-    return v;
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
 }
 
 // Forces `isa` for the duration of one benchmark.
 struct IsaScope {
-    std::string saved{k::isa_name()};
-    explicit IsaScope(const std::string& isa) {
-        if (!k::force_isa(isa)) std::fprintf(stderr, "bench_kernels: cannot force ISA %s\n", isa.c_str());
-    }
-    ~IsaScope() { k::force_isa(saved); }
+  std::string saved{k::isa_name()};
+  explicit IsaScope(const std::string& isa) {
+    if (!k::force_isa(isa)) std::fprintf(stderr, "bench_kernels: cannot force ISA %s\n", isa.c_str());
+  }
+  ~IsaScope() { k::force_isa(saved); }
 };
 
 // bound: which limit the figure is read against (the other is not reported).
@@ -70,16 +70,16 @@ using Clock = std::chrono::steady_clock;
 // the timing loop (Google Benchmark's rate counters would print them as "/s").
 void set_rates(benchmark::State& state, Clock::time_point loop_start, double flops, double bytes,
                Bound bound = Bound::Memory) {
-    using benchmark::Counter;
-    const double seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
-    const double iters = static_cast<double>(state.iterations());
-    if (flops > 0) state.counters["GFLOP"] = Counter(flops * 1e-9, Counter::kIsIterationInvariantRate);
-    state.counters["GB"] = Counter(bytes * 1e-9, Counter::kIsIterationInvariantRate);
-    if (seconds <= 0) return;
-    if (bound == Bound::Compute && g_limits.peak_gflops > 0)
-        state.counters["frac_of_peak"] = flops * 1e-9 * iters / seconds / g_limits.peak_gflops;
-    if (bound == Bound::Memory && g_limits.bw_gbps > 0)
-        state.counters["frac_of_bw"] = bytes * 1e-9 * iters / seconds / g_limits.bw_gbps;
+  using benchmark::Counter;
+  const double seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
+  const double iters = static_cast<double>(state.iterations());
+  if (flops > 0) state.counters["GFLOP"] = Counter(flops * 1e-9, Counter::kIsIterationInvariantRate);
+  state.counters["GB"] = Counter(bytes * 1e-9, Counter::kIsIterationInvariantRate);
+  if (seconds <= 0) return;
+  if (bound == Bound::Compute && g_limits.peak_gflops > 0)
+    state.counters["frac_of_peak"] = flops * 1e-9 * iters / seconds / g_limits.peak_gflops;
+  if (bound == Bound::Memory && g_limits.bw_gbps > 0)
+    state.counters["frac_of_bw"] = bytes * 1e-9 * iters / seconds / g_limits.bw_gbps;
 }
 
 // A GEMV (M = 1) reads each weight once per call, so to measure what decode
@@ -88,33 +88,33 @@ void set_rates(benchmark::State& state, Clock::time_point loop_start, double flo
 // packed: W in the panel layout the converter writes (matmul_packed, what the
 // engine runs); otherwise row-major (matmul, kept for older files).
 void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, size_t N, bool packed) {
-    IsaScope scope(isa);
-    const auto x = random_floats(M * K, 1), b = random_floats(N, 3);
-    const size_t wn = packed ? mmgpt::panel_floats(N, K) : N * K;
-    const size_t copies = M == 1 ? std::max<size_t>(1, ((size_t{256} << 20) / sizeof(float) + wn - 1) / wn) : 1;
-    std::vector<float> w = random_floats(N * K, 2);
-    if (packed) {
-        std::vector<float> p(wn);
-        mmgpt::pack_panels(w.data(), N, K, p.data());
-        w.swap(p);
-    }
-    w.resize(wn * copies);
-    for (size_t c = 1; c < copies; ++c) std::copy(w.begin(), w.begin() + wn, w.begin() + c * wn);
-    std::vector<float> y(M * N);
-    size_t next = 0;
-    const Clock::time_point start = Clock::now();
-    for (auto _ : state) {
-        if (packed)
-            k::matmul_packed(x.data(), w.data() + next * wn, b.data(), y.data(), M, K, N);
-        else
-            k::matmul(x.data(), w.data() + next * wn, b.data(), y.data(), M, K, N);
-        next = next + 1 == copies ? 0 : next + 1;
-        benchmark::DoNotOptimize(y.data());
-        benchmark::ClobberMemory();
-    }
-    // One row is a GEMV: every weight read once, memory-bound. More rows reuse
-    // each weight M times: compute-bound once M is past a few dozen.
-    set_rates(state, start, 2.0 * M * K * N, 4.0 * (M * K + N * K + N + M * N), M == 1 ? Bound::Memory : Bound::Compute);
+  IsaScope scope(isa);
+  const auto x = random_floats(M * K, 1), b = random_floats(N, 3);
+  const size_t wn = packed ? mmgpt::panel_floats(N, K) : N * K;
+  const size_t copies = M == 1 ? std::max<size_t>(1, ((size_t{256} << 20) / sizeof(float) + wn - 1) / wn) : 1;
+  std::vector<float> w = random_floats(N * K, 2);
+  if (packed) {
+    std::vector<float> p(wn);
+    mmgpt::pack_panels(w.data(), N, K, p.data());
+    w.swap(p);
+  }
+  w.resize(wn * copies);
+  for (size_t c = 1; c < copies; ++c) std::copy(w.begin(), w.begin() + wn, w.begin() + c * wn);
+  std::vector<float> y(M * N);
+  size_t next = 0;
+  const Clock::time_point start = Clock::now();
+  for (auto _ : state) {
+    if (packed)
+      k::matmul_packed(x.data(), w.data() + next * wn, b.data(), y.data(), M, K, N);
+    else
+      k::matmul(x.data(), w.data() + next * wn, b.data(), y.data(), M, K, N);
+    next = next + 1 == copies ? 0 : next + 1;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  // One row is a GEMV: every weight read once, memory-bound. More rows reuse
+  // each weight M times: compute-bound once M is past a few dozen.
+  set_rates(state, start, 2.0 * M * K * N, 4.0 * (M * K + N * K + N + M * N), M == 1 ? Bound::Memory : Bound::Compute);
 }
 
 // Block-quantized weights (q8_0 / q4_0) through the public matmul_packed,
@@ -124,63 +124,63 @@ void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, 
 // (mmgpt::packed_weight_bytes: quants, scales, padding), bias and y. Decode
 // (M = 1) cycles through 256 MiB of weight copies, as bench_matmul does.
 void bench_matmul_typed(benchmark::State& state, std::string isa, mmgpt::WeightType t, size_t M, size_t K, size_t N) {
-    IsaScope scope(isa);
-    const auto x = random_floats(M * K, 1), b = random_floats(N, 3);
-    const auto w = random_floats(N * K, 2);
-    const size_t wbytes = mmgpt::packed_weight_bytes(t, N, K);
-    const size_t copies = M == 1 ? std::max<size_t>(1, ((size_t{256} << 20) + wbytes - 1) / wbytes) : 1;
-    std::vector<uint8_t> packed(wbytes * copies);
-    if (t == mmgpt::WeightType::Q8_0 || t == mmgpt::WeightType::Q4_0) {
-        mmgpt::quantize_panels(w.data(), N, K, t, packed.data());
-    } else {  // bf16 / f16 panel pairs
-        std::vector<uint16_t> h(mmgpt::panel_floats(N, K));
-        mmgpt::pack_half_panels(w.data(), N, K, t, h.data());
-        std::memcpy(packed.data(), h.data(), wbytes);
-    }
-    for (size_t c = 1; c < copies; ++c) std::copy(packed.begin(), packed.begin() + wbytes, packed.begin() + c * wbytes);
-    std::vector<float> y(M * N);
-    size_t next = 0;
-    const Clock::time_point start = Clock::now();
-    for (auto _ : state) {
-        k::matmul_packed(x.data(), packed.data() + next * wbytes, t, b.data(), y.data(), M, K, N);
-        next = next + 1 == copies ? 0 : next + 1;
-        benchmark::DoNotOptimize(y.data());
-        benchmark::ClobberMemory();
-    }
-    set_rates(state, start, 2.0 * M * K * N, double(wbytes) + 4.0 * (M * K + N + M * N),
-              M == 1 ? Bound::Memory : Bound::Compute);
+  IsaScope scope(isa);
+  const auto x = random_floats(M * K, 1), b = random_floats(N, 3);
+  const auto w = random_floats(N * K, 2);
+  const size_t wbytes = mmgpt::packed_weight_bytes(t, N, K);
+  const size_t copies = M == 1 ? std::max<size_t>(1, ((size_t{256} << 20) + wbytes - 1) / wbytes) : 1;
+  std::vector<uint8_t> packed(wbytes * copies);
+  if (t == mmgpt::WeightType::Q8_0 || t == mmgpt::WeightType::Q4_0) {
+    mmgpt::quantize_panels(w.data(), N, K, t, packed.data());
+  } else {  // bf16 / f16 panel pairs
+    std::vector<uint16_t> h(mmgpt::panel_floats(N, K));
+    mmgpt::pack_half_panels(w.data(), N, K, t, h.data());
+    std::memcpy(packed.data(), h.data(), wbytes);
+  }
+  for (size_t c = 1; c < copies; ++c) std::copy(packed.begin(), packed.begin() + wbytes, packed.begin() + c * wbytes);
+  std::vector<float> y(M * N);
+  size_t next = 0;
+  const Clock::time_point start = Clock::now();
+  for (auto _ : state) {
+    k::matmul_packed(x.data(), packed.data() + next * wbytes, t, b.data(), y.data(), M, K, N);
+    next = next + 1 == copies ? 0 : next + 1;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_rates(state, start, 2.0 * M * K * N, double(wbytes) + 4.0 * (M * K + N + M * N),
+            M == 1 ? Bound::Memory : Bound::Compute);
 }
 
 void bench_layernorm(benchmark::State& state, std::string isa, size_t rows, size_t dim) {
-    IsaScope scope(isa);
-    const auto x = random_floats(rows * dim, 4), g = random_floats(dim, 5), b = random_floats(dim, 6);
-    std::vector<float> y(rows * dim);
-    const Clock::time_point start = Clock::now();
-    for (auto _ : state) {
-        k::layernorm(x.data(), g.data(), b.data(), y.data(), rows, dim, 1e-5f);
-        benchmark::DoNotOptimize(y.data());
-        benchmark::ClobberMemory();
-    }
-    state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * rows * dim));
-    set_rates(state, start, 0, 4.0 * (2 * rows * dim + 2 * dim));
+  IsaScope scope(isa);
+  const auto x = random_floats(rows * dim, 4), g = random_floats(dim, 5), b = random_floats(dim, 6);
+  std::vector<float> y(rows * dim);
+  const Clock::time_point start = Clock::now();
+  for (auto _ : state) {
+    k::layernorm(x.data(), g.data(), b.data(), y.data(), rows, dim, 1e-5f);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * rows * dim));
+  set_rates(state, start, 0, 4.0 * (2 * rows * dim + 2 * dim));
 }
 
 // In-place kernels restore their input every iteration (gelu applied over and
 // over would drift into denormals): the copy is timed too, and counted in GB/s.
 template <void (*Fn)(float*, size_t)>
 void bench_inplace(benchmark::State& state, std::string isa, size_t n) {
-    IsaScope scope(isa);
-    const auto src = random_floats(n, 7);
-    std::vector<float> x(n);
-    const Clock::time_point start = Clock::now();
-    for (auto _ : state) {
-        std::copy(src.begin(), src.end(), x.begin());
-        Fn(x.data(), n);
-        benchmark::DoNotOptimize(x.data());
-        benchmark::ClobberMemory();
-    }
-    state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n));
-    set_rates(state, start, 0, 4.0 * 3 * n);  // copy: read + write; kernel: in cache
+  IsaScope scope(isa);
+  const auto src = random_floats(n, 7);
+  std::vector<float> x(n);
+  const Clock::time_point start = Clock::now();
+  for (auto _ : state) {
+    std::copy(src.begin(), src.end(), x.begin());
+    Fn(x.data(), n);
+    benchmark::DoNotOptimize(x.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n));
+  set_rates(state, start, 0, 4.0 * 3 * n);  // copy: read + write; kernel: in cache
 }
 
 // A decode step's attention (engine/attention.cpp causal_attention: one new
@@ -189,123 +189,128 @@ void bench_inplace(benchmark::State& state, std::string isa, size_t n) {
 // f32 or f16 elements). It reads each layer's keys and values of n positions
 // once, so it cycles through copies of the cache (256 MiB in all) to read from
 // memory, as decode does; GB counts those bytes.
-void bench_attention(benchmark::State& state, std::string isa, size_t d, size_t n_layer, size_t n, mmgpt::WeightType kv) {
-    IsaScope scope(isa);
-    mmgpt::ModelConfig c;
-    c.n_layer = static_cast<uint32_t>(n_layer), c.n_head = static_cast<uint32_t>(d / 64);
-    c.n_embd = static_cast<uint32_t>(d), c.n_ctx = static_cast<uint32_t>(n);
-    const double bytes = 2.0 * n * d * mmgpt::KVCache::element_bytes(kv) * n_layer;
-    const size_t copies = std::max<size_t>(1, static_cast<size_t>(double(size_t{256} << 20) / bytes + 1));
-    std::vector<mmgpt::KVCache> caches;
-    const auto qkv = random_floats(n * 3 * d, 8);
-    std::vector<float> out(n * d);
-    for (size_t i = 0; i < copies; ++i) {  // filled as a prefill of n tokens fills it
-        caches.emplace_back(c, kv);
-        for (size_t l = 0; l < n_layer; ++l) mmgpt::causal_attention(qkv.data(), out.data(), n, 0, l, c.n_head, caches.back());
-    }
-    size_t next = 0;
-    const Clock::time_point start = Clock::now();
-    for (auto _ : state) {
-        for (size_t l = 0; l < n_layer; ++l)
-            mmgpt::causal_attention(qkv.data() + (n - 1) * 3 * d, out.data(), 1, n - 1, l, c.n_head, caches[next]);
-        next = next + 1 == copies ? 0 : next + 1;
-        benchmark::DoNotOptimize(out.data());
-        benchmark::ClobberMemory();
-    }
-    set_rates(state, start, 4.0 * n * d * n_layer, bytes);
+void bench_attention(benchmark::State& state, std::string isa, size_t d, size_t n_layer, size_t n,
+                     mmgpt::WeightType kv) {
+  IsaScope scope(isa);
+  mmgpt::ModelConfig c;
+  c.n_layer = static_cast<uint32_t>(n_layer), c.n_head = static_cast<uint32_t>(d / 64);
+  c.n_embd = static_cast<uint32_t>(d), c.n_ctx = static_cast<uint32_t>(n);
+  const double bytes = 2.0 * n * d * mmgpt::KVCache::element_bytes(kv) * n_layer;
+  const size_t copies = std::max<size_t>(1, static_cast<size_t>(double(size_t{256} << 20) / bytes + 1));
+  std::vector<mmgpt::KVCache> caches;
+  const auto qkv = random_floats(n * 3 * d, 8);
+  std::vector<float> out(n * d);
+  for (size_t i = 0; i < copies; ++i) {  // filled as a prefill of n tokens fills it
+    caches.emplace_back(c, kv);
+    for (size_t l = 0; l < n_layer; ++l)
+      mmgpt::causal_attention(qkv.data(), out.data(), n, 0, l, c.n_head, caches.back());
+  }
+  size_t next = 0;
+  const Clock::time_point start = Clock::now();
+  for (auto _ : state) {
+    for (size_t l = 0; l < n_layer; ++l)
+      mmgpt::causal_attention(qkv.data() + (n - 1) * 3 * d, out.data(), 1, n - 1, l, c.n_head, caches[next]);
+    next = next + 1 == copies ? 0 : next + 1;
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_rates(state, start, 4.0 * n * d * n_layer, bytes);
 }
 
 // widths: model widths to cover; rows: matmul M values (1 = decode GEMV, 128/512 = prefill GEMM).
 void register_all(const std::string& isa, std::initializer_list<size_t> widths, std::initializer_list<size_t> rows) {
-    auto reg = [&](const std::string& name, auto fn) {
-        benchmark::RegisterBenchmark(name.c_str(), fn)->UseRealTime()->Unit(benchmark::kMicrosecond);
-    };
-    struct Shape {
-        size_t K, N;
-    };
-    constexpr size_t kVocab = 50257;
-    for (size_t d : widths) {
-        // A block's four matmuls: qkv, attention projection, MLP up and down.
-        for (size_t M : rows)
-            for (Shape s : {Shape{d, 3 * d}, Shape{d, d}, Shape{d, 4 * d}, Shape{4 * d, d}}) {
-                const std::string name = "matmul/" + isa + "/M=" + std::to_string(M) + "/K=" + std::to_string(s.K) +
-                                         "/N=" + std::to_string(s.N);
-                reg(name, [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, true); });
-                if (d == 768)  // the row-major kernel of older files, for comparison
-                    reg("matmul_rowmajor" + name.substr(6),
-                        [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, false); });
-            }
-        // Quantized (and bf16, f16) weights, GPT-2 small only: decode shapes and the MLP up at prefill.
-        if (d == 768) {
-            const std::pair<mmgpt::WeightType, const char*> types[] = {{mmgpt::WeightType::Q8_0, "q8_0"},
-                                                                   {mmgpt::WeightType::Q4_0, "q4_0"},
-                                                                   {mmgpt::WeightType::BF16, "bf16"},
-                                                                   {mmgpt::WeightType::F16, "f16"}};
-            struct Case {
-                size_t M, K, N;
-            };
-            const Case cases[] = {{1, d, 3 * d}, {1, d, 4 * d}, {1, 4 * d, d}, {1, d, kVocab}, {128, d, 4 * d}, {512, d, 4 * d}};
-            for (const auto& [t, tname] : types)
-                for (Case c : cases)
-                    reg("matmul_" + std::string(tname) + "/" + isa + "/M=" + std::to_string(c.M) + "/K=" +
-                            std::to_string(c.K) + "/N=" + std::to_string(c.N),
-                        [=](benchmark::State& st) { bench_matmul_typed(st, isa, t, c.M, c.K, c.N); });
-        }
-        // The LM head: one row per step (prefill needs only the last position's logits).
-        reg("matmul/" + isa + "/M=1/K=" + std::to_string(d) + "/N=" + std::to_string(kVocab) + "/lm_head",
-            [=](benchmark::State& st) { bench_matmul(st, isa, 1, d, kVocab, true); });
+  auto reg = [&](const std::string& name, auto fn) {
+    benchmark::RegisterBenchmark(name.c_str(), fn)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  };
+  struct Shape {
+    size_t K, N;
+  };
+  constexpr size_t kVocab = 50257;
+  for (size_t d : widths) {
+    // A block's four matmuls: qkv, attention projection, MLP up and down.
+    for (size_t M : rows)
+      for (Shape s : {Shape{d, 3 * d}, Shape{d, d}, Shape{d, 4 * d}, Shape{4 * d, d}}) {
+        const std::string name =
+            "matmul/" + isa + "/M=" + std::to_string(M) + "/K=" + std::to_string(s.K) + "/N=" + std::to_string(s.N);
+        reg(name, [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, true); });
+        if (d == 768)  // the row-major kernel of older files, for comparison
+          reg("matmul_rowmajor" + name.substr(6),
+              [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, false); });
+      }
+    // Quantized (and bf16, f16) weights, GPT-2 small only: decode shapes and the MLP up at prefill.
+    if (d == 768) {
+      const std::pair<mmgpt::WeightType, const char*> types[] = {{mmgpt::WeightType::Q8_0, "q8_0"},
+                                                                 {mmgpt::WeightType::Q4_0, "q4_0"},
+                                                                 {mmgpt::WeightType::BF16, "bf16"},
+                                                                 {mmgpt::WeightType::F16, "f16"}};
+      struct Case {
+        size_t M, K, N;
+      };
+      const Case cases[] = {{1, d, 3 * d},  {1, d, 4 * d},   {1, 4 * d, d},
+                            {1, d, kVocab}, {128, d, 4 * d}, {512, d, 4 * d}};
+      for (const auto& [t, tname] : types)
+        for (Case c : cases)
+          reg("matmul_" + std::string(tname) + "/" + isa + "/M=" + std::to_string(c.M) + "/K=" + std::to_string(c.K) +
+                  "/N=" + std::to_string(c.N),
+              [=](benchmark::State& st) { bench_matmul_typed(st, isa, t, c.M, c.K, c.N); });
     }
-    // Streaming kernels at decode (one row) and prefill (max of `rows`) sizes of each width.
-    const size_t prefill_rows = std::max<size_t>(rows);
-    for (size_t d : widths) {
-        for (size_t r : {size_t{1}, prefill_rows})
-            reg("layernorm/" + isa + "/rows=" + std::to_string(r) + "/dim=" + std::to_string(d),
-                [=](benchmark::State& st) { bench_layernorm(st, isa, r, d); });
-        for (size_t n : {4 * d, prefill_rows * 4 * d}) {
-            reg("gelu_erf/" + isa + "/n=" + std::to_string(n),
-                [=](benchmark::State& st) { bench_inplace<k::gelu_erf>(st, isa, n); });
-            reg("gelu_tanh/" + isa + "/n=" + std::to_string(n),
-                [=](benchmark::State& st) { bench_inplace<k::gelu_tanh>(st, isa, n); });
-        }
+    // The LM head: one row per step (prefill needs only the last position's logits).
+    reg("matmul/" + isa + "/M=1/K=" + std::to_string(d) + "/N=" + std::to_string(kVocab) + "/lm_head",
+        [=](benchmark::State& st) { bench_matmul(st, isa, 1, d, kVocab, true); });
+  }
+  // Streaming kernels at decode (one row) and prefill (max of `rows`) sizes of each width.
+  const size_t prefill_rows = std::max<size_t>(rows);
+  for (size_t d : widths) {
+    for (size_t r : {size_t{1}, prefill_rows})
+      reg("layernorm/" + isa + "/rows=" + std::to_string(r) + "/dim=" + std::to_string(d),
+          [=](benchmark::State& st) { bench_layernorm(st, isa, r, d); });
+    for (size_t n : {4 * d, prefill_rows * 4 * d}) {
+      reg("gelu_erf/" + isa + "/n=" + std::to_string(n),
+          [=](benchmark::State& st) { bench_inplace<k::gelu_erf>(st, isa, n); });
+      reg("gelu_tanh/" + isa + "/n=" + std::to_string(n),
+          [=](benchmark::State& st) { bench_inplace<k::gelu_tanh>(st, isa, n); });
     }
-    // Decode attention at a short and a long context, for each width's GPT-2 depth.
-    for (size_t d : widths) {
-        const size_t layers = d == 768 ? 12 : d == 1024 ? 24 : d == 1280 ? 36 : 48;
-        for (size_t n : {64, 576})
-            for (mmgpt::WeightType kv : {mmgpt::WeightType::F32, mmgpt::WeightType::F16})
-                reg("attention/" + isa + "/d=" + std::to_string(d) + "/layers=" + std::to_string(layers) + "/n=" +
-                        std::to_string(n) + "/kv=" + (kv == mmgpt::WeightType::F32 ? "f32" : "f16"),
-                    [=](benchmark::State& st) { bench_attention(st, isa, d, layers, n, kv); });
-    }
-    for (size_t n : {64, 1024, 50257})
-        reg("softmax/" + isa + "/n=" + std::to_string(n),
-            [=](benchmark::State& st) { bench_inplace<k::softmax>(st, isa, n); });
+  }
+  // Decode attention at a short and a long context, for each width's GPT-2 depth.
+  for (size_t d : widths) {
+    const size_t layers = d == 768 ? 12 : d == 1024 ? 24 : d == 1280 ? 36 : 48;
+    for (size_t n : {64, 576})
+      for (mmgpt::WeightType kv : {mmgpt::WeightType::F32, mmgpt::WeightType::F16})
+        reg("attention/" + isa + "/d=" + std::to_string(d) + "/layers=" + std::to_string(layers) +
+                "/n=" + std::to_string(n) + "/kv=" + (kv == mmgpt::WeightType::F32 ? "f32" : "f16"),
+            [=](benchmark::State& st) { bench_attention(st, isa, d, layers, n, kv); });
+  }
+  for (size_t n : {64, 1024, 50257})
+    reg("softmax/" + isa + "/n=" + std::to_string(n),
+        [=](benchmark::State& st) { bench_inplace<k::softmax>(st, isa, n); });
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    namespace lim = mmgpt::limits;
-    const unsigned threads = static_cast<unsigned>(tbb::this_task_arena::max_concurrency());
-    {
-        const lim::ReadBuffer buf(lim::probe_bytes(), lim::ReadBuffer::Kind::AnonHugePages);
-        g_limits.bw_gbps = lim::read_bandwidth_gbps(buf, threads, 3);
-    }
-    g_limits.peak_gflops = lim::fma_peak_gflops(threads);
-    std::fprintf(stderr, "limits (%u threads, measured now): read bandwidth %.1f GB/s (%s, %zu MiB, best of 3); "
-                 "fp32 FMA peak %.1f GFLOP/s (%s)\n", threads, g_limits.bw_gbps, "anonymous, MADV_HUGEPAGE",
-                 lim::probe_bytes() >> 20, g_limits.peak_gflops, lim::best_fma_path().isa);
-    benchmark::AddCustomContext("limit_read_bw_GBps", std::to_string(g_limits.bw_gbps));
-    benchmark::AddCustomContext("limit_fma_peak_GFLOPs", std::to_string(g_limits.peak_gflops));
-    benchmark::AddCustomContext("limit_threads", std::to_string(threads));
+  namespace lim = mmgpt::limits;
+  const unsigned threads = static_cast<unsigned>(tbb::this_task_arena::max_concurrency());
+  {
+    const lim::ReadBuffer buf(lim::probe_bytes(), lim::ReadBuffer::Kind::AnonHugePages);
+    g_limits.bw_gbps = lim::read_bandwidth_gbps(buf, threads, 3);
+  }
+  g_limits.peak_gflops = lim::fma_peak_gflops(threads);
+  std::fprintf(stderr,
+               "limits (%u threads, measured now): read bandwidth %.1f GB/s (%s, %zu MiB, best of 3); "
+               "fp32 FMA peak %.1f GFLOP/s (%s)\n",
+               threads, g_limits.bw_gbps, "anonymous, MADV_HUGEPAGE", lim::probe_bytes() >> 20, g_limits.peak_gflops,
+               lim::best_fma_path().isa);
+  benchmark::AddCustomContext("limit_read_bw_GBps", std::to_string(g_limits.bw_gbps));
+  benchmark::AddCustomContext("limit_fma_peak_GFLOPs", std::to_string(g_limits.peak_gflops));
+  benchmark::AddCustomContext("limit_threads", std::to_string(threads));
 
-    const std::string dispatched{k::isa_name()};
-    register_all(dispatched, {768, 1024, 1280, 1600}, {1, 128, 512});
-    // The scalar reference is slow: GPT-2 small shapes only, as a baseline.
-    if (dispatched != "scalar") register_all("scalar", {768}, {1, 128});
-    benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
+  const std::string dispatched{k::isa_name()};
+  register_all(dispatched, {768, 1024, 1280, 1600}, {1, 128, 512});
+  // The scalar reference is slow: GPT-2 small shapes only, as a baseline.
+  if (dispatched != "scalar") register_all("scalar", {768}, {1, 128});
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }

@@ -67,12 +67,18 @@ int main(int argc, char** argv) {
     const std::string th = "/threads=" + std::to_string(t);
     benchmark::RegisterBenchmark(("read_bw/anon_hugepage" + th).c_str(),
                                  [t](benchmark::State& s) { bench_read(s, lim::ReadBuffer::Kind::AnonHugePages, t); })
-        ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(5);
     benchmark::RegisterBenchmark(("read_bw/mmapped_file" + th).c_str(),
                                  [t](benchmark::State& s) { bench_read(s, lim::ReadBuffer::Kind::FileMapped, t); })
-        ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(5);
     benchmark::RegisterBenchmark(("fma_peak/fp32" + th).c_str(), [t](benchmark::State& s) { bench_fma(s, t); })
-        ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(5);
     if (n == 1) break;
   }
   benchmark::Initialize(&argc, argv);

@@ -29,8 +29,7 @@ const std::string& text() {
 
 const mmgpt::TokenizerData& data() {
   static const mmgpt::TokenizerData d = [] {
-    auto x = mmgpt::read_bpe_files(MMGPT_SOURCE_DIR "/data/gpt2/encoder.json",
-                                            MMGPT_SOURCE_DIR "/data/gpt2/vocab.bpe");
+    auto x = mmgpt::read_bpe_files(MMGPT_SOURCE_DIR "/data/gpt2/encoder.json", MMGPT_SOURCE_DIR "/data/gpt2/vocab.bpe");
     x.eos_id = 50256;
     return x;
   }();

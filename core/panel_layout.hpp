@@ -34,7 +34,7 @@ inline size_t panel_count(size_t N) { return (N + kPanelWidth - 1) / kPanelWidth
 inline size_t panel_floats(size_t N, size_t K) { return panel_count(N) * kPanelWidth * K; }
 // Index of W[n][k] in the packed array.
 inline size_t panel_index(size_t K, size_t n, size_t k) {
-    return (n / kPanelWidth) * kPanelWidth * K + k * kPanelWidth + n % kPanelWidth;
+  return (n / kPanelWidth) * kPanelWidth * K + k * kPanelWidth + n % kPanelWidth;
 }
 
 // Where panel p's k-steps lie in a packed W[N, K], in elements from the
@@ -43,26 +43,31 @@ inline size_t panel_index(size_t K, size_t n, size_t k) {
 // of an odd K at tail. f32 panels are contiguous (pitch 32); paired 16-bit
 // panels interleave lines (pitch 64).
 struct PanelSteps {
-    size_t first, pitch, tail;
-    size_t at(size_t K, size_t k) const { return k < (K & ~size_t(1)) ? first + (k / 2) * pitch + (k % 2) * kPanelWidth : tail; }
+  size_t first, pitch, tail;
+  size_t at(size_t K, size_t k) const {
+    return k < (K & ~size_t(1)) ? first + (k / 2) * pitch + (k % 2) * kPanelWidth : tail;
+  }
 };
 inline PanelSteps panel_steps(size_t K, size_t p) {  // f32
-    const size_t first = p * kPanelWidth * K;
-    return {first, 2 * kPanelWidth, first + (K & ~size_t(1)) * kPanelWidth};
+  const size_t first = p * kPanelWidth * K;
+  return {first, 2 * kPanelWidth, first + (K & ~size_t(1)) * kPanelWidth};
 }
 inline PanelSteps half_panel_steps(size_t N, size_t K, size_t p) {  // bf16, f16
-    if (p % 2 == 1 || p + 1 < panel_count(N)) {
-        const size_t pair = (p & ~size_t(1)) * kPanelWidth * K, side = p % 2;
-        return {pair + side * 2 * kPanelWidth, 4 * kPanelWidth, pair + 2 * (K & ~size_t(1)) * kPanelWidth + side * kPanelWidth};
-    }
-    return panel_steps(K, p);  // the unpaired last panel
+  if (p % 2 == 1 || p + 1 < panel_count(N)) {
+    const size_t pair = (p & ~size_t(1)) * kPanelWidth * K, side = p % 2;
+    return {pair + side * 2 * kPanelWidth, 4 * kPanelWidth,
+            pair + 2 * (K & ~size_t(1)) * kPanelWidth + side * kPanelWidth};
+  }
+  return panel_steps(K, p);  // the unpaired last panel
 }
 // The one of the two for a packed matrix of element type E (float, or a
 // 16-bit type).
 template <class E>
 inline PanelSteps panel_steps_of(size_t N, size_t K, size_t p) {
-    if constexpr (sizeof(E) == 4) return panel_steps(K, p);
-    else return half_panel_steps(N, K, p);
+  if constexpr (sizeof(E) == 4)
+    return panel_steps(K, p);
+  else
+    return half_panel_steps(N, K, p);
 }
 // Panels [p0, p1) of a 16-bit matrix as decode reads them: each pair (2q,
 // 2q+1) together, its lines one stream (two(2q)); a range that starts at an
@@ -70,14 +75,14 @@ inline PanelSteps panel_steps_of(size_t N, size_t K, size_t p) {
 // panel, take that panel alone (one(p)).
 template <class One, class Two>
 inline void for_panel_pairs(size_t p0, size_t p1, One one, Two two) {
-    size_t p = p0;
-    if (p % 2 == 1 && p < p1) one(p++);
-    for (; p + 2 <= p1; p += 2) two(p);
-    if (p < p1) one(p);
+  size_t p = p0;
+  if (p % 2 == 1 && p < p1) one(p++);
+  for (; p + 2 <= p1; p += 2) two(p);
+  if (p < p1) one(p);
 }
 // Index of W[n][k] in a packed 16-bit W[N, K].
 inline size_t half_panel_index(size_t N, size_t K, size_t n, size_t k) {
-    return half_panel_steps(N, K, n / kPanelWidth).at(K, k) + n % kPanelWidth;
+  return half_panel_steps(N, K, n / kPanelWidth).at(K, k) + n % kPanelWidth;
 }
 
 // Packs a row-major W[N, K] into `out` (panel_floats(N, K) floats), zero padding included.

@@ -51,10 +51,10 @@ inline size_t quant_unit_bytes(WeightType t) { return 2 * quant_block_bytes(t) +
 inline size_t quant_panel_bytes(WeightType t, size_t Kb) { return (Kb + 1) / 2 * quant_unit_bytes(t); }
 // Offsets inside a panel of block b's quants and of its 16 scales.
 inline size_t quant_block_offset(WeightType t, size_t b) {
-    return b / 2 * quant_unit_bytes(t) + b % 2 * quant_block_bytes(t);
+  return b / 2 * quant_unit_bytes(t) + b % 2 * quant_block_bytes(t);
 }
 inline size_t quant_scale_offset(WeightType t, size_t b) {
-    return b / 2 * quant_unit_bytes(t) + 2 * quant_block_bytes(t) + b % 2 * 32;
+  return b / 2 * quant_unit_bytes(t) + 2 * quant_block_bytes(t) + b % 2 * 32;
 }
 
 // Quantizes a row-major f32 W[N, K] into `out` (packed_weight_bytes(t, N, K)
@@ -69,10 +69,10 @@ void dequantize_panel_row(const uint8_t* packed, WeightType t, size_t K, size_t 
 //   a block holding an infinity or NaN: d = NaN, q = 0 (the products come out NaN, as in f32);
 //   else amax = max |x|; amax == 0: d = 0, q = 0; else d = amax / 127, q = nearbyint(x * (127 / amax)).
 struct QuantizedRows {
-    const int8_t* q = nullptr;
-    const float* scale = nullptr;
-    const int32_t* sum = nullptr;
-    size_t blocks = 0;  // Kb per row
+  const int8_t* q = nullptr;
+  const float* scale = nullptr;
+  const int32_t* sum = nullptr;
+  size_t blocks = 0;  // Kb per row
 };
 
 // One block of n <= 32 activations (the rest of the 32 taken as zero), as

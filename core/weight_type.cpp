@@ -14,34 +14,34 @@ constexpr float kF16Max = 65504.0f;  // the largest finite scale a block can sto
 
 template <WeightType T>
 void pack(const float* w, size_t N, size_t K, void* out) {
-    if constexpr (T == WeightType::F32)
-        pack_panels(w, N, K, static_cast<float*>(out));
-    else if constexpr (T == WeightType::BF16 || T == WeightType::F16)
-        pack_half_panels(w, N, K, T, static_cast<uint16_t*>(out));
-    else
-        quantize_panels(w, N, K, T, static_cast<uint8_t*>(out));
+  if constexpr (T == WeightType::F32)
+    pack_panels(w, N, K, static_cast<float*>(out));
+  else if constexpr (T == WeightType::BF16 || T == WeightType::F16)
+    pack_half_panels(w, N, K, T, static_cast<uint16_t*>(out));
+  else
+    quantize_panels(w, N, K, T, static_cast<uint8_t*>(out));
 }
 
 template <WeightType T>
 void unpack_row(const void* packed, size_t N, size_t K, size_t n, float* row) {
-    unpack_panel_row(packed, T, N, K, n, row);
+  unpack_panel_row(packed, T, N, K, n, row);
 }
 
 template <WeightType T>
 constexpr WeightTypeInfo row(std::string_view name, uint32_t block, uint32_t block_bytes, uint32_t unit_blocks,
                              Packing packing, ActivationPrep prep, float max_magnitude) {
-    return {.type = T,
-            .name = name,
-            .block = block,
-            .block_bytes = block_bytes,
-            .unit_blocks = unit_blocks,
-            .packing = packing,
-            .prep = prep,
-            .element_wise = block == 1,
-            .any_tensor = T == WeightType::F32,
-            .max_magnitude = max_magnitude,
-            .pack = &pack<T>,
-            .unpack_row = &unpack_row<T>};
+  return {.type = T,
+          .name = name,
+          .block = block,
+          .block_bytes = block_bytes,
+          .unit_blocks = unit_blocks,
+          .packing = packing,
+          .prep = prep,
+          .element_wise = block == 1,
+          .any_tensor = T == WeightType::F32,
+          .max_magnitude = max_magnitude,
+          .pack = &pack<T>,
+          .unpack_row = &unpack_row<T>};
 }
 
 // q8_0 / q4_0 blocks: 32 quants (1 byte or half a byte each) and an f16 scale,
@@ -61,47 +61,47 @@ const WeightTypeInfo& weight_type_info(WeightType t) { return kTable[static_cast
 const WeightTypeInfo* weight_type_by_id(uint32_t id) { return id < kTable.size() ? &kTable[id] : nullptr; }
 
 const WeightTypeInfo* weight_type_by_name(std::string_view name) {
-    for (const WeightTypeInfo& t : kTable)
-        if (t.name == name) return &t;
-    return nullptr;
+  for (const WeightTypeInfo& t : kTable)
+    if (t.name == name) return &t;
+  return nullptr;
 }
 
 std::string weight_type_names() {
-    std::string s;
-    for (const WeightTypeInfo& t : kTable) s += (s.empty() ? "" : ", ") + std::string(t.name);
-    return s;
+  std::string s;
+  for (const WeightTypeInfo& t : kTable) s += (s.empty() ? "" : ", ") + std::string(t.name);
+  return s;
 }
 
 std::string weight_type_ids() {
-    std::string s;
-    for (const WeightTypeInfo& t : kTable)
-        s += (s.empty() ? "" : ", ") + std::to_string(static_cast<uint32_t>(t.type)) + " = " + std::string(t.name);
-    return s;
+  std::string s;
+  for (const WeightTypeInfo& t : kTable)
+    s += (s.empty() ? "" : ", ") + std::to_string(static_cast<uint32_t>(t.type)) + " = " + std::string(t.name);
+  return s;
 }
 
 bool packed_matrix_bytes(WeightType t, uint64_t N, uint64_t K, uint64_t& bytes) {
-    const WeightTypeInfo& w = weight_type_info(t);
-    const uint64_t panels = N / kPanelWidth + (N % kPanelWidth != 0);
-    const uint64_t blocks = K / w.block + (K % w.block != 0);
-    const uint64_t units = blocks / w.unit_blocks + (blocks % w.unit_blocks != 0);
-    return !__builtin_mul_overflow(panels, kPanelWidth * w.unit_blocks * w.block_bytes, &bytes) &&
-           !__builtin_mul_overflow(bytes, units, &bytes);
+  const WeightTypeInfo& w = weight_type_info(t);
+  const uint64_t panels = N / kPanelWidth + (N % kPanelWidth != 0);
+  const uint64_t blocks = K / w.block + (K % w.block != 0);
+  const uint64_t units = blocks / w.unit_blocks + (blocks % w.unit_blocks != 0);
+  return !__builtin_mul_overflow(panels, kPanelWidth * w.unit_blocks * w.block_bytes, &bytes) &&
+         !__builtin_mul_overflow(bytes, units, &bytes);
 }
 
 size_t packed_weight_bytes(WeightType t, size_t N, size_t K) {
-    uint64_t bytes = 0;
-    packed_matrix_bytes(t, N, K, bytes);
-    return bytes;
+  uint64_t bytes = 0;
+  packed_matrix_bytes(t, N, K, bytes);
+  return bytes;
 }
 
 const char* layout_name(uint32_t layout_id) {
-    switch (layout_id) {
-        case kLayoutRowMajor: return "row-major";
-        case static_cast<uint32_t>(Packing::Panels): return "panel16";
-        case static_cast<uint32_t>(Packing::BlockPanels): return "panel16q";
-        case static_cast<uint32_t>(Packing::PanelPairs): return "panel16x2";
-        default: return nullptr;
-    }
+  switch (layout_id) {
+    case kLayoutRowMajor: return "row-major";
+    case static_cast<uint32_t>(Packing::Panels): return "panel16";
+    case static_cast<uint32_t>(Packing::BlockPanels): return "panel16q";
+    case static_cast<uint32_t>(Packing::PanelPairs): return "panel16x2";
+    default: return nullptr;
+  }
 }
 
 }  // namespace mmgpt

@@ -19,33 +19,33 @@ using DType = WeightType;
 // How a matrix of the type is packed for the matmul kernels. The values are
 // the .mmgpt file's layout ids (docs/format.md); layout 0 is row-major.
 enum class Packing : uint32_t {
-    Panels = 1,       // panel16: panels of 16 rows, one k-step a row of 16 elements (panel_layout.hpp)
-    BlockPanels = 2,  // panel16q: panels of quantized blocks with their scales (quant_layout.hpp)
-    PanelPairs = 3,   // panel16x2: 16-bit panels in pairs whose lines alternate (panel_layout.hpp)
+  Panels = 1,       // panel16: panels of 16 rows, one k-step a row of 16 elements (panel_layout.hpp)
+  BlockPanels = 2,  // panel16q: panels of quantized blocks with their scales (quant_layout.hpp)
+  PanelPairs = 3,   // panel16x2: 16-bit panels in pairs whose lines alternate (panel_layout.hpp)
 };
 
 // What a matmul does to its activations before multiplying them by the weights.
 enum class ActivationPrep {
-    None,      // x stays f32 (a kernel may still round it, as the bf16 dot product does)
-    Q8Blocks,  // x quantized per block of 32 to 8 bits with an f32 scale (quant_layout.hpp)
+  None,      // x stays f32 (a kernel may still round it, as the bf16 dot product does)
+  Q8Blocks,  // x quantized per block of 32 to 8 bits with an f32 scale (quant_layout.hpp)
 };
 
 struct WeightTypeInfo {
-    WeightType type;
-    std::string_view name;   // as the command line and `inspect` spell it
-    uint32_t block;          // elements along a row that share one scale (1: element-wise)
-    uint32_t block_bytes;    // bytes a block takes in a packed matrix, its scale included
-    uint32_t unit_blocks;    // blocks a panel stores together as one unit
-    Packing packing;
-    ActivationPrep prep;
-    bool element_wise;       // stored element by element: may also hold a KV cache
-    bool any_tensor;         // may hold any tensor, row-major too (else only packed matrices)
-    float max_magnitude;     // largest |w| the type stores without its block scale overflowing
-    // Packs row-major W[N, K] into `out` (packed_matrix_bytes(type, N, K)
-    // bytes), the padding included.
-    void (*pack)(const float* w, size_t N, size_t K, void* out);
-    // Row n of a packed W[N, K] as f32, exactly the values the kernels weigh.
-    void (*unpack_row)(const void* packed, size_t N, size_t K, size_t n, float* row);
+  WeightType type;
+  std::string_view name;  // as the command line and `inspect` spell it
+  uint32_t block;         // elements along a row that share one scale (1: element-wise)
+  uint32_t block_bytes;   // bytes a block takes in a packed matrix, its scale included
+  uint32_t unit_blocks;   // blocks a panel stores together as one unit
+  Packing packing;
+  ActivationPrep prep;
+  bool element_wise;    // stored element by element: may also hold a KV cache
+  bool any_tensor;      // may hold any tensor, row-major too (else only packed matrices)
+  float max_magnitude;  // largest |w| the type stores without its block scale overflowing
+  // Packs row-major W[N, K] into `out` (packed_matrix_bytes(type, N, K)
+  // bytes), the padding included.
+  void (*pack)(const float* w, size_t N, size_t K, void* out);
+  // Row n of a packed W[N, K] as f32, exactly the values the kernels weigh.
+  void (*unpack_row)(const void* packed, size_t N, size_t K, size_t n, float* row);
 };
 
 // The row of a type (one of the enum's values).

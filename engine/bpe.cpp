@@ -74,8 +74,10 @@ BpeModel::BpeModel(const std::vector<std::string>& tokens,
     auto ia = id_of.find(a), ib = id_of.find(b);
     joined = a + b;
     auto ij = id_of.find(joined);
-    const char* missing = ia == id_of.end() ? "its left part" : ib == id_of.end() ? "its right part" :
-                          ij == id_of.end() ? "the merged token" : nullptr;
+    const char* missing = ia == id_of.end()   ? "its left part"
+                          : ib == id_of.end() ? "its right part"
+                          : ij == id_of.end() ? "the merged token"
+                                              : nullptr;
     if (missing)
       throw Error("tokenizer merge rule " + std::to_string(r + 1) + " '" + a + " " + b + "': " + missing +
                   " is not in the vocabulary");

@@ -82,16 +82,16 @@ class DecodePrefetchTuner {
   const Params params_;
   mutable std::mutex mutex_;
   kernels::DecodePrefetch choice_, other_;
-  size_t first_left_;                 // steps before the first comparison
-  double period_, wait_left_ = 0.0;   // seconds between comparisons, and before the next
-  const void* owner_ = nullptr;       // whose comparison is running (null: none)
-  size_t block_ = 0;                  // the comparison's current block
-  size_t in_block_ = 0;               // steps of it so far (the first `settle` untimed)
-  size_t timed_steps_ = 0;            // its timed steps
-  double timed_seconds_ = 0.0;        // and their time
-  double first_of_pair_ = 0.0;        // mean step time of the pair's first block
+  size_t first_left_;                         // steps before the first comparison
+  double period_, wait_left_ = 0.0;           // seconds between comparisons, and before the next
+  const void* owner_ = nullptr;               // whose comparison is running (null: none)
+  size_t block_ = 0;                          // the comparison's current block
+  size_t in_block_ = 0;                       // steps of it so far (the first `settle` untimed)
+  size_t timed_steps_ = 0;                    // its timed steps
+  double timed_seconds_ = 0.0;                // and their time
+  double first_of_pair_ = 0.0;                // mean step time of the pair's first block
   size_t own_steps_ = 0, foreign_steps_ = 0;  // the owner's and others' steps since it began
-  std::vector<double> ratios_;        // other / choice, one per pair
+  std::vector<double> ratios_;                // other / choice, one per pair
   Counts counts_;
 };
 

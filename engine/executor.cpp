@@ -10,14 +10,14 @@
 #include <tbb/blocked_range.h>
 #include <tbb/partitioner.h>
 
+#include "core/panel_layout.hpp"
+#include "core/quant_layout.hpp"
 #include "engine/attention.hpp"
 #include "engine/decode_prefetch_tuner.hpp"
 #include "engine/stage_team.hpp"
 #include "formats/error.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
-#include "core/panel_layout.hpp"
-#include "core/quant_layout.hpp"
 
 namespace mmgpt {
 
@@ -82,8 +82,8 @@ std::span<const float> Executor::run(std::span<const SequenceStep> steps) {
   plan_ = &it->second;
   if (arena_.size() < plan_->arena_bytes) {
     arena_storage_.assign((plan_->arena_bytes + sizeof(Line) - 1) / sizeof(Line), Line{});
-    arena_ = std::span<std::byte>(reinterpret_cast<std::byte*>(arena_storage_.data()),
-                                  arena_storage_.size() * sizeof(Line));
+    arena_ =
+        std::span<std::byte>(reinterpret_cast<std::byte*>(arena_storage_.data()), arena_storage_.size() * sizeof(Line));
   }
 
   auto compute = [&] {
@@ -161,8 +161,8 @@ size_t Executor::team_members(std::span<const SequenceStep> steps, size_t tokens
     if (next.kind != OpKind::MatMul || !is_quantized(next.w_type) || next.input != op.output) continue;
     if (i > 0 && team_quantizes_[i - 1]) continue;  // its own x is in team_q_, read while its parts would write
     const bool by_heads = op.kind == OpKind::Attention && (c.n_embd / c.n_head) % kQuantBlock == 0;
-    const bool by_panels = op.kind == OpKind::MatMul && team_parts_[i] > 0 &&
-                           (team_grain_[i] * kPanelWidth) % kQuantBlock == 0;
+    const bool by_panels =
+        op.kind == OpKind::MatMul && team_parts_[i] > 0 && (team_grain_[i] * kPanelWidth) % kQuantBlock == 0;
     if (by_heads || by_panels) team_quantizes_[i] = true, q_width = std::max(q_width, next.in_features);
   }
   if (team_scale_.size() < quant_blocks(q_width)) {
@@ -226,50 +226,51 @@ void Executor::run_team(const SequenceStep& step, size_t members) {
     const size_t to = packed_weight_bytes(op.w_type, p1 * kPanelWidth, op.in_features);
     return {static_cast<const std::byte*>(op.w_data) + from, to - from};
   };
-  run_stages(team_parts_, members, [&](size_t i, size_t part, size_t m) {
-    const Op& op = ops[i];
-    switch (op.kind) {
-      case OpKind::MatMul: {
-        MemberState& s = state[m];
-        if (s.stage != i) {
-          if (i > 0 && team_quantizes_[i - 1]) {  // x in q8 blocks, written by the stage before
-            s.product.emplace(QuantizedRows{team_q_.data(), team_scale_.data(), team_sum_.data(),
-                                                     quant_blocks(op.in_features)},
-                              op.w_data, op.w_type, op.b, buffer(op.output), 1, op.in_features, op.out_features,
-                              op.epilogue);
-          } else {
-            const float* x = buffer(op.input);
-            if (i > 0 && team_parts_[i - 1] == 0) {  // the layer norm before it, this member's own copy
-              const Op& norm = ops[i - 1];
-              float* row = reinterpret_cast<float*>(team_rows_.data() + m * row_lines);
-              kernels::layernorm(buffer(norm.input), norm.w, norm.b, row, 1, op.in_features, c.norm_eps);
-              x = row;
+  run_stages(
+      team_parts_, members,
+      [&](size_t i, size_t part, size_t m) {
+        const Op& op = ops[i];
+        switch (op.kind) {
+          case OpKind::MatMul: {
+            MemberState& s = state[m];
+            if (s.stage != i) {
+              if (i > 0 && team_quantizes_[i - 1]) {  // x in q8 blocks, written by the stage before
+                s.product.emplace(
+                    QuantizedRows{team_q_.data(), team_scale_.data(), team_sum_.data(), quant_blocks(op.in_features)},
+                    op.w_data, op.w_type, op.b, buffer(op.output), 1, op.in_features, op.out_features, op.epilogue);
+              } else {
+                const float* x = buffer(op.input);
+                if (i > 0 && team_parts_[i - 1] == 0) {  // the layer norm before it, this member's own copy
+                  const Op& norm = ops[i - 1];
+                  float* row = reinterpret_cast<float*>(team_rows_.data() + m * row_lines);
+                  kernels::layernorm(buffer(norm.input), norm.w, norm.b, row, 1, op.in_features, c.norm_eps);
+                  x = row;
+                }
+                s.product.emplace(x, op.w_data, op.w_type, op.b, buffer(op.output), 1, op.in_features, op.out_features,
+                                  op.epilogue);
+              }
+              s.stage = i;
             }
-            s.product.emplace(x, op.w_data, op.w_type, op.b, buffer(op.output), 1, op.in_features, op.out_features,
-                              op.epilogue);
+            const size_t p0 = part * team_grain_[i];
+            const size_t p1 = std::min(s.product->panels(), p0 + team_grain_[i]);
+            s.product->run(p0, p1);
+            if (team_quantizes_[i])
+              quantize_for_next(op, p0 * kPanelWidth, std::min(op.out_features, p1 * kPanelWidth));
+            break;
           }
-          s.stage = i;
+          case OpKind::Attention: {
+            const auto [h0, h1] = stage_own_block(c.n_head, team_parts_[i], part);
+            thread_local std::vector<float> scores;
+            if (scores.size() < (h1 - h0) * (base + 1)) scores.resize((h1 - h0) * (base + 1));
+            causal_attention_heads(buffer(op.input), buffer(op.output), base, static_cast<size_t>(op.layer), h0, h1,
+                                   c.n_head, *step.cache, scores.data());
+            if (team_quantizes_[i]) quantize_for_next(op, h0 * head_dim, h1 * head_dim);
+            break;
+          }
+          default: run_op(op, steps, 1, step.logit_rows);
         }
-        const size_t p0 = part * team_grain_[i];
-        const size_t p1 = std::min(s.product->panels(), p0 + team_grain_[i]);
-        s.product->run(p0, p1);
-        if (team_quantizes_[i])
-          quantize_for_next(op, p0 * kPanelWidth, std::min(op.out_features, p1 * kPanelWidth));
-        break;
-      }
-      case OpKind::Attention: {
-        const auto [h0, h1] = stage_own_block(c.n_head, team_parts_[i], part);
-        thread_local std::vector<float> scores;
-        if (scores.size() < (h1 - h0) * (base + 1)) scores.resize((h1 - h0) * (base + 1));
-        causal_attention_heads(buffer(op.input), buffer(op.output), base, static_cast<size_t>(op.layer), h0, h1,
-                               c.n_head, *step.cache, scores.data());
-        if (team_quantizes_[i]) quantize_for_next(op, h0 * head_dim, h1 * head_dim);
-        break;
-      }
-      default:
-        run_op(op, steps, 1, step.logit_rows);
-    }
-  }, next_reads);
+      },
+      next_reads);
 }
 
 void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t tokens, size_t logit_rows) {
@@ -299,9 +300,7 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
       }
       break;
     }
-    case OpKind::LayerNorm:
-      kernels::layernorm(in, op.w, op.b, out, out_rows, width, c.norm_eps);
-      break;
+    case OpKind::LayerNorm: kernels::layernorm(in, op.w, op.b, out, out_rows, width, c.norm_eps); break;
     case OpKind::MatMul:
       if (op.packed)
         kernels::matmul_packed(in, op.w_data, op.w_type, op.b, out, out_rows, op.in_features, op.out_features,
@@ -325,9 +324,7 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
           tbb::auto_partitioner());
       break;
     }
-    case OpKind::AddInPlace:
-      kernels::add(out, in, out_rows * width);
-      break;
+    case OpKind::AddInPlace: kernels::add(out, in, out_rows * width); break;
     case OpKind::Gelu:
       if (c.gelu == GeluKind::Erf)
         kernels::gelu_erf(out, out_rows * width);

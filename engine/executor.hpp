@@ -75,12 +75,14 @@ class Executor {
   Graph graph_;
   std::map<std::pair<size_t, size_t>, BufferPlan> plans_;  // by (tokens, logit rows)
   const BufferPlan* plan_ = nullptr;
-  struct alignas(64) Line { std::byte bytes[64]; };
+  struct alignas(64) Line {
+    std::byte bytes[64];
+  };
   std::vector<Line> arena_storage_;
   std::span<std::byte> arena_;
   size_t decode_team_ = 0;
-  bool all_packed_ = false;  // every matmul's weight in the panel layout: the team runs them by panels
-  std::vector<uint32_t> team_parts_;  // per op: parts of its stage (0: a layer norm folded into the next matmul)
+  bool all_packed_ = false;            // every matmul's weight in the panel layout: the team runs them by panels
+  std::vector<uint32_t> team_parts_;   // per op: parts of its stage (0: a layer norm folded into the next matmul)
   std::vector<size_t> team_grain_;     // per matmul op: panels per part
   std::vector<Line> team_rows_;        // per member: its own copy of a folded layer norm's output row
   std::vector<bool> norm_feeds_next_;  // per op: a layer norm read only by the matmul after it

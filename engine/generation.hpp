@@ -16,9 +16,9 @@ namespace mmgpt {
 
 struct GenerateOptions {
   size_t max_new_tokens = 256;
-  SamplingOptions sampling;              // greedy or temperature / top-k / top-p / min-p / repetition penalty; seed
-  bool ignore_eos = false;               // keep going past the end-of-text token
-  std::vector<std::string> stop;         // stop at any of these strings (matched across tokens; not emitted)
+  SamplingOptions sampling;               // greedy or temperature / top-k / top-p / min-p / repetition penalty; seed
+  bool ignore_eos = false;                // keep going past the end-of-text token
+  std::vector<std::string> stop;          // stop at any of these strings (matched across tokens; not emitted)
   WeightType kv_dtype = WeightType::F32;  // KV cache elements: f32, or bf16 / f16 (half the memory and cache traffic)
 };
 
@@ -38,12 +38,12 @@ struct GenerationTimings {
   double prefill_seconds = 0.0;  // running the prompt (up to the first token's logits)
   double decode_seconds = 0.0;   // the remaining steps
   size_t prompt_tokens = 0;
-  size_t decode_steps = 0;       // forward steps after the prefill
+  size_t decode_steps = 0;  // forward steps after the prefill
 };
 
 struct GenerationResult {
-  std::vector<int32_t> tokens;   // generated ids (an end-of-text token that stopped generation is not included)
-  std::string text;              // their bytes, cut before a stop string
+  std::vector<int32_t> tokens;  // generated ids (an end-of-text token that stopped generation is not included)
+  std::string text;             // their bytes, cut before a stop string
   StopReason reason = StopReason::Length;
   GenerationTimings timings;
 };

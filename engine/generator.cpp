@@ -21,8 +21,7 @@ struct Sequence {
   GenerationResult result;
   bool done = false;
 
-  Sequence(const ModelConfig& c, const GenerateOptions& o)
-      : cache(c, o.kv_dtype), sampler(o.sampling), text(o.stop) {}
+  Sequence(const ModelConfig& c, const GenerateOptions& o) : cache(c, o.kv_dtype), sampler(o.sampling), text(o.stop) {}
 
   void finish(StopReason why) {
     done = true;

@@ -75,8 +75,8 @@ class GraphBuilder {
 
   // residual += in W^T + b: the matmul writes into the residual stream when W
   // is packed (the buffer `name` is then never used), else a matmul then an add.
-  void matmul_residual(const std::string& name, int input, size_t in, size_t out_features, bool has_bias,
-                       int residual, const std::string& add_label) {
+  void matmul_residual(const std::string& name, int input, size_t in, size_t out_features, bool has_bias, int residual,
+                       const std::string& add_label) {
     int out = matmul(name, input, in, out_features, has_bias);
     Op& m = graph_.ops.back();
     if (m.packed) {
@@ -197,7 +197,8 @@ BufferPlan plan_buffers(const Graph& graph, size_t tokens, size_t logit_rows) {
     if (first[b] == SIZE_MAX) continue;  // unused buffer
     std::vector<std::pair<size_t, size_t>> busy;
     for (size_t p : placed)
-      if (first[p] <= last[b] && first[b] <= last[p]) busy.push_back({plan.offsets[p], plan.offsets[p] + plan.sizes[p]});
+      if (first[p] <= last[b] && first[b] <= last[p])
+        busy.push_back({plan.offsets[p], plan.offsets[p] + plan.sizes[p]});
     std::sort(busy.begin(), busy.end());
     size_t offset = 0;
     for (auto [lo, hi] : busy) {

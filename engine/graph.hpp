@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "core/panel_layout.hpp"
 #include "formats/model_config.hpp"
 #include "kernels/epilogue.hpp"
-#include "core/panel_layout.hpp"
 
 namespace mmgpt {
 
@@ -41,25 +41,25 @@ struct BufferSpec {
 
 struct Op {
   OpKind kind = OpKind::Embed;
-  std::string label;          // e.g. "h.3.mlp.fc"
-  int input = -1;             // buffer ids
+  std::string label;  // e.g. "h.3.mlp.fc"
+  int input = -1;     // buffer ids
   int output = -1;
-  std::string weight, bias;   // tensor names in the model file ("" = none)
-  const float* w = nullptr;   // resolved when the graph is built (null when the weight is not f32)
+  std::string weight, bias;  // tensor names in the model file ("" = none)
+  const float* w = nullptr;  // resolved when the graph is built (null when the weight is not f32)
   const float* b = nullptr;
-  const void* w_data = nullptr;  // the weight's elements, whatever its type
-  WeightType w_type = WeightType::F32;  // bf16 / f16 only for packed matrices
-  bool packed = false;        // w is in the panel layout (Embed, MatMul)
-  kernels::Epilogue epilogue; // MatMul with a packed W: fused GELU and/or residual add
+  const void* w_data = nullptr;              // the weight's elements, whatever its type
+  WeightType w_type = WeightType::F32;       // bf16 / f16 only for packed matrices
+  bool packed = false;                       // w is in the panel layout (Embed, MatMul)
+  kernels::Epilogue epilogue;                // MatMul with a packed W: fused GELU and/or residual add
   size_t in_features = 0, out_features = 0;  // MatMul
-  int layer = -1;             // Attention
+  int layer = -1;                            // Attention
 };
 
 struct Graph {
   std::vector<BufferSpec> buffers;
   std::vector<Op> ops;
-  int ids_input = -1;   // the Embed op reads token ids and positions, not a buffer
-  int logits = -1;      // buffer holding the [R, vocab] logits
+  int ids_input = -1;  // the Embed op reads token ids and positions, not a buffer
+  int logits = -1;     // buffer holding the [R, vocab] logits
 
   std::string to_string() const;
 };

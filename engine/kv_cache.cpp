@@ -7,9 +7,14 @@
 namespace mmgpt {
 
 KVCache::KVCache(const ModelConfig& config, WeightType dtype, size_t groups)
-    : n_head_(config.n_head), head_dim_(config.n_embd / config.n_head), capacity_(config.n_ctx),
+    : n_head_(config.n_head),
+      head_dim_(config.n_embd / config.n_head),
+      capacity_(config.n_ctx),
       groups_(std::clamp<size_t>(groups != 0 ? groups : mmgpt::thread_budget(), 1, std::max<size_t>(1, n_head_))),
-      padded_((capacity_ + kBlock - 1) / kBlock * kBlock), dtype_(checked(dtype)), elem_(element_bytes(dtype)),
-      keys_(floats(size_t{config.n_layer} * n_head_ * padded_ * head_dim_)), values_(keys_.size()) {}
+      padded_((capacity_ + kBlock - 1) / kBlock * kBlock),
+      dtype_(checked(dtype)),
+      elem_(element_bytes(dtype)),
+      keys_(floats(size_t{config.n_layer} * n_head_ * padded_ * head_dim_)),
+      values_(keys_.size()) {}
 
 }  // namespace mmgpt

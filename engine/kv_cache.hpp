@@ -19,9 +19,9 @@
 
 #include "engine/even_split.hpp"
 #include "engine/huge_page_buffer.hpp"
-#include "kernels/kv_blocks.hpp"
 #include "formats/error.hpp"
 #include "formats/model_config.hpp"
+#include "kernels/kv_blocks.hpp"
 
 namespace mmgpt {
 

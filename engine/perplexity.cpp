@@ -113,8 +113,7 @@ PerplexityResult evaluate(Executor& executor, Executor* base, std::span<const in
   const size_t stride = options.stride == 0 ? std::max<size_t>(1, ctx / 2) : options.stride;
   if (stride > ctx)
     throw Error("perplexity: stride " + std::to_string(stride) + " must be between 1 and ctx " + std::to_string(ctx));
-  if (tokens.size() < 2)
-    throw Error("perplexity: needs at least 2 tokens, got " + std::to_string(tokens.size()));
+  if (tokens.size() < 2) throw Error("perplexity: needs at least 2 tokens, got " + std::to_string(tokens.size()));
   const size_t vocab = config.vocab_size;
   for (size_t i = 0; i < tokens.size(); ++i)  // checked up front: no error after minutes of work
     if (tokens[i] < 0 || static_cast<uint64_t>(tokens[i]) >= vocab)
@@ -158,7 +157,8 @@ PerplexityResult evaluate(Executor& executor, Executor* base, std::span<const in
         const double kl = row_kl(p, q);
         kl_sum += kl;
         kl_max = std::max(kl_max, kl);
-        same_top1 += std::max_element(p.begin(), p.end()) - p.begin() == std::max_element(q.begin(), q.end()) - q.begin();
+        same_top1 +=
+            std::max_element(p.begin(), p.end()) - p.begin() == std::max_element(q.begin(), q.end()) - q.begin();
       }
     }
     scored += w.targets;

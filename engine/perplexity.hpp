@@ -13,19 +13,19 @@ namespace mmgpt {
 class Executor;
 
 struct PerplexityOptions {
-  size_t ctx = 0;     // window length in tokens; 0 = the model's context length
-  size_t stride = 0;  // tokens the window advances by; 0 = the default documented in perplexity.cpp
+  size_t ctx = 0;                         // window length in tokens; 0 = the model's context length
+  size_t stride = 0;                      // tokens the window advances by; 0 = the default documented in perplexity.cpp
   WeightType kv_dtype = WeightType::F32;  // the model's KV cache (a base model for divergence always uses f32)
 };
 
 // Against a base model (e.g. the f32 original of a quantized model), scored on
 // the same windows: how far the next-token distributions moved.
 struct DivergenceResult {
-  double base_mean_nll = 0.0;     // the base model's mean NLL on the same targets
+  double base_mean_nll = 0.0;  // the base model's mean NLL on the same targets
   double base_perplexity = 0.0;
-  double mean_kl = 0.0;           // mean over targets of KL(P_base || P_model), nats
+  double mean_kl = 0.0;  // mean over targets of KL(P_base || P_model), nats
   double max_kl = 0.0;
-  double same_top1 = 0.0;         // fraction of targets where both models' most likely token is the same
+  double same_top1 = 0.0;  // fraction of targets where both models' most likely token is the same
 };
 
 struct PerplexityResult {
@@ -33,8 +33,8 @@ struct PerplexityResult {
   double perplexity = 0.0;  // exp(mean_nll)
   size_t tokens = 0;        // tokens whose prediction was scored
   size_t windows = 0;
-  size_t ctx = 0, stride = 0;  // the window and stride used (defaults resolved)
-  double seconds = 0.0;     // wall time of the evaluation
+  size_t ctx = 0, stride = 0;      // the window and stride used (defaults resolved)
+  double seconds = 0.0;            // wall time of the evaluation
   double tokens_per_second = 0.0;  // tokens run through the model per second
 };
 

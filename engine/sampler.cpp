@@ -20,8 +20,7 @@ Sampler::Sampler(const SamplingOptions& options) : options_(options), rng_(optio
   if (!o.greedy && !(o.temperature > 0.0f && std::isfinite(o.temperature)))
     throw Error("temperature must be a finite number greater than 0 (use --greedy for argmax decoding), got " +
                 std::to_string(o.temperature));
-  if (!(o.top_p > 0.0f && o.top_p <= 1.0f))
-    throw Error("top-p must be in (0, 1], got " + std::to_string(o.top_p));
+  if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) throw Error("top-p must be in (0, 1], got " + std::to_string(o.top_p));
   if (!(o.min_p >= 0.0f && o.min_p < 1.0f)) throw Error("min-p must be in [0, 1), got " + std::to_string(o.min_p));
   if (!(o.repetition_penalty > 0.0f && std::isfinite(o.repetition_penalty)))
     throw Error("repetition penalty must be a finite number greater than 0, got " +
@@ -45,7 +44,9 @@ int32_t Sampler::next(std::span<const float> logits, std::span<const int32_t> se
   candidates_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) candidates_[i] = {logits[i], static_cast<int32_t>(i)};
   // Highest logit first; ties broken by id so the order never depends on the sort.
-  auto higher = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto higher = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   size_t keep = candidates_.size();
   if (options_.top_k > 0 && options_.top_k < keep) {
     keep = options_.top_k;

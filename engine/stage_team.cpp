@@ -32,8 +32,7 @@ void cpu_relax() {
 // so give the core away between looks. But first, while there is any, the
 // member prefetches what it reads next (run_stages' next_reads for `stage`),
 // four lines between looks, and does not count those rounds as spins.
-void wait_for(const std::atomic<uint32_t>& done, uint32_t parts, const StageReads* reads, size_t stage,
-              size_t member) {
+void wait_for(const std::atomic<uint32_t>& done, uint32_t parts, const StageReads* reads, size_t stage, size_t member) {
   constexpr size_t kLine = 64, kLinesPerLook = 4;
   size_t run = 0, at = 0, requested = 0;
   auto next_run = [&]() -> std::span<const std::byte> {

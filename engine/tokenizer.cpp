@@ -79,8 +79,7 @@ Tokenizer::Tokenizer(const TokenizerData& data) : kind_(data.kind), eos_id_(data
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special) const {
-  if (kind_ == TokenizerKind::None)
-    throw Error("the model has no tokenizer: give the prompt as token ids with --ids");
+  if (kind_ == TokenizerKind::None) throw Error("the model has no tokenizer: give the prompt as token ids with --ids");
   std::vector<int32_t> ids;
   if (kind_ == TokenizerKind::Gpt2Bpe) {
     // Text between special tokens is pre-tokenized on its own: no piece spans one.
@@ -97,8 +96,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special
   }
   for (size_t i = 0; i < text.size();) {
     size_t n = utf8::sequence_length(static_cast<unsigned char>(text[i]));
-    if (n == 0 || i + n > text.size())
-      throw Error("prompt is not valid UTF-8 at byte " + std::to_string(i));
+    if (n == 0 || i + n > text.size()) throw Error("prompt is not valid UTF-8 at byte " + std::to_string(i));
     std::string ch(text.substr(i, n));
     auto it = char_to_id_.find(ch);
     if (it == char_to_id_.end()) {

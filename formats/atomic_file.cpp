@@ -64,8 +64,9 @@ AtomicFile::AtomicFile(const std::string& target, Temp temp) : target_(target) {
   if (::stat(target_.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) throw Error(target + ": output path is a directory");
     if (!S_ISREG(st.st_mode))
-      throw Error(target + ": output path exists and is not a regular file (a device, FIFO or socket); "
-                           "refusing to replace it");
+      throw Error(target +
+                  ": output path exists and is not a regular file (a device, FIFO or socket); "
+                  "refusing to replace it");
     existed_ = true;
   }
   remove_stale_temporaries(target_);
@@ -131,7 +132,8 @@ size_t AtomicFile::remove_stale_temporaries(const std::string& target) {
     if (!is_temp_name(e->d_name, prefix)) continue;
     const int fd = ::openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) continue;
-    struct stat held {}, named {};
+    struct stat held {
+    }, named{};
     // A live writer holds the lock; only a temporary no one holds is removed, and only
     // if the name still refers to the very file that was found unlocked.
     if (::fstat(fd, &held) == 0 && S_ISREG(held.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&

@@ -52,7 +52,7 @@ class AtomicFile {
 
   static constexpr size_t kRunBytes = size_t{2} << 20;  // the unit of the file's writes
 
-  bool unnamed() const { return unnamed_; }                // the temporary is an O_TMPFILE
+  bool unnamed() const { return unnamed_; }              // the temporary is an O_TMPFILE
   const std::string& temp_path() const { return tmp_; }  // the named temporary; "" while unnamed
 
   // Removes the temporaries of `target` whose writer is dead (no flock held);

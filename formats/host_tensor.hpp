@@ -9,9 +9,9 @@
 namespace mmgpt {
 
 struct HostTensor {
-  std::vector<uint64_t> shape;   // PyTorch order, outermost first; empty for a scalar
-  std::vector<float> data;       // numel() values, C order
-  std::string source_dtype;      // dtype in the source file: "float32", "float16" or "bfloat16"
+  std::vector<uint64_t> shape;  // PyTorch order, outermost first; empty for a scalar
+  std::vector<float> data;      // numel() values, C order
+  std::string source_dtype;     // dtype in the source file: "float32", "float16" or "bfloat16"
 
   uint64_t numel() const {
     uint64_t n = 1;

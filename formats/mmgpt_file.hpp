@@ -19,7 +19,7 @@ struct TensorView {
   WeightType dtype = WeightType::F32;
   Layout layout = Layout::RowMajor;
   std::vector<uint64_t> shape;
-  uint64_t offset = 0;   // from the start of the file
+  uint64_t offset = 0;  // from the start of the file
   uint64_t nbytes = 0;
   const void* data = nullptr;
 
@@ -56,7 +56,7 @@ class ModelFile {
   uint64_t resident_bytes() const;
   // The whole mapped file (page-aligned base), e.g. to measure how fast its pages can be read.
   const unsigned char* mapped_bytes() const { return static_cast<const unsigned char*>(map_); }
-  const TensorView& tensor(std::string_view name) const; // throws mmgpt::Error if absent
+  const TensorView& tensor(std::string_view name) const;  // throws mmgpt::Error if absent
 
  private:
   ModelFile() = default;

@@ -60,8 +60,8 @@ inline constexpr uint32_t kMaxDims = 8;
 inline constexpr uint64_t kMinTensorEntrySize = 4 + 1 + 4 + 4 + 4 + 8 + 8;
 
 // --- tensor data ----------------------------------------------------------------
-inline constexpr uint64_t kDataAlignment = 64;          // every tensor: widest vector load, cache line
-inline constexpr uint64_t kPageAlignment = 4096;        // large tensors: mmap hands them out page-aligned
+inline constexpr uint64_t kDataAlignment = 64;           // every tensor: widest vector load, cache line
+inline constexpr uint64_t kPageAlignment = 4096;         // large tensors: mmap hands them out page-aligned
 inline constexpr uint64_t kLargeTensorBytes = 1u << 20;  // "large" = at least 1 MiB
 
 inline uint64_t required_alignment(uint64_t nbytes) {

@@ -41,8 +41,8 @@ void check_header(const unsigned char* p, uint64_t size, const std::string& path
   if (size < sizeof(kMagic) || std::memcmp(p + kOffMagic, kMagic, sizeof(kMagic)) != 0)
     throw Error(path + ": not a .mmgpt file (bad magic; expected \"MMGPT\\r\\n\\x1a\" at offset 0)");
   if (size < kHeaderSize)
-    throw Error(path + ": file is " + std::to_string(size) + " bytes, smaller than the " +
-                std::to_string(kHeaderSize) + "-byte header (truncated)");
+    throw Error(path + ": file is " + std::to_string(size) + " bytes, smaller than the " + std::to_string(kHeaderSize) +
+                "-byte header (truncated)");
   const uint32_t bom = load_u32(p + kOffByteOrder);
   if (bom != kByteOrderMark)
     throw Error(path + ": byte-order mark is " + hex32(bom) + " (expected " + hex32(kByteOrderMark) +
@@ -156,8 +156,7 @@ void require_consumed(const ByteCursor& c) {
                 std::to_string(c.pos()));
 }
 
-TokenizerData read_tokenizer(const unsigned char* p, SectionRef ref, const ModelConfig& cfg,
-                             const std::string& path) {
+TokenizerData read_tokenizer(const unsigned char* p, SectionRef ref, const ModelConfig& cfg, const std::string& path) {
   ByteCursor c(p, ref.offset, ref.offset + ref.size, path + ": tokenizer section");
   TokenizerData tok;
   tok.kind = static_cast<TokenizerKind>(c.u32("kind"));
@@ -189,8 +188,8 @@ TokenizerData read_tokenizer(const unsigned char* p, SectionRef ref, const Model
   return tok;
 }
 
-std::vector<TensorView> read_directory(const unsigned char* p, uint64_t size, SectionRef ref,
-                                       const std::string& path, std::vector<Region>& regions) {
+std::vector<TensorView> read_directory(const unsigned char* p, uint64_t size, SectionRef ref, const std::string& path,
+                                       std::vector<Region>& regions) {
   ByteCursor c(p, ref.offset, ref.offset + ref.size, path + ": tensor directory");
   const uint64_t count = c.u64("tensor_count");
   if (count > c.remaining() / kMinTensorEntrySize)
@@ -238,8 +237,8 @@ void check_no_overlap(std::vector<Region>& regions, const std::string& path) {
   for (size_t i = 1; i < regions.size(); ++i) {
     const Region &a = regions[i - 1], &b = regions[i];
     if (b.begin < a.end)
-      throw Error(path + ": " + b.what + " [" + std::to_string(b.begin) + ", " + std::to_string(b.end) +
-                  ") overlaps " + a.what + " [" + std::to_string(a.begin) + ", " + std::to_string(a.end) + ")");
+      throw Error(path + ": " + b.what + " [" + std::to_string(b.begin) + ", " + std::to_string(b.end) + ") overlaps " +
+                  a.what + " [" + std::to_string(a.begin) + ", " + std::to_string(a.end) + ")");
   }
 }
 

@@ -96,8 +96,7 @@ Layout memory_layout(uint32_t layout_id) { return layout_id == kLayoutRowMajor ?
 bool tensor_bytes(uint32_t dtype_id, uint32_t layout_id, const std::vector<uint64_t>& shape, uint64_t& bytes) {
   const WeightTypeInfo* t = weight_type_by_id(dtype_id);
   if (t == nullptr) return false;
-  if (layout_id != kLayoutRowMajor)
-    return shape.size() == 2 && packed_matrix_bytes(t->type, shape[0], shape[1], bytes);
+  if (layout_id != kLayoutRowMajor) return shape.size() == 2 && packed_matrix_bytes(t->type, shape[0], shape[1], bytes);
   if (!t->element_wise) return false;
   bytes = t->block_bytes;
   for (uint64_t dim : shape)
@@ -138,7 +137,8 @@ void check_tokenizer(const TokenizerData& tok, const ModelConfig& config, const 
   if (tok.eos_id < -1 || (tok.eos_id >= 0 && static_cast<uint64_t>(tok.eos_id) >= id_limit))
     throw Error(where + ": eos_id " + std::to_string(tok.eos_id) + " is out of range (must be -1 or below " +
                 std::to_string(id_limit) + ")");
-  for (size_t i = 0; i < tok.tokens.size(); ++i) check_string(tok.tokens[i], "tokenizer token " + std::to_string(i), source);
+  for (size_t i = 0; i < tok.tokens.size(); ++i)
+    check_string(tok.tokens[i], "tokenizer token " + std::to_string(i), source);
   for (size_t i = 0; i < tok.merges.size(); ++i) {
     check_string(tok.merges[i].first, "tokenizer merge " + std::to_string(i) + " left part", source);
     check_string(tok.merges[i].second, "tokenizer merge " + std::to_string(i) + " right part", source);
@@ -175,15 +175,16 @@ void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t lay
                 " in layout panel16 is the block order of files written by mmgpt before 2026-11-24, which this "
                 "reader no longer runs; convert the checkpoint again (quantized matrices are now layout 2, panel16q)");
   if (layout_id == static_cast<uint32_t>(Packing::Panels) && type->packing == Packing::PanelPairs)
-    throw Error(where + ": dtype " + dtype +
-                " in layout panel16 is the panel order of files written by mmgpt before layout 3 (2026-11-24), which "
-                "this reader no longer runs; convert the checkpoint again (16-bit matrices are now layout 3, panel16x2)");
+    throw Error(
+        where + ": dtype " + dtype +
+        " in layout panel16 is the panel order of files written by mmgpt before layout 3 (2026-11-24), which "
+        "this reader no longer runs; convert the checkpoint again (16-bit matrices are now layout 3, panel16x2)");
   if (layout_id != kLayoutRowMajor && layout_id != packing)
     throw Error(where + ": layout " + layout + " is only for dtypes " + dtypes_in_layout(layout_id) +
                 " (this tensor is " + dtype + ")");
   if (layout_id == kLayoutRowMajor && !type->any_tensor)
-    throw Error(where + ": dtype " + dtype + " is only allowed in layout " + layout_name(packing) + " (this tensor is " +
-                layout + ")");
+    throw Error(where + ": dtype " + dtype + " is only allowed in layout " + layout_name(packing) +
+                " (this tensor is " + layout + ")");
   uint64_t bytes = 0;
   if (!tensor_bytes(dtype_id, layout_id, shape, bytes))
     throw Error(where + ": shape " + shape_string(shape) + " overflows a 64-bit byte count");
@@ -196,8 +197,7 @@ void check_tensor_set(const std::vector<NamedShape>& tensors, const ModelConfig&
   std::unordered_map<std::string_view, const NamedShape*> by_name;
   by_name.reserve(tensors.size());
   for (const NamedShape& t : tensors)
-    if (!by_name.emplace(*t.name, &t).second)
-      throw Error(source + ": tensor '" + *t.name + "' appears more than once");
+    if (!by_name.emplace(*t.name, &t).second) throw Error(source + ": tensor '" + *t.name + "' appears more than once");
   const std::vector<TensorSpec> required = required_tensors(config);
   std::unordered_set<std::string_view> required_names;
   required_names.reserve(required.size());
@@ -211,7 +211,8 @@ void check_tensor_set(const std::vector<NamedShape>& tensors, const ModelConfig&
       throw Error(source + ": tensor '" + spec.name + "' has shape " + shape_string(*it->second->shape) +
                   " but the config requires " + shape_string(spec.shape));
     if (!weight_type_info(it->second->dtype).any_tensor && !spec.matrix)
-      throw Error(source + ": tensor '" + spec.name + "' has dtype " + std::string(weight_type_name(it->second->dtype)) +
+      throw Error(source + ": tensor '" + spec.name + "' has dtype " +
+                  std::string(weight_type_name(it->second->dtype)) +
                   ", which only the weight matrices of the matmuls may have (everything else is f32)");
     if (it->second->layout == Layout::Panel16 && !spec.matrix)
       throw Error(source + ": tensor '" + spec.name +

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "formats/atomic_file.hpp"
 #include "formats/error.hpp"
 #include "formats/mmgpt_file.hpp"
-#include "formats/atomic_file.hpp"
 #include "formats/mmgpt_file_bytes.hpp"
 #include "formats/mmgpt_file_layout.hpp"
 #include "formats/mmgpt_file_rules.hpp"
@@ -94,11 +94,11 @@ std::vector<unsigned char> build_metadata(const ModelConfig& config, const Token
   s.u32(kFormatVersion), s.u32(kByteOrderMark), s.u32(kHeaderSize), s.u32(n_sections);
   s.u64(table), s.u64(file_size);
   s.pad_to(kHeaderSize);
-  const std::pair<uint32_t, std::pair<uint64_t, uint64_t>> sections[] = {
-      {kSectionConfig, {cfg_off, cfg.size()}}, {kSectionTokenizer, {tok_off, tok.size()}},
-      {kSectionTensors, {dir_off, dir_size}}};
-  for (const auto& [kind, where] : sections) s.u32(kind), s.u32(kSectionFlagRequired), s.u64(where.first),
-      s.u64(where.second), s.u64(0);
+  const std::pair<uint32_t, std::pair<uint64_t, uint64_t>> sections[] = {{kSectionConfig, {cfg_off, cfg.size()}},
+                                                                         {kSectionTokenizer, {tok_off, tok.size()}},
+                                                                         {kSectionTensors, {dir_off, dir_size}}};
+  for (const auto& [kind, where] : sections)
+    s.u32(kind), s.u32(kSectionFlagRequired), s.u64(where.first), s.u64(where.second), s.u64(0);
   s.bytes.insert(s.bytes.end(), cfg.begin(), cfg.end());
   s.pad_to(8);
   s.bytes.insert(s.bytes.end(), tok.begin(), tok.end());

@@ -13,7 +13,7 @@ namespace mmgpt {
 namespace {
 
 constexpr uint32_t kMaxLayers = 4096;
-constexpr uint32_t kMaxDim = 1u << 20;        // n_embd, n_ff, n_head
+constexpr uint32_t kMaxDim = 1u << 20;  // n_embd, n_ff, n_head
 constexpr uint32_t kMaxVocab = 1u << 24;
 constexpr uint32_t kMaxContext = 1u << 24;
 
@@ -38,12 +38,10 @@ void validate_config(const ModelConfig& c, const std::string& source) {
                 std::to_string(c.n_head));
   // !(x > 0) also catches NaN.
   if (!std::isfinite(c.norm_eps) || !(c.norm_eps > 0.0f) || !(c.norm_eps < 1.0f))
-    throw Error(source + ": config field norm_eps is " + std::to_string(c.norm_eps) +
-                " (must be finite, > 0 and < 1)");
+    throw Error(source + ": config field norm_eps is " + std::to_string(c.norm_eps) + " (must be finite, > 0 and < 1)");
   auto gelu = static_cast<uint32_t>(c.gelu);
   if (gelu != static_cast<uint32_t>(GeluKind::Erf) && gelu != static_cast<uint32_t>(GeluKind::Tanh))
-    throw Error(source + ": config field gelu has unknown id " + std::to_string(gelu) +
-                " (known: 0 = erf, 1 = tanh)");
+    throw Error(source + ": config field gelu has unknown id " + std::to_string(gelu) + " (known: 0 = erf, 1 = tanh)");
   auto pos = static_cast<uint32_t>(c.pos_embedding);
   if (pos != static_cast<uint32_t>(PosEmbedding::Learned))
     throw Error(source + ": config field pos_embedding has unknown id " + std::to_string(pos) +

@@ -13,21 +13,21 @@
 
 namespace mmgpt {
 
-enum class GeluKind : uint32_t { Erf = 0, Tanh = 1 };       // exact erf GELU vs GPT-2's tanh approximation
-enum class PosEmbedding : uint32_t { Learned = 0 };          // absolute learned positions (wpe)
+enum class GeluKind : uint32_t { Erf = 0, Tanh = 1 };  // exact erf GELU vs GPT-2's tanh approximation
+enum class PosEmbedding : uint32_t { Learned = 0 };    // absolute learned positions (wpe)
 
 struct ModelConfig {
   uint32_t n_layer = 0;
   uint32_t n_head = 0;
-  uint32_t n_embd = 0;     // model width d
-  uint32_t n_ff = 0;       // MLP hidden width (4*d for every GPT-2 style model we know, but stored)
-  uint32_t n_ctx = 0;      // context length (rows of wpe)
-  uint32_t vocab_size = 0; // rows of wte and of the LM head (may exceed the tokenizer's size: nanoGPT pads to 50304)
+  uint32_t n_embd = 0;      // model width d
+  uint32_t n_ff = 0;        // MLP hidden width (4*d for every GPT-2 style model we know, but stored)
+  uint32_t n_ctx = 0;       // context length (rows of wpe)
+  uint32_t vocab_size = 0;  // rows of wte and of the LM head (may exceed the tokenizer's size: nanoGPT pads to 50304)
   float norm_eps = 1e-5f;
-  bool qkv_bias = true;     // attention Q/K/V projections have a bias
-  bool linear_bias = true;  // attention output projection and both MLP linears have a bias
-  bool norm_bias = true;    // layer norms have a shift (bias)
-  bool tied_lm_head = true; // LM head reuses wte; otherwise a separate lm_head.weight [vocab, d]
+  bool qkv_bias = true;      // attention Q/K/V projections have a bias
+  bool linear_bias = true;   // attention output projection and both MLP linears have a bias
+  bool norm_bias = true;     // layer norms have a shift (bias)
+  bool tied_lm_head = true;  // LM head reuses wte; otherwise a separate lm_head.weight [vocab, d]
   GeluKind gelu = GeluKind::Tanh;
   PosEmbedding pos_embedding = PosEmbedding::Learned;
 };

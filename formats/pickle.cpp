@@ -32,17 +32,74 @@ constexpr int kMaxDepth = 512;
 constexpr uint64_t kMaxExpandedNumel = uint64_t(1) << 24;
 
 enum Op : uint8_t {
-  MARK = '(', STOP = '.', POP = '0', POP_MARK = '1', DUP = '2', FLOAT = 'F', INT = 'I', BININT = 'J',
-  BININT1 = 'K', LONG = 'L', BININT2 = 'M', NONE = 'N', PERSID = 'P', BINPERSID = 'Q', REDUCE = 'R',
-  STRING = 'S', BINSTRING = 'T', SHORT_BINSTRING = 'U', UNICODE = 'V', BINUNICODE = 'X', APPEND = 'a',
-  BUILD = 'b', GLOBAL = 'c', DICT = 'd', EMPTY_DICT = '}', APPENDS = 'e', GET = 'g', BINGET = 'h',
-  INST = 'i', LONG_BINGET = 'j', LIST = 'l', EMPTY_LIST = ']', OBJ = 'o', PUT = 'p', BINPUT = 'q',
-  LONG_BINPUT = 'r', SETITEM = 's', TUPLE = 't', EMPTY_TUPLE = ')', SETITEMS = 'u', BINFLOAT = 'G',
-  PROTO = 0x80, NEWOBJ = 0x81, EXT1 = 0x82, EXT2 = 0x83, EXT4 = 0x84, TUPLE1 = 0x85, TUPLE2 = 0x86,
-  TUPLE3 = 0x87, NEWTRUE = 0x88, NEWFALSE = 0x89, LONG1 = 0x8a, LONG4 = 0x8b, BINBYTES = 'B',
-  SHORT_BINBYTES = 'C', SHORT_BINUNICODE = 0x8c, BINUNICODE8 = 0x8d, BINBYTES8 = 0x8e, EMPTY_SET = 0x8f,
-  ADDITEMS = 0x90, FROZENSET = 0x91, NEWOBJ_EX = 0x92, STACK_GLOBAL = 0x93, MEMOIZE = 0x94, FRAME = 0x95,
-  BYTEARRAY8 = 0x96, NEXT_BUFFER = 0x97, READONLY_BUFFER = 0x98,
+  MARK = '(',
+  STOP = '.',
+  POP = '0',
+  POP_MARK = '1',
+  DUP = '2',
+  FLOAT = 'F',
+  INT = 'I',
+  BININT = 'J',
+  BININT1 = 'K',
+  LONG = 'L',
+  BININT2 = 'M',
+  NONE = 'N',
+  PERSID = 'P',
+  BINPERSID = 'Q',
+  REDUCE = 'R',
+  STRING = 'S',
+  BINSTRING = 'T',
+  SHORT_BINSTRING = 'U',
+  UNICODE = 'V',
+  BINUNICODE = 'X',
+  APPEND = 'a',
+  BUILD = 'b',
+  GLOBAL = 'c',
+  DICT = 'd',
+  EMPTY_DICT = '}',
+  APPENDS = 'e',
+  GET = 'g',
+  BINGET = 'h',
+  INST = 'i',
+  LONG_BINGET = 'j',
+  LIST = 'l',
+  EMPTY_LIST = ']',
+  OBJ = 'o',
+  PUT = 'p',
+  BINPUT = 'q',
+  LONG_BINPUT = 'r',
+  SETITEM = 's',
+  TUPLE = 't',
+  EMPTY_TUPLE = ')',
+  SETITEMS = 'u',
+  BINFLOAT = 'G',
+  PROTO = 0x80,
+  NEWOBJ = 0x81,
+  EXT1 = 0x82,
+  EXT2 = 0x83,
+  EXT4 = 0x84,
+  TUPLE1 = 0x85,
+  TUPLE2 = 0x86,
+  TUPLE3 = 0x87,
+  NEWTRUE = 0x88,
+  NEWFALSE = 0x89,
+  LONG1 = 0x8a,
+  LONG4 = 0x8b,
+  BINBYTES = 'B',
+  SHORT_BINBYTES = 'C',
+  SHORT_BINUNICODE = 0x8c,
+  BINUNICODE8 = 0x8d,
+  BINBYTES8 = 0x8e,
+  EMPTY_SET = 0x8f,
+  ADDITEMS = 0x90,
+  FROZENSET = 0x91,
+  NEWOBJ_EX = 0x92,
+  STACK_GLOBAL = 0x93,
+  MEMOIZE = 0x94,
+  FRAME = 0x95,
+  BYTEARRAY8 = 0x96,
+  NEXT_BUFFER = 0x97,
+  READONLY_BUFFER = 0x98,
 };
 
 // How each opcode's inline argument is encoded (shared by the scanner).
@@ -50,21 +107,74 @@ enum class Arg { None, U1, U2, U4, U8, Line, TwoLines, Len1, Len4, Len8, Unknown
 
 Arg arg_of(uint8_t op) {
   switch (op) {
-    case MARK: case STOP: case POP: case POP_MARK: case DUP: case NONE: case BINPERSID: case REDUCE:
-    case APPEND: case BUILD: case DICT: case EMPTY_DICT: case APPENDS: case LIST: case EMPTY_LIST:
-    case SETITEM: case TUPLE: case EMPTY_TUPLE: case SETITEMS: case NEWOBJ: case TUPLE1: case TUPLE2:
-    case TUPLE3: case NEWTRUE: case NEWFALSE: case EMPTY_SET: case ADDITEMS: case FROZENSET:
-    case NEWOBJ_EX: case STACK_GLOBAL: case MEMOIZE: case NEXT_BUFFER: case READONLY_BUFFER: case OBJ:
-      return Arg::None;
-    case BININT1: case BINGET: case BINPUT: case PROTO: case EXT1: return Arg::U1;
-    case BININT2: case EXT2: return Arg::U2;
-    case BININT: case LONG_BINGET: case LONG_BINPUT: case EXT4: return Arg::U4;
-    case BINFLOAT: case FRAME: return Arg::U8;
-    case FLOAT: case INT: case LONG: case PERSID: case STRING: case UNICODE: case GET: case PUT: return Arg::Line;
-    case GLOBAL: case INST: return Arg::TwoLines;
-    case SHORT_BINSTRING: case SHORT_BINUNICODE: case SHORT_BINBYTES: case LONG1: return Arg::Len1;
-    case BINSTRING: case BINUNICODE: case BINBYTES: case LONG4: return Arg::Len4;
-    case BINUNICODE8: case BINBYTES8: case BYTEARRAY8: return Arg::Len8;
+    case MARK:
+    case STOP:
+    case POP:
+    case POP_MARK:
+    case DUP:
+    case NONE:
+    case BINPERSID:
+    case REDUCE:
+    case APPEND:
+    case BUILD:
+    case DICT:
+    case EMPTY_DICT:
+    case APPENDS:
+    case LIST:
+    case EMPTY_LIST:
+    case SETITEM:
+    case TUPLE:
+    case EMPTY_TUPLE:
+    case SETITEMS:
+    case NEWOBJ:
+    case TUPLE1:
+    case TUPLE2:
+    case TUPLE3:
+    case NEWTRUE:
+    case NEWFALSE:
+    case EMPTY_SET:
+    case ADDITEMS:
+    case FROZENSET:
+    case NEWOBJ_EX:
+    case STACK_GLOBAL:
+    case MEMOIZE:
+    case NEXT_BUFFER:
+    case READONLY_BUFFER:
+    case OBJ: return Arg::None;
+    case BININT1:
+    case BINGET:
+    case BINPUT:
+    case PROTO:
+    case EXT1: return Arg::U1;
+    case BININT2:
+    case EXT2: return Arg::U2;
+    case BININT:
+    case LONG_BINGET:
+    case LONG_BINPUT:
+    case EXT4: return Arg::U4;
+    case BINFLOAT:
+    case FRAME: return Arg::U8;
+    case FLOAT:
+    case INT:
+    case LONG:
+    case PERSID:
+    case STRING:
+    case UNICODE:
+    case GET:
+    case PUT: return Arg::Line;
+    case GLOBAL:
+    case INST: return Arg::TwoLines;
+    case SHORT_BINSTRING:
+    case SHORT_BINUNICODE:
+    case SHORT_BINBYTES:
+    case LONG1: return Arg::Len1;
+    case BINSTRING:
+    case BINUNICODE:
+    case BINBYTES:
+    case LONG4: return Arg::Len4;
+    case BINUNICODE8:
+    case BINBYTES8:
+    case BYTEARRAY8: return Arg::Len8;
     default: return Arg::Unknown;
   }
 }
@@ -120,8 +230,15 @@ struct Reader {
 
 // ---- the allow-list ---------------------------------------------------------
 
-enum class Global { OrderedDict, RebuildTensor, RebuildTensorV2, RebuildParameter, RebuildParameterWithState,
-                    RebuildFromTypeV2, Type };
+enum class Global {
+  OrderedDict,
+  RebuildTensor,
+  RebuildTensorV2,
+  RebuildParameter,
+  RebuildParameterWithState,
+  RebuildFromTypeV2,
+  Type
+};
 
 const std::unordered_map<std::string, Global>& allow_list() {
   static const std::unordered_map<std::string, Global> table = [] {
@@ -136,10 +253,11 @@ const std::unordered_map<std::string, Global>& allow_list() {
         {"torch.nn.parameter.Parameter", Global::Type},
     };
     // Storage classes and dtypes only ever appear as data (persistent ids, metadata).
-    for (const char* name : {"FloatStorage", "HalfStorage", "BFloat16Storage", "DoubleStorage", "LongStorage",
-                             "IntStorage", "ShortStorage", "CharStorage", "ByteStorage", "BoolStorage",
-                             "float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8",
-                             "uint8", "bool"})
+    for (const char* name :
+         {"FloatStorage", "HalfStorage", "BFloat16Storage", "DoubleStorage", "LongStorage", "IntStorage",
+          "ShortStorage", "CharStorage", "ByteStorage",     "BoolStorage",   "float32",     "float16",
+          "bfloat16",     "float64",     "int64",           "int32",         "int16",       "int8",
+          "uint8",        "bool"})
       t.emplace(std::string("torch.") + name, Global::Type);
     return t;
   }();
@@ -313,7 +431,8 @@ class Machine {
     if (b.empty()) return 0;
     const bool negative = static_cast<uint8_t>(b.back()) & 0x80;
     for (size_t i = 8; i < b.size(); ++i)
-      if (static_cast<uint8_t>(b[i]) != (negative ? 0xff : 0x00)) fail("integer of " + std::to_string(b.size()) + " bytes does not fit in 64 bits");
+      if (static_cast<uint8_t>(b[i]) != (negative ? 0xff : 0x00))
+        fail("integer of " + std::to_string(b.size()) + " bytes does not fit in 64 bits");
     uint64_t v = negative ? ~uint64_t(0) : 0;
     const size_t n = std::min<size_t>(b.size(), 8);
     for (size_t i = 0; i < n; ++i) {
@@ -353,14 +472,16 @@ class Machine {
         case 'f': out += '\f'; break;
         case 'v': out += '\v'; break;
         case 'x':
-          if (i + 2 >= s.size() + 0 || hex_digit(s[i + 1]) < 0 || hex_digit(s[i + 2]) < 0) fail("bad \\x escape in STRING");
+          if (i + 2 >= s.size() + 0 || hex_digit(s[i + 1]) < 0 || hex_digit(s[i + 2]) < 0)
+            fail("bad \\x escape in STRING");
           out += static_cast<char>(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
           i += 2;
           break;
         default:
           if (c >= '0' && c <= '7') {
             int v = c - '0';
-            for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k) v = v * 8 + (s[++i] - '0');
+            for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k)
+              v = v * 8 + (s[++i] - '0');
             out += static_cast<char>(v & 0xff);
           } else {
             out += c;  // \\ \' \" and unknown escapes keep the character
@@ -442,10 +563,12 @@ class Machine {
     for (size_t d = 0; d < dims; ++d) {
       const int64_t n = int_arg(*size.items[d], "size");
       const int64_t s = int_arg(*stride.items[d], "stride");
-      if (n < 0 || s < 0) fail("tensor rebuild: negative size " + std::to_string(n) + " or stride " + std::to_string(s));
+      if (n < 0 || s < 0)
+        fail("tensor rebuild: negative size " + std::to_string(n) + " or stride " + std::to_string(s));
       out->shape.push_back(static_cast<uint64_t>(n));
       strides[d] = static_cast<uint64_t>(s);
-      if (n != 0 && numel > (uint64_t(1) << 62) / static_cast<uint64_t>(n)) fail("tensor rebuild: element count overflows");
+      if (n != 0 && numel > (uint64_t(1) << 62) / static_cast<uint64_t>(n))
+        fail("tensor rebuild: element count overflows");
       numel *= static_cast<uint64_t>(n);
       if (n > 0) last += static_cast<unsigned __int128>(n - 1) * static_cast<uint64_t>(s);
     }
@@ -502,8 +625,9 @@ class Machine {
         Ptr d = container(Value::Kind::Dict);
         if (!args.items.empty()) {
           const Value& pairs = arg(args, 0);
-          if (pairs.kind != Value::Kind::List && pairs.kind != Value::Kind::Tuple) fail("OrderedDict argument is not a list");
-            count_items(pairs.items.size());
+          if (pairs.kind != Value::Kind::List && pairs.kind != Value::Kind::Tuple)
+            fail("OrderedDict argument is not a list");
+          count_items(pairs.items.size());
           for (const auto& p : pairs.items) {
             if ((p->kind != Value::Kind::Tuple && p->kind != Value::Kind::List) || p->items.size() != 2)
               fail("OrderedDict item is not a pair");
@@ -513,22 +637,21 @@ class Machine {
         return d;
       }
       case Global::RebuildTensor:
-      case Global::RebuildTensorV2:
-        return rebuild_tensor(args);
+      case Global::RebuildTensorV2: return rebuild_tensor(args);
       case Global::RebuildParameter:
       case Global::RebuildParameterWithState:
         if (args.items.empty() || arg(args, 0).kind != Value::Kind::Tensor) fail("parameter rebuild without a tensor");
         return std::const_pointer_cast<Value>(args.items[0]);
       case Global::RebuildFromTypeV2: {
         // (func, new_type, args, state): the subclass type and its state are dropped.
-        if (args.items.size() < 3 || arg(args, 2).kind != Value::Kind::Tuple) fail("bad _rebuild_from_type_v2 arguments");
+        if (args.items.size() < 3 || arg(args, 2).kind != Value::Kind::Tuple)
+          fail("bad _rebuild_from_type_v2 arguments");
         const Ptr func = std::const_pointer_cast<Value>(args.items[0]);
         const Global inner = callable(func, "_rebuild_from_type_v2");
         if (inner == Global::RebuildFromTypeV2 || inner == Global::Type) fail("bad _rebuild_from_type_v2 function");
         return call(inner, std::const_pointer_cast<Value>(args.items[2]));
       }
-      case Global::Type:
-        break;
+      case Global::Type: break;
     }
     fail("calling a type or dtype is not supported");
   }
@@ -557,7 +680,9 @@ class Machine {
       }
       case FRAME: {
         const uint64_t n = r_.le(8);
-        if (n > r_.remaining()) fail("frame of " + std::to_string(n) + " bytes exceeds the " + std::to_string(r_.remaining()) + " bytes left");
+        if (n > r_.remaining())
+          fail("frame of " + std::to_string(n) + " bytes exceeds the " + std::to_string(r_.remaining()) +
+               " bytes left");
         return;
       }
       case MARK:
@@ -565,19 +690,28 @@ class Machine {
         marks_.push_back(stack_.size());
         return;
       case POP:
-        if (!marks_.empty() && stack_.size() == marks_.back()) marks_.pop_back();  // as CPython: pops a mark
-        else pop();
+        if (!marks_.empty() && stack_.size() == marks_.back())
+          marks_.pop_back();  // as CPython: pops a mark
+        else
+          pop();
         return;
       case POP_MARK: pop_mark(); return;
-      case DUP: { Ptr t = top(); push(std::move(t)); return; }
+      case DUP: {
+        Ptr t = top();
+        push(std::move(t));
+        return;
+      }
       case NONE: push(make(Value::Kind::None)); return;
       case NEWTRUE: push(make_bool(true)); return;
       case NEWFALSE: push(make_bool(false)); return;
       case INT: {
         const std::string_view s = r_.line();
-        if (s == "01") push(make_bool(true));
-        else if (s == "00") push(make_bool(false));
-        else push(make_int(parse_decimal(s, "INT")));
+        if (s == "01")
+          push(make_bool(true));
+        else if (s == "00")
+          push(make_bool(false));
+        else
+          push(make_int(parse_decimal(s, "INT")));
         return;
       }
       case LONG: {
@@ -603,26 +737,42 @@ class Machine {
         const std::string_view s = r_.line();
         double d = 0;
         const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), d);
-        if (ec != std::errc() || end != s.data() + s.size()) fail("FLOAT '" + std::string(s.substr(0, 40)) + "' is not a number");
+        if (ec != std::errc() || end != s.data() + s.size())
+          fail("FLOAT '" + std::string(s.substr(0, 40)) + "' is not a number");
         push(make_float(d));
         return;
       }
       case STRING: push(make_text(Value::Kind::String, decode_repr(r_.line()))); return;
       case UNICODE: push(make_text(Value::Kind::String, decode_raw_unicode(r_.line()))); return;
-      case BINSTRING: case SHORT_BINSTRING: case BINUNICODE: case SHORT_BINUNICODE: case BINUNICODE8:
-        push(make_text(Value::Kind::String, std::string(r_.take(r_.length_arg(arg_of(op))))));
-        return;
-      case BINBYTES: case SHORT_BINBYTES: case BINBYTES8: case BYTEARRAY8:
-        push(make_text(Value::Kind::Bytes, std::string(r_.take(r_.length_arg(arg_of(op))))));
-        return;
+      case BINSTRING:
+      case SHORT_BINSTRING:
+      case BINUNICODE:
+      case SHORT_BINUNICODE:
+      case BINUNICODE8: push(make_text(Value::Kind::String, std::string(r_.take(r_.length_arg(arg_of(op)))))); return;
+      case BINBYTES:
+      case SHORT_BINBYTES:
+      case BINBYTES8:
+      case BYTEARRAY8: push(make_text(Value::Kind::Bytes, std::string(r_.take(r_.length_arg(arg_of(op)))))); return;
       case EMPTY_LIST: push(container(Value::Kind::List)); return;
       case EMPTY_SET: push(container(Value::Kind::List)); return;
-      case APPEND: { std::vector<Ptr> one{pop()}; append_items(*top(), one); return; }
-      case APPENDS: case ADDITEMS: { auto items = pop_mark(); append_items(*top(), items); return; }
-      case LIST: case FROZENSET: push(make_seq(Value::Kind::List, pop_mark())); return;
+      case APPEND: {
+        std::vector<Ptr> one{pop()};
+        append_items(*top(), one);
+        return;
+      }
+      case APPENDS:
+      case ADDITEMS: {
+        auto items = pop_mark();
+        append_items(*top(), items);
+        return;
+      }
+      case LIST:
+      case FROZENSET: push(make_seq(Value::Kind::List, pop_mark())); return;
       case EMPTY_TUPLE: push(make(Value::Kind::Tuple)); return;
       case TUPLE: push(make_seq(Value::Kind::Tuple, pop_mark())); return;
-      case TUPLE1: case TUPLE2: case TUPLE3: {
+      case TUPLE1:
+      case TUPLE2:
+      case TUPLE3: {
         const size_t n = op - TUPLE1 + 1;
         std::vector<Ptr> items(n);
         for (size_t i = n; i-- > 0;) items[i] = pop();
@@ -644,7 +794,11 @@ class Machine {
         set_items(*top(), kv);
         return;
       }
-      case SETITEMS: { auto kv = pop_mark(); set_items(*top(), kv); return; }
+      case SETITEMS: {
+        auto kv = pop_mark();
+        set_items(*top(), kv);
+        return;
+      }
       case GET: push(memo_get(memo_index(parse_decimal(r_.line(), "GET index")))); return;
       case BINGET: push(memo_get(r_.le(1))); return;
       case LONG_BINGET: push(memo_get(r_.le(4))); return;
@@ -660,7 +814,8 @@ class Machine {
       }
       case STACK_GLOBAL: {
         const Ptr name = pop(), module = pop();
-        if (name->kind != Value::Kind::String || module->kind != Value::Kind::String) fail("STACK_GLOBAL arguments are not strings");
+        if (name->kind != Value::Kind::String || module->kind != Value::Kind::String)
+          fail("STACK_GLOBAL arguments are not strings");
         push_global(module->text, name->text);
         return;
       }
@@ -673,7 +828,8 @@ class Machine {
       case NEWOBJ: {
         const Ptr args = pop();
         const Ptr cls = pop();
-        if (callable(cls, "NEWOBJ") != Global::OrderedDict) fail("NEWOBJ is only supported for collections.OrderedDict");
+        if (callable(cls, "NEWOBJ") != Global::OrderedDict)
+          fail("NEWOBJ is only supported for collections.OrderedDict");
         push(container(Value::Kind::Dict));
         return;
       }
@@ -749,8 +905,13 @@ size_t pickle_length(const void* data, size_t size, const std::string& source) {
       case Arg::U4: r.le(4); break;
       case Arg::U8: r.le(8); break;
       case Arg::Line: r.line(); break;
-      case Arg::TwoLines: r.line(); r.line(); break;
-      case Arg::Len1: case Arg::Len4: case Arg::Len8: r.take(r.length_arg(a)); break;
+      case Arg::TwoLines:
+        r.line();
+        r.line();
+        break;
+      case Arg::Len1:
+      case Arg::Len4:
+      case Arg::Len8: r.take(r.length_arg(a)); break;
       case Arg::Unknown: r.fail("unknown pickle opcode " + hex_op(op));
     }
   }

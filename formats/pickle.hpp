@@ -34,8 +34,8 @@ class ElementBudget {
 // `source` names the file (or zip entry) in error messages. Tensor rebuilds
 // draw on `budget` when one is given; identical views of one storage are
 // rebuilt once and shared.
-ValuePtr unpickle(const void* data, size_t size, const std::string& source,
-                  const PersistentLoad& persistent_load = {}, ElementBudget* budget = nullptr);
+ValuePtr unpickle(const void* data, size_t size, const std::string& source, const PersistentLoad& persistent_load = {},
+                  ElementBudget* budget = nullptr);
 
 // Added for the legacy torch.save format, which is several pickles in a row:
 // the length of the pickle starting at `data` (up to and including its STOP

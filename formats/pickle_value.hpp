@@ -23,10 +23,10 @@ struct Value {
   bool boolean = false;
   int64_t integer = 0;
   double real = 0.0;
-  std::string text;                                   // String (UTF-8) or Bytes (raw)
-  std::vector<ValuePtr> items;                        // List, Tuple
-  std::vector<std::pair<ValuePtr, ValuePtr>> entries; // Dict, in insertion order
-  std::shared_ptr<const HostTensor> tensor;           // Tensor (already f32, contiguous)
+  std::string text;                                    // String (UTF-8) or Bytes (raw)
+  std::vector<ValuePtr> items;                         // List, Tuple
+  std::vector<std::pair<ValuePtr, ValuePtr>> entries;  // Dict, in insertion order
+  std::shared_ptr<const HostTensor> tensor;            // Tensor (already f32, contiguous)
 
   bool is_dict() const { return kind == Kind::Dict; }
   bool is_str() const { return kind == Kind::String; }

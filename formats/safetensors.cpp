@@ -78,8 +78,8 @@ class HeaderReader : public nlohmann::json_sax<Json> {
       if (!in_metadata_ && !names_.insert(k).second) throw fail_("tensor '" + k + "' appears twice in the header");
       key_ = k;
     } else if (depth_ == 2 && !in_metadata_) {
-      field_ = k == "dtype" ? &tensors.back().dtype
-               : k == "shape" ? &tensors.back().shape
+      field_ = k == "dtype"          ? &tensors.back().dtype
+               : k == "shape"        ? &tensors.back().shape
                : k == "data_offsets" ? &tensors.back().offsets
                                      : nullptr;  // other fields are ignored
       if (field_ && !field_->is_null()) throw fail_("tensor '" + key_ + "' gives '" + k + "' twice");
@@ -100,7 +100,8 @@ class HeaderReader : public nlohmann::json_sax<Json> {
   Json* field_ = nullptr;  // where the values of the current tensor field go, if kept
 
   void enter() {
-    if (++depth_ > kMaxNesting) throw fail_("header nests values deeper than " + std::to_string(kMaxNesting) + " levels");
+    if (++depth_ > kMaxNesting)
+      throw fail_("header nests values deeper than " + std::to_string(kMaxNesting) + " levels");
   }
   bool leave() {
     if (--depth_ == 2) field_ = nullptr;
@@ -137,9 +138,11 @@ std::vector<std::pair<std::string, HostTensor>> load_safetensors(const std::stri
   if (size < 8) throw fail("file of " + std::to_string(size) + " bytes is shorter than the 8-byte header length");
   uint64_t header_len;
   std::memcpy(&header_len, data, 8);
-  if (header_len > kMaxHeader) throw fail("header length " + std::to_string(header_len) + " exceeds " + std::to_string(kMaxHeader));
+  if (header_len > kMaxHeader)
+    throw fail("header length " + std::to_string(header_len) + " exceeds " + std::to_string(kMaxHeader));
   if (header_len > size - 8)
-    throw fail("header length " + std::to_string(header_len) + " exceeds the " + std::to_string(size - 8) + " bytes after it");
+    throw fail("header length " + std::to_string(header_len) + " exceeds the " + std::to_string(size - 8) +
+               " bytes after it");
   const uint8_t* body = data + 8 + header_len;
   const uint64_t body_size = size - 8 - header_len;
 
@@ -166,14 +169,14 @@ std::vector<std::pair<std::string, HostTensor>> load_safetensors(const std::stri
     Entry e{name, d, {}, 0, 0};
     uint64_t numel = 1;
     for (const auto& s : *sh) {
-      if (!s.is_number_unsigned()) throw fail(where + " has a shape entry that is not a non-negative integer: " + s.dump());
+      if (!s.is_number_unsigned())
+        throw fail(where + " has a shape entry that is not a non-negative integer: " + s.dump());
       const uint64_t n = s.get<uint64_t>();
       if (n != 0 && numel > UINT64_MAX / n) throw fail(where + " shape overflows");
       numel *= n;
       e.shape.push_back(n);
     }
-    if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
-        !(*off)[1].is_number_unsigned())
+    if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
       throw fail(where + " has no 'data_offsets' pair of non-negative integers");
     e.begin = (*off)[0].get<uint64_t>();
     e.end = (*off)[1].get<uint64_t>();

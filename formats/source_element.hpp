@@ -12,10 +12,10 @@ namespace mmgpt {
 enum class SourceElement { F32, F16, BF16, F64, I64, I32, I16, I8, U8, Bool };
 
 struct SourceElementInfo {
-    SourceElement element;
-    uint64_t size;                     // bytes per element
-    std::string_view torch;            // torch's name: HostTensor::source_dtype ("float32")
-    std::string_view safetensors;      // the safetensors header's name ("F32")
+  SourceElement element;
+  uint64_t size;                 // bytes per element
+  std::string_view torch;        // torch's name: HostTensor::source_dtype ("float32")
+  std::string_view safetensors;  // the safetensors header's name ("F32")
 };
 
 // The element torch calls `name` ("float32", "bfloat16", ...), or null.
@@ -26,9 +26,9 @@ const SourceElementInfo* source_element_by_safetensors_name(std::string_view nam
 // A little-endian T at p, which need not be aligned.
 template <typename T>
 T load_le(const uint8_t* p) {
-    T v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
 
 // numel little-endian elements at src (any alignment) to f32 at dst:

@@ -5,8 +5,8 @@
 #include <unordered_map>
 
 #include "formats/error.hpp"
-#include "formats/torch_checkpoint.hpp"
 #include "formats/file_util.hpp"
+#include "formats/torch_checkpoint.hpp"
 
 namespace mmgpt {
 
@@ -112,8 +112,8 @@ TokenizerData read_char_meta(const std::string& meta_pkl) {
     }
   }
   if (const pickle::Value* vs = root->get("vocab_size"); vs && vs->is_int() && uint64_t(vs->integer) != n)
-    throw Error(meta_pkl + ": 'vocab_size' is " + std::to_string(vs->integer) + " but 'itos' has " +
-                std::to_string(n) + " entries");
+    throw Error(meta_pkl + ": 'vocab_size' is " + std::to_string(vs->integer) + " but 'itos' has " + std::to_string(n) +
+                " entries");
   return tok;
 }
 
@@ -159,7 +159,8 @@ TokenizerData read_bpe_files(const std::string& vocab_json, const std::string& m
       if (!blank_no) blank_no = line_no;
       continue;
     }
-    if (blank_no) throw Error(merges_txt + ": line " + std::to_string(blank_no) + " is not a merge of two tokens \"a b\"");
+    if (blank_no)
+      throw Error(merges_txt + ": line " + std::to_string(blank_no) + " is not a merge of two tokens \"a b\"");
     const size_t no = line_no;
     if (no == 1 && line.rfind("#version", 0) == 0) continue;
     const size_t space = line.find(' ');
@@ -215,8 +216,9 @@ FoundTokenizer load_tokenizer_path(const std::string& path) {
   if (is_directory(path)) {
     std::optional<FoundTokenizer> found = find_tokenizer_in(path);
     if (!found)
-      throw Error(path + ": no tokenizer files in this directory (expected meta.pkl, vocab.json + merges.txt, or "
-                         "encoder.json + vocab.bpe)");
+      throw Error(path +
+                  ": no tokenizer files in this directory (expected meta.pkl, vocab.json + merges.txt, or "
+                  "encoder.json + vocab.bpe)");
     return std::move(*found);
   }
   if (!is_file(path)) throw Error(path + ": no such tokenizer file or directory");
@@ -224,10 +226,14 @@ FoundTokenizer load_tokenizer_path(const std::string& path) {
     // The merges file beside it: its usual partner by name, else whichever one exists.
     const std::string dir = parent_dir(path);
     std::string merges;
-    if (ends_with(path, "vocab.json")) merges = join_path(dir, "merges.txt");
-    else if (ends_with(path, "encoder.json")) merges = join_path(dir, "vocab.bpe");
-    else if (is_file(join_path(dir, "merges.txt"))) merges = join_path(dir, "merges.txt");
-    else merges = join_path(dir, "vocab.bpe");
+    if (ends_with(path, "vocab.json"))
+      merges = join_path(dir, "merges.txt");
+    else if (ends_with(path, "encoder.json"))
+      merges = join_path(dir, "vocab.bpe");
+    else if (is_file(join_path(dir, "merges.txt")))
+      merges = join_path(dir, "merges.txt");
+    else
+      merges = join_path(dir, "vocab.bpe");
     if (!is_file(merges)) throw Error(path + ": its merges file " + merges + " does not exist");
     return {read_bpe_files(path, merges), path + " + " + merges};
   }

@@ -22,13 +22,16 @@ using pickle::ValuePtr;
 // Storage classes (torch.FloatStorage, ...) and, for newer writers, dtypes.
 const SourceElementInfo* storage_type(const std::string& name) {
   static const std::unordered_map<std::string, std::string_view> torch_names = {
-      {"torch.FloatStorage", "float32"},    {"torch.float32", "float32"},   {"torch.HalfStorage", "float16"},
-      {"torch.float16", "float16"},         {"torch.BFloat16Storage", "bfloat16"}, {"torch.bfloat16", "bfloat16"},
-      {"torch.DoubleStorage", "float64"},   {"torch.float64", "float64"},   {"torch.LongStorage", "int64"},
-      {"torch.int64", "int64"},             {"torch.IntStorage", "int32"},  {"torch.int32", "int32"},
-      {"torch.ShortStorage", "int16"},      {"torch.int16", "int16"},       {"torch.CharStorage", "int8"},
-      {"torch.int8", "int8"},               {"torch.ByteStorage", "uint8"}, {"torch.uint8", "uint8"},
-      {"torch.BoolStorage", "bool"},        {"torch.bool", "bool"},
+      {"torch.FloatStorage", "float32"},     {"torch.float32", "float32"},
+      {"torch.HalfStorage", "float16"},      {"torch.float16", "float16"},
+      {"torch.BFloat16Storage", "bfloat16"}, {"torch.bfloat16", "bfloat16"},
+      {"torch.DoubleStorage", "float64"},    {"torch.float64", "float64"},
+      {"torch.LongStorage", "int64"},        {"torch.int64", "int64"},
+      {"torch.IntStorage", "int32"},         {"torch.int32", "int32"},
+      {"torch.ShortStorage", "int16"},       {"torch.int16", "int16"},
+      {"torch.CharStorage", "int8"},         {"torch.int8", "int8"},
+      {"torch.ByteStorage", "uint8"},        {"torch.uint8", "uint8"},
+      {"torch.BoolStorage", "bool"},         {"torch.bool", "bool"},
   };
   const auto it = torch_names.find(name);
   return it == torch_names.end() ? nullptr : source_element_by_torch_name(it->second);
@@ -43,8 +46,8 @@ pickle::ElementBudget load_budget(size_t file_size) {
 
 // A storage as the unpickler wants it: a 1-D Tensor value. With src == nullptr
 // it is a placeholder (shape only, see pickle.hpp).
-ValuePtr storage_value(const uint8_t* src, uint64_t numel, const SourceElementInfo& type,
-                       pickle::ElementBudget& budget, const std::string& source) {
+ValuePtr storage_value(const uint8_t* src, uint64_t numel, const SourceElementInfo& type, pickle::ElementBudget& budget,
+                       const std::string& source) {
   auto t = std::make_shared<HostTensor>();
   t->shape = {numel};
   t->source_dtype = type.torch;
@@ -86,7 +89,8 @@ StorageRef parse_pid(const Value& pid, const std::string& source) {
 
 // numel * elem_size, refusing overflow.
 uint64_t storage_bytes(uint64_t numel, uint64_t elem, const std::string& source, const std::string& key) {
-  if (numel > UINT64_MAX / elem) throw Error(source + ": storage '" + key + "' size " + std::to_string(numel) + " overflows");
+  if (numel > UINT64_MAX / elem)
+    throw Error(source + ": storage '" + key + "' size " + std::to_string(numel) + " overflows");
   return numel * elem;
 }
 
@@ -111,7 +115,8 @@ ValuePtr load_zip(const FileBytes& file) {
   if (const ZipEntry* order = zip.find(top + "byteorder")) {
     const auto b = zip.bytes(*order);
     const std::string value(reinterpret_cast<const char*>(b.data()), b.size());
-    if (value != "little") throw Error(path + ": byteorder is '" + value.substr(0, 20) + "'; only little-endian checkpoints are supported");
+    if (value != "little")
+      throw Error(path + ": byteorder is '" + value.substr(0, 20) + "'; only little-endian checkpoints are supported");
   }
 
   const auto pkl_bytes = zip.bytes(*pkl);
@@ -134,7 +139,8 @@ ValuePtr load_zip(const FileBytes& file) {
     const uint64_t bytes = storage_bytes(ref.numel, ref.type->size, path, ref.key);
     if (entry->size != bytes)
       throw Error(path + ": storage entry '" + name + "' holds " + std::to_string(entry->size) + " bytes, expected " +
-                  std::to_string(bytes) + " (" + std::to_string(ref.numel) + " x " + std::string(ref.type->torch) + ")");
+                  std::to_string(bytes) + " (" + std::to_string(ref.numel) + " x " + std::string(ref.type->torch) +
+                  ")");
     ValuePtr v = storage_value(zip.bytes(*entry).data(), ref.numel, *ref.type, budget, path);
     storages.emplace(ref.key, v);
     return v;
@@ -176,8 +182,7 @@ ValuePtr load_legacy(const FileBytes& file) {
 
   pos += pickle::pickle_length(data, size, path + " (legacy magic number pickle)");
   const ValuePtr protocol = next_pickle("protocol version");
-  if (!protocol->is_int() || protocol->integer != 1001)
-    throw Error(path + ": legacy protocol version is not 1001");
+  if (!protocol->is_int() || protocol->integer != 1001) throw Error(path + ": legacy protocol version is not 1001");
   const ValuePtr sys_info = next_pickle("sys_info");
   const Value* little = sys_info->get("little_endian");
   if (!little || little->kind != Value::Kind::Bool || !little->boolean)
@@ -236,8 +241,8 @@ ValuePtr load_legacy(const FileBytes& file) {
     const uint64_t numel = load_le<uint64_t>(data + pos);
     pos += 8;
     if (numel != s.numel)
-      throw Error(path + ": legacy storage '" + key->text + "' has " + std::to_string(numel) + " elements, the pickle says " +
-                  std::to_string(s.numel));
+      throw Error(path + ": legacy storage '" + key->text + "' has " + std::to_string(numel) +
+                  " elements, the pickle says " + std::to_string(s.numel));
     const uint64_t bytes = storage_bytes(numel, s.type->size, path, key->text);
     if (bytes > size - pos)
       throw Error(path + ": legacy storage '" + key->text + "' (" + std::to_string(bytes) + " bytes at offset " +

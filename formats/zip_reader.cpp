@@ -29,9 +29,7 @@ struct Bytes {
   size_t size;
   const std::string& source;
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw Error(source + ": corrupt zip archive: " + what);
-  }
+  [[noreturn]] void fail(const std::string& what) const { throw Error(source + ": corrupt zip archive: " + what); }
   // True when [offset, offset+len) lies inside the file, without overflow.
   bool fits(uint64_t offset, uint64_t len) const { return offset <= size && len <= size - offset; }
   uint64_t read(uint64_t offset, int n, const char* field) const {
@@ -50,7 +48,8 @@ bool ZipReader::looks_like_zip(const uint8_t* data, size_t size) {
 ZipReader::ZipReader(const uint8_t* data, size_t size, std::string source)
     : data_(data), size_(size), source_(std::move(source)) {
   const Bytes b{data, size, source_};
-  if (size < kEocdSize) b.fail("file of " + std::to_string(size) + " bytes is too short for an end-of-central-directory record");
+  if (size < kEocdSize)
+    b.fail("file of " + std::to_string(size) + " bytes is too short for an end-of-central-directory record");
 
   // The EOCD record sits at the end, followed only by a comment of at most 64 KiB.
   size_t eocd = SIZE_MAX;
@@ -81,7 +80,8 @@ ZipReader::ZipReader(const uint8_t* data, size_t size, std::string source)
   if (!b.fits(cd_offset, cd_size))
     b.fail("central directory (offset " + std::to_string(cd_offset) + ", size " + std::to_string(cd_size) +
            ") lies outside the file of " + std::to_string(size) + " bytes");
-  if (count > cd_size / kCentralSize) b.fail("entry count " + std::to_string(count) + " does not fit in the central directory");
+  if (count > cd_size / kCentralSize)
+    b.fail("entry count " + std::to_string(count) + " does not fit in the central directory");
 
   entries_.reserve(static_cast<size_t>(count));  // bounded by the directory's size just above
   struct Span {
@@ -101,7 +101,8 @@ ZipReader::ZipReader(const uint8_t* data, size_t size, std::string source)
     const uint64_t name_len = le(h + 28, 2), extra_len = le(h + 30, 2), comment_len = le(h + 32, 2);
     uint64_t local = le(h + 42, 4);
     const uint64_t var_len = name_len + extra_len + comment_len;
-    if (cd_end - pos - kCentralSize < var_len) b.fail("central directory entry " + std::to_string(i) + " runs past the directory");
+    if (cd_end - pos - kCentralSize < var_len)
+      b.fail("central directory entry " + std::to_string(i) + " runs past the directory");
     std::string name(reinterpret_cast<const char*>(h + kCentralSize), name_len);
 
     // Zip64 extended information: the 0xffffffff fields, in this order.
@@ -130,8 +131,8 @@ ZipReader::ZipReader(const uint8_t* data, size_t size, std::string source)
                   "); torch checkpoints store entries uncompressed and mmgpt does not decompress, so this file "
                   "was not written by torch.save (re-save it with torch.save)");
     if (comp != uncomp)
-      b.fail("stored entry '" + name + "' has compressed size " + std::to_string(comp) +
-             " != uncompressed size " + std::to_string(uncomp));
+      b.fail("stored entry '" + name + "' has compressed size " + std::to_string(comp) + " != uncompressed size " +
+             std::to_string(uncomp));
 
     // The local header repeats the name and has its own extra field (torch pads with it for alignment).
     if (b.read(local, 4, "local header") != kLocalHeaderSig || !b.fits(local, kLocalSize))

@@ -50,20 +50,20 @@ constexpr size_t kDecodeAheadBytes = 8192;
 // may lie past the matrix (prefetches never fault).
 template <DecodePrefetch H>
 [[gnu::always_inline]] inline void prefetch_hinted(const void* base, size_t offset) {
-    const void* at = reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(base) + offset);
-    if constexpr (H == DecodePrefetch::T0)
-        __builtin_prefetch(at, 0, 3);
-    else if constexpr (H == DecodePrefetch::Nta)
-        __builtin_prefetch(at, 0, 0);
-    else
-        (void)at;  // None: the hardware prefetchers alone
+  const void* at = reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(base) + offset);
+  if constexpr (H == DecodePrefetch::T0)
+    __builtin_prefetch(at, 0, 3);
+  else if constexpr (H == DecodePrefetch::Nta)
+    __builtin_prefetch(at, 0, 0);
+  else
+    (void)at;  // None: the hardware prefetchers alone
 }
 
 // The decode prefetch for the line at byte `at` from `base`: kDecodeAheadBytes
 // further along the stream.
 template <DecodePrefetch H>
 [[gnu::always_inline]] inline void prefetch_decode(const void* base, size_t at = 0) {
-    prefetch_hinted<H>(base, at + kDecodeAheadBytes);
+  prefetch_hinted<H>(base, at + kDecodeAheadBytes);
 }
 
 // Calls f(std::integral_constant<DecodePrefetch, H>{}) with the process's
@@ -71,12 +71,12 @@ template <DecodePrefetch H>
 // per line.
 template <class F>
 [[gnu::always_inline]] inline void with_decode_hint(F&& f) {
-    switch (decode_prefetch()) {
-        case DecodePrefetch::T0: return f(std::integral_constant<DecodePrefetch, DecodePrefetch::T0>{});
-        case DecodePrefetch::None: return f(std::integral_constant<DecodePrefetch, DecodePrefetch::None>{});
-        case DecodePrefetch::Nta: break;
-    }
-    f(std::integral_constant<DecodePrefetch, DecodePrefetch::Nta>{});
+  switch (decode_prefetch()) {
+    case DecodePrefetch::T0: return f(std::integral_constant<DecodePrefetch, DecodePrefetch::T0>{});
+    case DecodePrefetch::None: return f(std::integral_constant<DecodePrefetch, DecodePrefetch::None>{});
+    case DecodePrefetch::Nta: break;
+  }
+  f(std::integral_constant<DecodePrefetch, DecodePrefetch::Nta>{});
 }
 
 // How a tile that streams its weights prefetches them: not at all, a fixed

@@ -11,9 +11,9 @@
 namespace mmgpt::kernels {
 
 enum class DecodePrefetch {
-    Nta,   // PREFETCHNTA (Arm: PRFM PLDL1STRM): AMD, Arm and other non-x86 CPUs
-    T0,    // PREFETCHT0 (Arm: PRFM PLDL1KEEP): Intel and other x86 CPUs
-    None,  // no software prefetch: the hardware prefetchers alone
+  Nta,   // PREFETCHNTA (Arm: PRFM PLDL1STRM): AMD, Arm and other non-x86 CPUs
+  T0,    // PREFETCHT0 (Arm: PRFM PLDL1KEEP): Intel and other x86 CPUs
+  None,  // no software prefetch: the hardware prefetchers alone
 };
 
 // The hint the decode kernels use now.

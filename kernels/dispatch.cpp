@@ -21,103 +21,105 @@ namespace {
 
 // The instruction sets built into this binary, most preferred first.
 const Isa* const* isas(size_t& count) {
-    static const Isa* const list[] = {
+  static const Isa* const list[] = {
 #if defined(__x86_64__) || defined(_M_X64)
-        &avx512_isa(),
-        &avx2_isa(),
+    &avx512_isa(),
+    &avx2_isa(),
 #endif
 #if defined(__aarch64__)
-        &neon_isa(),
+    &neon_isa(),
 #endif
-        nullptr,
-    };
-    count = sizeof list / sizeof list[0] - 1;
-    return list;
+    nullptr,
+  };
+  count = sizeof list / sizeof list[0] - 1;
+  return list;
 }
 
 // MMGPT_BF16DOT=0 keeps bf16 weights on the f32 kernels (widened, activations
 // in f32) even where the bf16 dot product is available.
 bool bf16dot_allowed() {
-    const char* env = std::getenv("MMGPT_BF16DOT");
-    return env == nullptr || std::string_view(env) != "0";
+  const char* env = std::getenv("MMGPT_BF16DOT");
+  return env == nullptr || std::string_view(env) != "0";
 }
 
 // The set of the instruction set `name` if it is built into this binary and
 // the CPU runs it; null otherwise.
 const KernelSet* runnable_set(std::string_view name, bool bf16dot) {
-    if (name == "scalar") return &scalar_kernel_set();
-    size_t n = 0;
-    const Isa* const* list = isas(n);
-    for (size_t i = 0; i < n; ++i)
-        if (name == list[i]->name) return list[i]->set(bf16dot && bf16dot_allowed());
-    return nullptr;
+  if (name == "scalar") return &scalar_kernel_set();
+  size_t n = 0;
+  const Isa* const* list = isas(n);
+  for (size_t i = 0; i < n; ++i)
+    if (name == list[i]->name) return list[i]->set(bf16dot && bf16dot_allowed());
+  return nullptr;
 }
 
 const KernelSet* best_set() {
-    size_t n = 0;
-    const Isa* const* list = isas(n);
-    for (size_t i = 0; i < n; ++i)
-        if (const KernelSet* s = list[i]->set(bf16dot_allowed())) return s;
-    return &scalar_kernel_set();
+  size_t n = 0;
+  const Isa* const* list = isas(n);
+  for (size_t i = 0; i < n; ++i)
+    if (const KernelSet* s = list[i]->set(bf16dot_allowed())) return s;
+  return &scalar_kernel_set();
 }
 
 // MMGPT_ISA=scalar|avx2|avx512|neon forces an instruction set. One this CPU
 // (or this build) cannot run is ignored with a warning rather than failing,
 // so a script that sets it still works everywhere.
 const KernelSet* initial_set() {
-    const KernelSet* best = best_set();
-    const char* env = std::getenv("MMGPT_ISA");
-    if (env == nullptr || *env == '\0') return best;
-    if (const KernelSet* s = runnable_set(env, true)) return s;
-    std::fprintf(stderr, "mmgpt: warning: MMGPT_ISA=%s is not an instruction set this CPU and build can run "
-                         "(scalar, avx2, avx512, neon); using %s\n", env, best->name);
-    return best;
+  const KernelSet* best = best_set();
+  const char* env = std::getenv("MMGPT_ISA");
+  if (env == nullptr || *env == '\0') return best;
+  if (const KernelSet* s = runnable_set(env, true)) return s;
+  std::fprintf(stderr,
+               "mmgpt: warning: MMGPT_ISA=%s is not an instruction set this CPU and build can run "
+               "(scalar, avx2, avx512, neon); using %s\n",
+               env, best->name);
+  return best;
 }
 
 std::atomic<const KernelSet*>& current() {
-    static std::atomic<const KernelSet*> set{initial_set()};
-    return set;
+  static std::atomic<const KernelSet*> set{initial_set()};
+  return set;
 }
 
 std::string_view name_of(DecodePrefetch h) {
-    switch (h) {
-        case DecodePrefetch::T0: return "t0";
-        case DecodePrefetch::None: return "none";
-        case DecodePrefetch::Nta: break;
-    }
-    return "nta";
+  switch (h) {
+    case DecodePrefetch::T0: return "t0";
+    case DecodePrefetch::None: return "none";
+    case DecodePrefetch::Nta: break;
+  }
+  return "nta";
 }
 
 bool parse_decode_prefetch(std::string_view name, DecodePrefetch& out) {
-    if (name == "nta") return out = DecodePrefetch::Nta, true;
-    if (name == "t0") return out = DecodePrefetch::T0, true;
-    if (name == "none") return out = DecodePrefetch::None, true;
-    return false;
+  if (name == "nta") return out = DecodePrefetch::Nta, true;
+  if (name == "t0") return out = DecodePrefetch::T0, true;
+  if (name == "none") return out = DecodePrefetch::None, true;
+  return false;
 }
 
 // The hint in use and whether the engine may move it (auto).
 struct DecodePrefetchState {
-    std::atomic<DecodePrefetch> hint;
-    std::atomic<bool> tuned;
+  std::atomic<DecodePrefetch> hint;
+  std::atomic<bool> tuned;
 };
 
 // MMGPT_DECODE_PREFETCH=nta|t0|none fixes the decode kernels' prefetch hint,
 // "auto" (or unset) leaves it to the engine, starting from the vendor's;
 // another value is ignored with a warning, as MMGPT_ISA's.
 DecodePrefetchState& decode_prefetch_state() {
-    static DecodePrefetchState state = [] {
-        const DecodePrefetch by_cpu = decode_prefetch_for_vendor(cpu_vendor());
-        const char* env = std::getenv("MMGPT_DECODE_PREFETCH");
-        DecodePrefetch forced;
-        if (env == nullptr || *env == '\0' || std::string_view(env) == "auto") return DecodePrefetchState{by_cpu, true};
-        if (parse_decode_prefetch(env, forced)) return DecodePrefetchState{forced, false};
-        std::fprintf(stderr,
-                     "mmgpt: warning: MMGPT_DECODE_PREFETCH=%s is not a decode prefetch setting (auto, nta, t0, "
-                     "none); using auto\n",
-                     env);
-        return DecodePrefetchState{by_cpu, true};
-    }();
-    return state;
+  static DecodePrefetchState state = [] {
+    const DecodePrefetch by_cpu = decode_prefetch_for_vendor(cpu_vendor());
+    const char* env = std::getenv("MMGPT_DECODE_PREFETCH");
+    DecodePrefetch forced;
+    if (env == nullptr || *env == '\0' || std::string_view(env) == "auto") return DecodePrefetchState{by_cpu, true};
+    if (parse_decode_prefetch(env, forced)) return DecodePrefetchState{forced, false};
+    std::fprintf(stderr,
+                 "mmgpt: warning: MMGPT_DECODE_PREFETCH=%s is not a decode prefetch setting (auto, nta, t0, "
+                 "none); using auto\n",
+                 env);
+    return DecodePrefetchState{by_cpu, true};
+  }();
+  return state;
 }
 
 }  // namespace
@@ -125,31 +127,31 @@ DecodePrefetchState& decode_prefetch_state() {
 const KernelSet& active_set() { return *current().load(std::memory_order_acquire); }
 
 std::vector<const KernelSet*> runnable_kernel_sets() {
-    std::vector<const KernelSet*> sets{&scalar_kernel_set()};
-    size_t n = 0;
-    const Isa* const* list = isas(n);
-    for (size_t i = 0; i < n; ++i)
-        for (bool bf16dot : {true, false})
-            if (const KernelSet* s = list[i]->set(bf16dot); s && (sets.back() != s)) sets.push_back(s);
-    return sets;
+  std::vector<const KernelSet*> sets{&scalar_kernel_set()};
+  size_t n = 0;
+  const Isa* const* list = isas(n);
+  for (size_t i = 0; i < n; ++i)
+    for (bool bf16dot : {true, false})
+      if (const KernelSet* s = list[i]->set(bf16dot); s && (sets.back() != s)) sets.push_back(s);
+  return sets;
 }
 
 std::vector<const QuantKernels*> runnable_quant_kernels() {
-    std::vector<const QuantKernels*> quant{&scalar_quant_kernels()};
-    std::vector<const MatmulKernels*> bf16dot;
-    size_t n = 0;
-    const Isa* const* list = isas(n);
-    for (size_t i = n; i-- > 0;) list[i]->runnable(quant, bf16dot);  // the simplest first
-    return quant;
+  std::vector<const QuantKernels*> quant{&scalar_quant_kernels()};
+  std::vector<const MatmulKernels*> bf16dot;
+  size_t n = 0;
+  const Isa* const* list = isas(n);
+  for (size_t i = n; i-- > 0;) list[i]->runnable(quant, bf16dot);  // the simplest first
+  return quant;
 }
 
 std::vector<const MatmulKernels*> runnable_bf16dot_kernels() {
-    std::vector<const QuantKernels*> quant;
-    std::vector<const MatmulKernels*> bf16dot{&scalar_bf16dot_kernels(), &scalar_arm_bf16dot_kernels()};
-    size_t n = 0;
-    const Isa* const* list = isas(n);
-    for (size_t i = n; i-- > 0;) list[i]->runnable(quant, bf16dot);
-    return bf16dot;
+  std::vector<const QuantKernels*> quant;
+  std::vector<const MatmulKernels*> bf16dot{&scalar_bf16dot_kernels(), &scalar_arm_bf16dot_kernels()};
+  size_t n = 0;
+  const Isa* const* list = isas(n);
+  for (size_t i = n; i-- > 0;) list[i]->runnable(quant, bf16dot);
+  return bf16dot;
 }
 
 }  // namespace mmgpt::kernels::detail
@@ -161,15 +163,15 @@ std::string_view isa_name() { return detail::active_set().name; }
 std::string_view quant_isa_name() { return detail::active_set().matmul[static_cast<size_t>(WeightType::Q8_0)]->name; }
 
 std::string_view bf16_isa_name() {
-    const detail::MatmulKernels* k = detail::active_set().matmul[static_cast<size_t>(WeightType::BF16)];
-    return k->x == detail::XForm::Bf16Rows ? k->name : "f32";
+  const detail::MatmulKernels* k = detail::active_set().matmul[static_cast<size_t>(WeightType::BF16)];
+  return k->x == detail::XForm::Bf16Rows ? k->name : "f32";
 }
 
 std::string cpu_vendor() {
 #if defined(__x86_64__) || defined(_M_X64)
-    return detail::x86::vendor();
+  return detail::x86::vendor();
 #else
-    return {};
+  return {};
 #endif
 }
 
@@ -179,8 +181,8 @@ std::string cpu_vendor() {
 // memory's rate, so T0 is the safer default for an unknown vendor
 // (docs/kernels.md, "Decode: prefetching ahead, and the hint per CPU").
 DecodePrefetch decode_prefetch_for_vendor(std::string_view vendor) {
-    if (vendor.empty() || vendor == "AuthenticAMD" || vendor == "HygonGenuine") return DecodePrefetch::Nta;
-    return DecodePrefetch::T0;
+  if (vendor.empty() || vendor == "AuthenticAMD" || vendor == "HygonGenuine") return DecodePrefetch::Nta;
+  return DecodePrefetch::T0;
 }
 
 DecodePrefetch decode_prefetch() { return detail::decode_prefetch_state().hint.load(std::memory_order_relaxed); }
@@ -193,29 +195,29 @@ bool decode_prefetch_auto() { return detail::decode_prefetch_state().tuned.load(
 std::string_view decode_prefetch_setting() { return decode_prefetch_auto() ? "auto" : decode_prefetch_name(); }
 
 bool force_decode_prefetch(std::string_view name) {
-    detail::DecodePrefetchState& s = detail::decode_prefetch_state();
-    DecodePrefetch h;
-    if (name == "auto") {
-        s.hint.store(decode_prefetch_for_vendor(cpu_vendor()), std::memory_order_relaxed);
-        s.tuned.store(true, std::memory_order_relaxed);
-        return true;
-    }
-    if (!detail::parse_decode_prefetch(name, h)) return false;
-    s.tuned.store(false, std::memory_order_relaxed);
-    s.hint.store(h, std::memory_order_relaxed);
+  detail::DecodePrefetchState& s = detail::decode_prefetch_state();
+  DecodePrefetch h;
+  if (name == "auto") {
+    s.hint.store(decode_prefetch_for_vendor(cpu_vendor()), std::memory_order_relaxed);
+    s.tuned.store(true, std::memory_order_relaxed);
     return true;
+  }
+  if (!detail::parse_decode_prefetch(name, h)) return false;
+  s.tuned.store(false, std::memory_order_relaxed);
+  s.hint.store(h, std::memory_order_relaxed);
+  return true;
 }
 
 void use_decode_prefetch(DecodePrefetch h) {
-    detail::DecodePrefetchState& s = detail::decode_prefetch_state();
-    if (s.tuned.load(std::memory_order_relaxed)) s.hint.store(h, std::memory_order_relaxed);
+  detail::DecodePrefetchState& s = detail::decode_prefetch_state();
+  if (s.tuned.load(std::memory_order_relaxed)) s.hint.store(h, std::memory_order_relaxed);
 }
 
 bool force_isa(std::string_view name, bool bf16dot) {
-    const detail::KernelSet* t = detail::runnable_set(name, bf16dot);
-    if (t == nullptr) return false;
-    detail::current().store(t, std::memory_order_release);
-    return true;
+  const detail::KernelSet* t = detail::runnable_set(name, bf16dot);
+  if (t == nullptr) return false;
+  detail::current().store(t, std::memory_order_release);
+  return true;
 }
 
 }  // namespace mmgpt::kernels

@@ -10,8 +10,8 @@ namespace mmgpt::kernels {
 enum class Activation { None = 0, GeluErf = 1, GeluTanh = 2 };
 
 struct Epilogue {
-    Activation act = Activation::None;
-    bool accumulate = false;  // y += result (a residual add) instead of y = result
+  Activation act = Activation::None;
+  bool accumulate = false;  // y += result (a residual add) instead of y = result
 };
 
 }  // namespace mmgpt::kernels

@@ -20,19 +20,19 @@ inline constexpr size_t kGemmMC = 240;  // a multiple of the GEMM tile's MR (6, 
 inline constexpr size_t kGemmL2Budget = 256 * 1024;
 
 struct GemmBlocking {
-    size_t kc, mc;
-    bool blocked;  // K is split, so partial sums go through scratch
+  size_t kc, mc;
+  bool blocked;  // K is split, so partial sums go through scratch
 };
 
 inline GemmBlocking gemm_blocking(size_t M, size_t K) {
-    if (M <= 1 || M * K * sizeof(float) <= kGemmL2Budget || K <= kGemmKC) return {K, M, false};
-    return {kGemmKC, kGemmMC, true};
+  if (M <= 1 || M * K * sizeof(float) <= kGemmL2Budget || K <= kGemmKC) return {K, M, false};
+  return {kGemmKC, kGemmMC, true};
 }
 
 // Scratch floats needed to compute panels [p0, p1) of an M-row product.
 inline size_t gemm_scratch_floats(size_t M, size_t K, size_t panels) {
-    const GemmBlocking b = gemm_blocking(M, K);
-    return b.blocked ? (M < b.mc ? M : b.mc) * panels * kPanelWidth : 0;
+  const GemmBlocking b = gemm_blocking(M, K);
+  return b.blocked ? (M < b.mc ? M : b.mc) * panels * kPanelWidth : 0;
 }
 
 }  // namespace mmgpt::kernels::detail

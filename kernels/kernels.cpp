@@ -11,13 +11,13 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/global_control.h>
-#include <tbb/task_arena.h>
 #include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
 
 #include "kernels/gemm_blocking.hpp"
-#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
+#include "kernels/registry.hpp"
 
 namespace mmgpt::kernels {
 namespace {
@@ -35,182 +35,180 @@ size_t ceil_div(size_t a, size_t b) { return a / b + (a % b != 0); }
 // and grain alone, whatever the number of threads.
 template <class F>
 void for_chunks(size_t n, size_t grain, F f) {
-    if (n <= grain) {
-        if (n > 0) f(size_t{0}, n);
-        return;
-    }
-    const size_t chunks = ceil_div(n, grain);
-    mmgpt::parallel_for(
-        tbb::blocked_range<size_t>(0, chunks, 1),
-        [&](const tbb::blocked_range<size_t>& r) {
-            for (size_t c = r.begin(); c < r.end(); ++c) f(c * grain, std::min(n, (c + 1) * grain));
-        },
-        tbb::simple_partitioner());
+  if (n <= grain) {
+    if (n > 0) f(size_t{0}, n);
+    return;
+  }
+  const size_t chunks = ceil_div(n, grain);
+  mmgpt::parallel_for(
+      tbb::blocked_range<size_t>(0, chunks, 1),
+      [&](const tbb::blocked_range<size_t>& r) {
+        for (size_t c = r.begin(); c < r.end(); ++c) f(c * grain, std::min(n, (c + 1) * grain));
+      },
+      tbb::simple_partitioner());
 }
 
 }  // namespace
 
 void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N) {
-    if (M == 0 || N == 0) return;
-    const auto& t = detail::active_set();
-    // Work per output column is M*K multiply-adds (M*K <= the size of x, so no overflow).
-    const size_t per_column = std::max<size_t>(M * K, 1);
-    // At least 16 columns per task so each task streams a useful block of W;
-    // a multiple of 4 so tasks start on the kernels' tile boundaries.
-    const size_t grain = ceil_div(std::max<size_t>(ceil_div(kMinWorkPerTask, per_column), 16), 4) * 4;
-    for_chunks(N, grain, [&](size_t n0, size_t n1) { t.matmul_cols(x, w, bias, y, M, K, N, n0, n1); });
+  if (M == 0 || N == 0) return;
+  const auto& t = detail::active_set();
+  // Work per output column is M*K multiply-adds (M*K <= the size of x, so no overflow).
+  const size_t per_column = std::max<size_t>(M * K, 1);
+  // At least 16 columns per task so each task streams a useful block of W;
+  // a multiple of 4 so tasks start on the kernels' tile boundaries.
+  const size_t grain = ceil_div(std::max<size_t>(ceil_div(kMinWorkPerTask, per_column), 16), 4) * 4;
+  for_chunks(N, grain, [&](size_t n0, size_t n1) { t.matmul_cols(x, w, bias, y, M, K, N, n0, n1); });
 }
 
 size_t panel_range_grain(size_t M, size_t K, size_t N, size_t threads) {
-    const size_t panels = panel_count(N);
-    // Ranges own whole panels (each streams its own part of W), at least
-    // kMinWorkPerTask each. Prefill: about two ranges per thread, since each
-    // range re-reads all of x (from L2/L3) once per K block. Decode: at most
-    // four per thread, enough to even out the threads; a panel streams in so
-    // little time that more ranges would make the cost per task a noticeable
-    // part of a step. The split never changes a result (gemm_blocking.hpp),
-    // only the speed.
-    const size_t per_panel = std::max<size_t>(M * K * kPanelWidth, 1);
-    size_t grain = ceil_div(kMinWorkPerTask, per_panel);
-    grain = std::max(grain, ceil_div(panels, (M > 1 ? 2 : 4) * std::max<size_t>(threads, 1)));
-    // Whole tiles: decode and GEMM tiles are at most 2 panels, and 16-bit
-    // panels are stored in pairs (panel_layout.hpp).
-    return ceil_div(grain, 2) * 2;
+  const size_t panels = panel_count(N);
+  // Ranges own whole panels (each streams its own part of W), at least
+  // kMinWorkPerTask each. Prefill: about two ranges per thread, since each
+  // range re-reads all of x (from L2/L3) once per K block. Decode: at most
+  // four per thread, enough to even out the threads; a panel streams in so
+  // little time that more ranges would make the cost per task a noticeable
+  // part of a step. The split never changes a result (gemm_blocking.hpp),
+  // only the speed.
+  const size_t per_panel = std::max<size_t>(M * K * kPanelWidth, 1);
+  size_t grain = ceil_div(kMinWorkPerTask, per_panel);
+  grain = std::max(grain, ceil_div(panels, (M > 1 ? 2 : 4) * std::max<size_t>(threads, 1)));
+  // Whole tiles: decode and GEMM tiles are at most 2 panels, and 16-bit
+  // panels are stored in pairs (panel_layout.hpp).
+  return ceil_div(grain, 2) * 2;
 }
 
 PanelProduct::PanelProduct(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M,
                            size_t K, size_t N, Epilogue e)
     : wp_(wp), type_(type), bias_(bias), y_(y), M_(M), K_(K), N_(N), e_(e) {
-    x_.f32 = x;
-    if (M == 0 || N == 0) return;
-    // x in the form the weight type's kernels want, into buffers of this
-    // thread that the next product made on it reuses.
-    switch (detail::active_set().matmul[static_cast<size_t>(type)]->x) {
-        case detail::XForm::F32: break;
-        case detail::XForm::Q8Blocks: {
-            thread_local std::vector<int8_t> q;
-            thread_local std::vector<float> scale;
-            thread_local std::vector<int32_t> sum;
-            const size_t Kb = quant_blocks(K);
-            if (q.size() < M * Kb * kQuantBlock) q.resize(M * Kb * kQuantBlock);
-            if (scale.size() < M * Kb) scale.resize(M * Kb), sum.resize(M * Kb);
-            quantize_rows(x, M, K, q.data(), scale.data(), sum.data());
-            x_.q8 = QuantizedRows{q.data(), scale.data(), sum.data(), Kb};
-            break;
-        }
-        case detail::XForm::Bf16Rows: {
-            // Rows of even length, for every M (so a row's result never depends on M).
-            thread_local std::vector<uint16_t> xb;
-            const size_t Kp = detail::bf16dot_row_elems(K);
-            if (xb.size() < M * Kp) xb.resize(M * Kp);
-            for_chunks(M, ceil_div(kMinWorkPerTask, std::max<size_t>(K, 1)), [&, out = xb.data()](size_t r0, size_t r1) {
-                detail::bf16dot_round_rows(x + r0 * K, r1 - r0, K, out + r0 * Kp);
-            });
-            x_.bf16 = xb.data();
-            break;
-        }
+  x_.f32 = x;
+  if (M == 0 || N == 0) return;
+  // x in the form the weight type's kernels want, into buffers of this
+  // thread that the next product made on it reuses.
+  switch (detail::active_set().matmul[static_cast<size_t>(type)]->x) {
+    case detail::XForm::F32: break;
+    case detail::XForm::Q8Blocks: {
+      thread_local std::vector<int8_t> q;
+      thread_local std::vector<float> scale;
+      thread_local std::vector<int32_t> sum;
+      const size_t Kb = quant_blocks(K);
+      if (q.size() < M * Kb * kQuantBlock) q.resize(M * Kb * kQuantBlock);
+      if (scale.size() < M * Kb) scale.resize(M * Kb), sum.resize(M * Kb);
+      quantize_rows(x, M, K, q.data(), scale.data(), sum.data());
+      x_.q8 = QuantizedRows{q.data(), scale.data(), sum.data(), Kb};
+      break;
     }
+    case detail::XForm::Bf16Rows: {
+      // Rows of even length, for every M (so a row's result never depends on M).
+      thread_local std::vector<uint16_t> xb;
+      const size_t Kp = detail::bf16dot_row_elems(K);
+      if (xb.size() < M * Kp) xb.resize(M * Kp);
+      for_chunks(M, ceil_div(kMinWorkPerTask, std::max<size_t>(K, 1)), [&, out = xb.data()](size_t r0, size_t r1) {
+        detail::bf16dot_round_rows(x + r0 * K, r1 - r0, K, out + r0 * Kp);
+      });
+      x_.bf16 = xb.data();
+      break;
+    }
+  }
 }
 
 PanelProduct::PanelProduct(const QuantizedRows& xq, const void* wp, WeightType type, const float* bias, float* y,
                            size_t M, size_t K, size_t N, Epilogue e)
     : wp_(wp), type_(type), bias_(bias), y_(y), M_(M), K_(K), N_(N), e_(e) {
-    x_.q8 = xq;
-    if (detail::active_set().matmul[static_cast<size_t>(type)]->x != detail::XForm::Q8Blocks ||
-        xq.blocks != quant_blocks(K))
-        throw std::invalid_argument("PanelProduct: q8 rows need q8_0 / q4_0 weights and quant_blocks(K) blocks a row");
+  x_.q8 = xq;
+  if (detail::active_set().matmul[static_cast<size_t>(type)]->x != detail::XForm::Q8Blocks ||
+      xq.blocks != quant_blocks(K))
+    throw std::invalid_argument("PanelProduct: q8 rows need q8_0 / q4_0 weights and quant_blocks(K) blocks a row");
 }
 
 void PanelProduct::run(size_t p0, size_t p1) const {
-    if (M_ == 0 || p0 >= p1) return;
-    const detail::MatmulKernels& k = *detail::active_set().matmul[static_cast<size_t>(type_)];
-    float* scratch = nullptr;
-    if (k.x == detail::XForm::F32) {
-        // Partial sums between K blocks; one buffer per thread, kept between calls.
-        thread_local std::vector<float> buffer;
-        const size_t need = detail::gemm_scratch_floats(M_, K_, p1 - p0);
-        if (buffer.size() < need) buffer.resize(need);
-        scratch = buffer.data();
-    }
-    k.panels[static_cast<size_t>(type_)](x_, wp_, bias_, y_, M_, K_, N_, p0, p1, e_, scratch);
+  if (M_ == 0 || p0 >= p1) return;
+  const detail::MatmulKernels& k = *detail::active_set().matmul[static_cast<size_t>(type_)];
+  float* scratch = nullptr;
+  if (k.x == detail::XForm::F32) {
+    // Partial sums between K blocks; one buffer per thread, kept between calls.
+    thread_local std::vector<float> buffer;
+    const size_t need = detail::gemm_scratch_floats(M_, K_, p1 - p0);
+    if (buffer.size() < need) buffer.resize(need);
+    scratch = buffer.data();
+  }
+  k.panels[static_cast<size_t>(type_)](x_, wp_, bias_, y_, M_, K_, N_, p0, p1, e_, scratch);
 }
 
 void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                    Epilogue e) {
-    matmul_packed(x, wp, WeightType::F32, bias, y, M, K, N, e);
+  matmul_packed(x, wp, WeightType::F32, bias, y, M, K, N, e);
 }
 
 void matmul_packed(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
                    size_t N, Epilogue e) {
-    if (M == 0 || N == 0) return;
-    // x prepared once on this thread, then its panels in parallel.
-    const PanelProduct product(x, wp, type, bias, y, M, K, N, e);
-    for_chunks(panel_count(N), panel_range_grain(M, K, N, mmgpt::thread_budget()),
-               [&](size_t p0, size_t p1) { product.run(p0, p1); });
+  if (M == 0 || N == 0) return;
+  // x prepared once on this thread, then its panels in parallel.
+  const PanelProduct product(x, wp, type, bias, y, M, K, N, e);
+  for_chunks(panel_count(N), panel_range_grain(M, K, N, mmgpt::thread_budget()),
+             [&](size_t p0, size_t p1) { product.run(p0, p1); });
 }
 
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
                    float* out) {
-    attention_heads(q, k, v, WeightType::F32, n, 1, hd, contiguous_rows(n), scale, s, out);
+  attention_heads(q, k, v, WeightType::F32, n, 1, hd, contiguous_rows(n), scale, s, out);
 }
 
 void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, int32_t* sum) {
-    if (M == 0 || K == 0) return;
-    const auto& t = detail::active_set();
-    const size_t Kb = quant_blocks(K);
-    const size_t grain = ceil_div(kMinWorkPerTask, K);
-    for_chunks(M, grain, [&](size_t r0, size_t r1) {
-        t.quantize_rows(x + r0 * K, r1 - r0, K, q + r0 * Kb * kQuantBlock, scale + r0 * Kb, sum + r0 * Kb);
-    });
+  if (M == 0 || K == 0) return;
+  const auto& t = detail::active_set();
+  const size_t Kb = quant_blocks(K);
+  const size_t grain = ceil_div(kMinWorkPerTask, K);
+  for_chunks(M, grain, [&](size_t r0, size_t r1) {
+    t.quantize_rows(x + r0 * K, r1 - r0, K, q + r0 * Kb * kQuantBlock, scale + r0 * Kb, sum + r0 * Kb);
+  });
 }
 
 void attention_heads(const float* q, const void* k, const void* v, WeightType kv, size_t n, size_t heads, size_t hd,
                      KVBlocks at, float scale, float* s, float* out) {
-    if (n > 0 && (at.block == 0 || at.block % kKVBlockMultiple != 0))
-        throw std::invalid_argument("attention_heads: the block of positions must be a positive multiple of " +
-                                    std::to_string(kKVBlockMultiple));
-    const detail::AttentionKernel attend = detail::active_set().attention[static_cast<size_t>(kv)];
-    if (attend == nullptr) throw std::invalid_argument("attention_heads: a KV cache holds f32, bf16 or f16");
-    attend(q, k, v, n, heads, hd, at, scale, s, out);
+  if (n > 0 && (at.block == 0 || at.block % kKVBlockMultiple != 0))
+    throw std::invalid_argument("attention_heads: the block of positions must be a positive multiple of " +
+                                std::to_string(kKVBlockMultiple));
+  const detail::AttentionKernel attend = detail::active_set().attention[static_cast<size_t>(kv)];
+  if (attend == nullptr) throw std::invalid_argument("attention_heads: a KV cache holds f32, bf16 or f16");
+  attend(q, k, v, n, heads, hd, at, scale, s, out);
 }
 
 void narrow(const float* in, size_t n, WeightType to, uint16_t* out) {
-    if (to == WeightType::F16)
-        detail::active_set().narrow_f16(in, n, out);
-    else
-        narrow_to_bf16(in, n, out);  // integer arithmetic: the compiler vectorizes it as it is
+  if (to == WeightType::F16)
+    detail::active_set().narrow_f16(in, n, out);
+  else
+    narrow_to_bf16(in, n, out);  // integer arithmetic: the compiler vectorizes it as it is
 }
 
 float dot(const float* a, const float* b, size_t n) { return detail::active_set().dot(a, b, n); }
 
 void axpy(float a, const float* x, float* y, size_t n) {
-    const auto& t = detail::active_set();
-    for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.axpy(a, x + i0, y + i0, i1 - i0); });
+  const auto& t = detail::active_set();
+  for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.axpy(a, x + i0, y + i0, i1 - i0); });
 }
 
 void add(float* y, const float* x, size_t n) {
-    const auto& t = detail::active_set();
-    for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.add(y + i0, x + i0, i1 - i0); });
+  const auto& t = detail::active_set();
+  for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.add(y + i0, x + i0, i1 - i0); });
 }
 
-void layernorm(const float* x, const float* gamma, const float* beta, float* y, size_t rows, size_t dim,
-               float eps) {
-    if (dim == 0) return;
-    const auto& t = detail::active_set();
-    const size_t grain = ceil_div(kMinWorkPerTask, dim);
-    for_chunks(rows, grain, [&](size_t r0, size_t r1) {
-        t.layernorm(x + r0 * dim, gamma, beta, y + r0 * dim, r1 - r0, dim, eps);
-    });
+void layernorm(const float* x, const float* gamma, const float* beta, float* y, size_t rows, size_t dim, float eps) {
+  if (dim == 0) return;
+  const auto& t = detail::active_set();
+  const size_t grain = ceil_div(kMinWorkPerTask, dim);
+  for_chunks(rows, grain,
+             [&](size_t r0, size_t r1) { t.layernorm(x + r0 * dim, gamma, beta, y + r0 * dim, r1 - r0, dim, eps); });
 }
 
 void gelu_erf(float* x, size_t n) {
-    const auto& t = detail::active_set();
-    for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.gelu_erf(x + i0, i1 - i0); });
+  const auto& t = detail::active_set();
+  for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.gelu_erf(x + i0, i1 - i0); });
 }
 
 void gelu_tanh(float* x, size_t n) {
-    const auto& t = detail::active_set();
-    for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.gelu_tanh(x + i0, i1 - i0); });
+  const auto& t = detail::active_set();
+  for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.gelu_tanh(x + i0, i1 - i0); });
 }
 
 // One row: a reduction, so never split.

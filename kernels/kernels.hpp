@@ -12,12 +12,12 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/panel_layout.hpp"
+#include "core/quant_layout.hpp"
 #include "kernels/decode_prefetch_kind.hpp"
 #include "kernels/epilogue.hpp"
 #include "kernels/kv_blocks.hpp"
 #include "kernels/prepared_x.hpp"
-#include "core/panel_layout.hpp"
-#include "core/quant_layout.hpp"
 
 namespace mmgpt::kernels {
 
@@ -71,26 +71,26 @@ size_t panel_range_grain(size_t M, size_t K, size_t N, size_t threads);
 // ranges run on TBB.
 class PanelProduct {
  public:
-    PanelProduct(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
-                 size_t N, Epilogue e = {});
-    // The same product over x already in q8 blocks (q8_0 / q4_0 weights only):
-    // quantize_rows' output for x, which the caller keeps alive and unchanged
-    // while the product lives. Quantization is per block of 32, so a row
-    // quantized in pieces that start on block boundaries is the same bytes
-    // (the decode team's producers, engine/executor.cpp).
-    PanelProduct(const QuantizedRows& xq, const void* wp, WeightType type, const float* bias, float* y, size_t M,
-                 size_t K, size_t N, Epilogue e = {});
-    size_t panels() const { return panel_count(N_); }
-    void run(size_t p0, size_t p1) const;
+  PanelProduct(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
+               size_t N, Epilogue e = {});
+  // The same product over x already in q8 blocks (q8_0 / q4_0 weights only):
+  // quantize_rows' output for x, which the caller keeps alive and unchanged
+  // while the product lives. Quantization is per block of 32, so a row
+  // quantized in pieces that start on block boundaries is the same bytes
+  // (the decode team's producers, engine/executor.cpp).
+  PanelProduct(const QuantizedRows& xq, const void* wp, WeightType type, const float* bias, float* y, size_t M,
+               size_t K, size_t N, Epilogue e = {});
+  size_t panels() const { return panel_count(N_); }
+  void run(size_t p0, size_t p1) const;
 
  private:
-    detail::PreparedX x_;  // x in the form the weight type's kernels want
-    const void* wp_;
-    WeightType type_;
-    const float* bias_;
-    float* y_;
-    size_t M_, K_, N_;
-    Epilogue e_;
+  detail::PreparedX x_;  // x in the form the weight type's kernels want
+  const void* wp_;
+  WeightType type_;
+  const float* bias_;
+  float* y_;
+  size_t M_, K_, N_;
+  Epilogue e_;
 };
 // One query's causal attention for `heads` consecutive heads over n positions:
 //   out_h[d] = sum_j softmax_j(scale * q_h . k_hj) v_hj[d],
@@ -131,12 +131,12 @@ void attention_row(const float* q, const float* k, const float* v, size_t n, siz
                    float* out);
 void attention_row_bf16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
                         float* s, float* out);
-void attention_row_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
-                       float* s, float* out);
+void attention_row_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale, float* s,
+                       float* out);
 void narrow_f16(const float* in, size_t n, uint16_t* out);
 // The scalar set's kernels behind matmul_packed (registry.hpp).
-void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
-                 size_t p0, size_t p1, Epilogue e, float* scratch);
+void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N, size_t p0,
+                 size_t p1, Epilogue e, float* scratch);
 void gemm_panels_bf16(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                       size_t p0, size_t p1, Epilogue e, float* scratch);
 void gemm_panels_f16(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,

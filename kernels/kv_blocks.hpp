@@ -15,12 +15,12 @@ constexpr size_t kKVBlockMultiple = 16;
 // from b * block_stride + h * head_stride. Rows of one head stored one after
 // another are contiguous_rows.
 struct KVBlocks {
-    size_t block, head_stride, block_stride;
+  size_t block, head_stride, block_stride;
 };
 
 // n rows of one head, one after another: a single block of n rounded up.
 constexpr KVBlocks contiguous_rows(size_t n) {
-    return {(n + kKVBlockMultiple - 1) / kKVBlockMultiple * kKVBlockMultiple, 0, 0};
+  return {(n + kKVBlockMultiple - 1) / kKVBlockMultiple * kKVBlockMultiple, 0, 0};
 }
 
 }  // namespace mmgpt::kernels

@@ -234,12 +234,21 @@ __attribute__((target("avx2,fma"))) inline float fma_chains_avx2(uint64_t iters)
   __m256 a0 = _mm256_set1_ps(1.000f), a1 = _mm256_set1_ps(1.001f), a2 = _mm256_set1_ps(1.002f),
          a3 = _mm256_set1_ps(1.003f), a4 = _mm256_set1_ps(1.004f), a5 = _mm256_set1_ps(1.005f),
          a6 = _mm256_set1_ps(1.006f), a7 = _mm256_set1_ps(1.007f), a8 = _mm256_set1_ps(1.008f),
-         a9 = _mm256_set1_ps(1.009f), a10 = _mm256_set1_ps(1.010f), a11 = _mm256_set1_ps(1.011f);  // 12 chains >= 4-cycle latency x 2 FMA pipes (+ slack)
+         a9 = _mm256_set1_ps(1.009f), a10 = _mm256_set1_ps(1.010f),
+         a11 = _mm256_set1_ps(1.011f);  // 12 chains >= 4-cycle latency x 2 FMA pipes (+ slack)
   for (uint64_t i = 0; i < iters; ++i) {
-    MMGPT_FMA_STEP(_mm256_fmadd_ps, a0); MMGPT_FMA_STEP(_mm256_fmadd_ps, a1); MMGPT_FMA_STEP(_mm256_fmadd_ps, a2);
-    MMGPT_FMA_STEP(_mm256_fmadd_ps, a3); MMGPT_FMA_STEP(_mm256_fmadd_ps, a4); MMGPT_FMA_STEP(_mm256_fmadd_ps, a5);
-    MMGPT_FMA_STEP(_mm256_fmadd_ps, a6); MMGPT_FMA_STEP(_mm256_fmadd_ps, a7); MMGPT_FMA_STEP(_mm256_fmadd_ps, a8);
-    MMGPT_FMA_STEP(_mm256_fmadd_ps, a9); MMGPT_FMA_STEP(_mm256_fmadd_ps, a10); MMGPT_FMA_STEP(_mm256_fmadd_ps, a11);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a0);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a1);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a2);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a3);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a4);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a5);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a6);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a7);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a8);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a9);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a10);
+    MMGPT_FMA_STEP(_mm256_fmadd_ps, a11);
   }
   __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
                            _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
@@ -255,10 +264,18 @@ __attribute__((target("avx512f"))) inline float fma_chains_avx512(uint64_t iters
          a6 = _mm512_set1_ps(1.006f), a7 = _mm512_set1_ps(1.007f), a8 = _mm512_set1_ps(1.008f),
          a9 = _mm512_set1_ps(1.009f), a10 = _mm512_set1_ps(1.010f), a11 = _mm512_set1_ps(1.011f);
   for (uint64_t i = 0; i < iters; ++i) {
-    MMGPT_FMA_STEP(_mm512_fmadd_ps, a0); MMGPT_FMA_STEP(_mm512_fmadd_ps, a1); MMGPT_FMA_STEP(_mm512_fmadd_ps, a2);
-    MMGPT_FMA_STEP(_mm512_fmadd_ps, a3); MMGPT_FMA_STEP(_mm512_fmadd_ps, a4); MMGPT_FMA_STEP(_mm512_fmadd_ps, a5);
-    MMGPT_FMA_STEP(_mm512_fmadd_ps, a6); MMGPT_FMA_STEP(_mm512_fmadd_ps, a7); MMGPT_FMA_STEP(_mm512_fmadd_ps, a8);
-    MMGPT_FMA_STEP(_mm512_fmadd_ps, a9); MMGPT_FMA_STEP(_mm512_fmadd_ps, a10); MMGPT_FMA_STEP(_mm512_fmadd_ps, a11);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a0);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a1);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a2);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a3);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a4);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a5);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a6);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a7);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a8);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a9);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a10);
+    MMGPT_FMA_STEP(_mm512_fmadd_ps, a11);
   }
   __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
                            _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));

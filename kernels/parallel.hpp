@@ -33,9 +33,9 @@ namespace mmgpt {
 // Threads the work started here may run on: the task arena's concurrency,
 // capped by tbb::global_control (`--threads`, `bench -t`). At least 1.
 inline size_t thread_budget() {
-    return std::max<size_t>(
-        1, std::min<size_t>(tbb::this_task_arena::max_concurrency(),
-                            tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)));
+  return std::max<size_t>(
+      1, std::min<size_t>(tbb::this_task_arena::max_concurrency(),
+                          tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)));
 }
 
 // Call it qualified, mmgpt::parallel_for: unqualified, argument-dependent lookup
@@ -44,19 +44,19 @@ inline size_t thread_budget() {
 template <class Range, class Body, class Partitioner>
 void parallel_for(const Range& range, const Body& body, const Partitioner& partitioner) {
 #ifdef MMGPT_TSAN
-    char fork = 0, join = 0;
-    __tsan_release(&fork);
-    tbb::parallel_for(
-        range,
-        [&](const Range& r) {
-            __tsan_acquire(&fork);
-            body(r);
-            __tsan_release(&join);
-        },
-        partitioner);
-    __tsan_acquire(&join);
+  char fork = 0, join = 0;
+  __tsan_release(&fork);
+  tbb::parallel_for(
+      range,
+      [&](const Range& r) {
+        __tsan_acquire(&fork);
+        body(r);
+        __tsan_release(&join);
+      },
+      partitioner);
+  __tsan_acquire(&join);
 #else
-    tbb::parallel_for(range, body, partitioner);
+  tbb::parallel_for(range, body, partitioner);
 #endif
 }
 

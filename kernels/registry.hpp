@@ -32,13 +32,13 @@ using PanelKernel = void (*)(const PreparedX& x, const void* w, const float* bia
 
 // The matmul kernels of one translation unit, indexed by weight type.
 struct MatmulKernels {
-    const char* name;
-    XForm x = XForm::F32;
-    std::array<PanelKernel, kWeightTypeCount> panels{};  // null: a type this set does not multiply
-    // The scalar set whose results this one gives bit for bit; null for a
-    // reference itself (and for the XForm::F32 sets, whose reference is
-    // scalar_matmul_kernels()).
-    const MatmulKernels* reference = nullptr;
+  const char* name;
+  XForm x = XForm::F32;
+  std::array<PanelKernel, kWeightTypeCount> panels{};  // null: a type this set does not multiply
+  // The scalar set whose results this one gives bit for bit; null for a
+  // reference itself (and for the XForm::F32 sets, whose reference is
+  // scalar_matmul_kernels()).
+  const MatmulKernels* reference = nullptr;
 };
 
 // One query's causal attention for consecutive heads over a KV cache of one
@@ -50,62 +50,62 @@ using QuantizeRows = void (*)(const float* x, size_t M, size_t K, int8_t* q, flo
 
 // A quantized-matmul set and the activation quantization compiled with it.
 struct QuantKernels {
-    MatmulKernels matmul;  // XForm::Q8Blocks
-    QuantizeRows quantize_rows;
+  MatmulKernels matmul;  // XForm::Q8Blocks
+  QuantizeRows quantize_rows;
 };
 
 // What an instruction set registers: per weight type the set of matmul
 // kernels that multiplies it, per KV cache type its attention, and the
 // element-wise kernels.
 struct KernelSet {
-    const char* name;
-    std::array<const MatmulKernels*, kWeightTypeCount> matmul{};
-    std::array<AttentionKernel, kWeightTypeCount> attention{};  // null: not a KV cache type
-    QuantizeRows quantize_rows = nullptr;
-    // y[m, n] for all m in [0, M) and n in [n0, n1): x[M, K] . W[N, K]^T + bias[n] (W row-major).
-    void (*matmul_cols)(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N,
-                        size_t n0, size_t n1) = nullptr;
-    float (*dot)(const float* a, const float* b, size_t n) = nullptr;
-    void (*axpy)(float a, const float* x, float* y, size_t n) = nullptr;
-    void (*add)(float* y, const float* x, size_t n) = nullptr;
-    void (*layernorm)(const float* x, const float* gamma, const float* beta, float* y, size_t rows, size_t dim,
-                      float eps) = nullptr;
-    void (*gelu_erf)(float* x, size_t n) = nullptr;
-    void (*gelu_tanh)(float* x, size_t n) = nullptr;
-    void (*softmax)(float* x, size_t n) = nullptr;
-    // n floats to f16, round to nearest even (narrow_to_f16's numerics).
-    void (*narrow_f16)(const float* in, size_t n, uint16_t* out) = nullptr;
+  const char* name;
+  std::array<const MatmulKernels*, kWeightTypeCount> matmul{};
+  std::array<AttentionKernel, kWeightTypeCount> attention{};  // null: not a KV cache type
+  QuantizeRows quantize_rows = nullptr;
+  // y[m, n] for all m in [0, M) and n in [n0, n1): x[M, K] . W[N, K]^T + bias[n] (W row-major).
+  void (*matmul_cols)(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N,
+                      size_t n0, size_t n1) = nullptr;
+  float (*dot)(const float* a, const float* b, size_t n) = nullptr;
+  void (*axpy)(float a, const float* x, float* y, size_t n) = nullptr;
+  void (*add)(float* y, const float* x, size_t n) = nullptr;
+  void (*layernorm)(const float* x, const float* gamma, const float* beta, float* y, size_t rows, size_t dim,
+                    float eps) = nullptr;
+  void (*gelu_erf)(float* x, size_t n) = nullptr;
+  void (*gelu_tanh)(float* x, size_t n) = nullptr;
+  void (*softmax)(float* x, size_t n) = nullptr;
+  // n floats to f16, round to nearest even (narrow_to_f16's numerics).
+  void (*narrow_f16)(const float* in, size_t n, uint16_t* out) = nullptr;
 
-    // Registers `m` for every weight type it multiplies (replacing what was there).
-    KernelSet& use(const MatmulKernels& m) {
-        for (size_t t = 0; t < kWeightTypeCount; ++t)
-            if (m.panels[t] != nullptr) matmul[t] = &m;
-        return *this;
-    }
-    KernelSet& use(const QuantKernels& q) {
-        quantize_rows = q.quantize_rows;
-        return use(q.matmul);
-    }
+  // Registers `m` for every weight type it multiplies (replacing what was there).
+  KernelSet& use(const MatmulKernels& m) {
+    for (size_t t = 0; t < kWeightTypeCount; ++t)
+      if (m.panels[t] != nullptr) matmul[t] = &m;
+    return *this;
+  }
+  KernelSet& use(const QuantKernels& q) {
+    quantize_rows = q.quantize_rows;
+    return use(q.matmul);
+  }
 };
 
 // The scalar reference: the specification every set is tested against.
 const KernelSet& scalar_kernel_set();
-const MatmulKernels& scalar_matmul_kernels();   // f32, bf16, f16 (widened)
-const QuantKernels& scalar_quant_kernels();     // q8_0, q4_0
+const MatmulKernels& scalar_matmul_kernels();       // f32, bf16, f16 (widened)
+const QuantKernels& scalar_quant_kernels();         // q8_0, q4_0
 const MatmulKernels& scalar_bf16dot_kernels();      // bf16, VDPBF16PS's arithmetic
 const MatmulKernels& scalar_arm_bf16dot_kernels();  // bf16, BFDOT's arithmetic
 
 // An instruction set: one folder (kernels/<arch>/<isa>/), whose set.cpp
 // defines its Isa. dispatch.cpp lists them in order of preference.
 struct Isa {
-    const char* name;  // as MMGPT_ISA names it
-    // Its kernels where this CPU runs it, else null. bf16dot false: bf16
-    // weights widened to f32 even where the CPU has a bf16 dot product (as
-    // MMGPT_BF16DOT=0).
-    const KernelSet* (*set)(bool bf16dot);
-    // Appends every quantized and bf16 dot-product set of the folder that
-    // this CPU runs (for the tests, which compare each with its reference).
-    void (*runnable)(std::vector<const QuantKernels*>& quant, std::vector<const MatmulKernels*>& bf16dot);
+  const char* name;  // as MMGPT_ISA names it
+  // Its kernels where this CPU runs it, else null. bf16dot false: bf16
+  // weights widened to f32 even where the CPU has a bf16 dot product (as
+  // MMGPT_BF16DOT=0).
+  const KernelSet* (*set)(bool bf16dot);
+  // Appends every quantized and bf16 dot-product set of the folder that
+  // this CPU runs (for the tests, which compare each with its reference).
+  void (*runnable)(std::vector<const QuantKernels*>& quant, std::vector<const MatmulKernels*>& bf16dot);
 };
 #if defined(__x86_64__) || defined(_M_X64)
 const Isa& avx2_isa();
@@ -146,37 +146,37 @@ namespace {
 template <auto F>
 void f32_entry(const PreparedX& x, const void* w, const float* bias, float* y, size_t M, size_t K, size_t N, size_t p0,
                size_t p1, Epilogue e, float* scratch) {
-    F(x.f32, static_cast<const float*>(w), bias, y, M, K, N, p0, p1, e, scratch);
+  F(x.f32, static_cast<const float*>(w), bias, y, M, K, N, p0, p1, e, scratch);
 }
 template <auto F>
-void half_entry(const PreparedX& x, const void* w, const float* bias, float* y, size_t M, size_t K, size_t N,
-                size_t p0, size_t p1, Epilogue e, float* scratch) {
-    F(x.f32, static_cast<const uint16_t*>(w), bias, y, M, K, N, p0, p1, e, scratch);
+void half_entry(const PreparedX& x, const void* w, const float* bias, float* y, size_t M, size_t K, size_t N, size_t p0,
+                size_t p1, Epilogue e, float* scratch) {
+  F(x.f32, static_cast<const uint16_t*>(w), bias, y, M, K, N, p0, p1, e, scratch);
 }
 template <auto F>
 void quant_entry(const PreparedX& x, const void* w, const float* bias, float* y, size_t M, size_t K, size_t N,
                  size_t p0, size_t p1, Epilogue e, float*) {
-    F(x.q8, static_cast<const uint8_t*>(w), bias, y, M, K, N, p0, p1, e);
+  F(x.q8, static_cast<const uint8_t*>(w), bias, y, M, K, N, p0, p1, e);
 }
 template <auto F>
 void bf16dot_entry(const PreparedX& x, const void* w, const float* bias, float* y, size_t M, size_t K, size_t N,
                    size_t p0, size_t p1, Epilogue e, float*) {
-    F(x.bf16, static_cast<const uint16_t*>(w), bias, y, M, K, N, p0, p1, e);
+  F(x.bf16, static_cast<const uint16_t*>(w), bias, y, M, K, N, p0, p1, e);
 }
 // The quantized kernels of one TU, q8_0 and q4_0.
 template <auto Q8, auto Q4>
 QuantKernels quant_kernels(const char* name, QuantizeRows quantize, const MatmulKernels* reference) {
-    QuantKernels k{{name, XForm::Q8Blocks, {}, reference}, quantize};
-    k.matmul.panels[static_cast<size_t>(WeightType::Q8_0)] = &quant_entry<Q8>;
-    k.matmul.panels[static_cast<size_t>(WeightType::Q4_0)] = &quant_entry<Q4>;
-    return k;
+  QuantKernels k{{name, XForm::Q8Blocks, {}, reference}, quantize};
+  k.matmul.panels[static_cast<size_t>(WeightType::Q8_0)] = &quant_entry<Q8>;
+  k.matmul.panels[static_cast<size_t>(WeightType::Q4_0)] = &quant_entry<Q4>;
+  return k;
 }
 // The bf16 dot-product kernel of one TU.
 template <auto F>
 MatmulKernels bf16dot_kernels(const char* name, const MatmulKernels* reference) {
-    MatmulKernels k{name, XForm::Bf16Rows, {}, reference};
-    k.panels[static_cast<size_t>(WeightType::BF16)] = &bf16dot_entry<F>;
-    return k;
+  MatmulKernels k{name, XForm::Bf16Rows, {}, reference};
+  k.panels[static_cast<size_t>(WeightType::BF16)] = &bf16dot_entry<F>;
+  return k;
 }
 }  // namespace
 

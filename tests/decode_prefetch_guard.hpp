@@ -12,15 +12,13 @@
 namespace kt {
 
 struct DecodePrefetchGuard {
-    std::string saved{mmgpt::kernels::decode_prefetch_setting()};
-    DecodePrefetchGuard() = default;
-    // Also sets `setting` ("nta", "t0", "none" or "auto") until the guard ends.
-    explicit DecodePrefetchGuard(std::string_view setting) {
-        REQUIRE(mmgpt::kernels::force_decode_prefetch(setting));
-    }
-    DecodePrefetchGuard(const DecodePrefetchGuard&) = delete;
-    DecodePrefetchGuard& operator=(const DecodePrefetchGuard&) = delete;
-    ~DecodePrefetchGuard() { mmgpt::kernels::force_decode_prefetch(saved); }
+  std::string saved{mmgpt::kernels::decode_prefetch_setting()};
+  DecodePrefetchGuard() = default;
+  // Also sets `setting` ("nta", "t0", "none" or "auto") until the guard ends.
+  explicit DecodePrefetchGuard(std::string_view setting) { REQUIRE(mmgpt::kernels::force_decode_prefetch(setting)); }
+  DecodePrefetchGuard(const DecodePrefetchGuard&) = delete;
+  DecodePrefetchGuard& operator=(const DecodePrefetchGuard&) = delete;
+  ~DecodePrefetchGuard() { mmgpt::kernels::force_decode_prefetch(saved); }
 };
 
 }  // namespace kt

@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/executor.hpp"
-#include "engine/kv_cache.hpp"
 #include "core/half.hpp"
-#include "formats/mmgpt_file.hpp"
 #include "core/panel_layout.hpp"
 #include "core/quant_layout.hpp"
+#include "engine/executor.hpp"
+#include "engine/kv_cache.hpp"
+#include "formats/mmgpt_file.hpp"
 
 namespace mmgpt::test {
 
@@ -51,17 +51,18 @@ inline void write_random_model(const std::string& path, const ModelConfig& confi
       const auto wt = static_cast<mmgpt::WeightType>(matrix_dtype);
       storage8.emplace_back(mmgpt::packed_weight_bytes(wt, spec.shape[0], spec.shape[1]));
       mmgpt::quantize_panels(data.data(), spec.shape[0], spec.shape[1], wt, storage8.back().data());
-      tensors.push_back({spec.name, matrix_dtype, Layout::Panel16, spec.shape, storage8.back().data(),
-                         storage8.back().size()});
+      tensors.push_back(
+          {spec.name, matrix_dtype, Layout::Panel16, spec.shape, storage8.back().data(), storage8.back().size()});
       continue;
     }
     if (pack && matrix_dtype != WeightType::F32) {
       if (widened_f32) {  // the 16-bit values, widened, packed as f32 below
-        for (float& v : data) v = matrix_dtype == WeightType::BF16 ? bf16_to_f32(f32_to_bf16(v)) : f16_to_f32(f32_to_f16(v));
+        for (float& v : data)
+          v = matrix_dtype == WeightType::BF16 ? bf16_to_f32(f32_to_bf16(v)) : f16_to_f32(f32_to_f16(v));
       } else {  // 16-bit panel pairs (as the converter writes them)
         storage16.emplace_back(mmgpt::panel_floats(spec.shape[0], spec.shape[1]));
         mmgpt::pack_half_panels(data.data(), spec.shape[0], spec.shape[1], static_cast<mmgpt::WeightType>(matrix_dtype),
-                                  storage16.back().data());
+                                storage16.back().data());
         tensors.push_back({spec.name, matrix_dtype, Layout::Panel16, spec.shape, storage16.back().data(),
                            storage16.back().size() * sizeof(uint16_t)});
         continue;

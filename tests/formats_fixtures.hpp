@@ -43,8 +43,8 @@ inline const std::string& dir(const std::string& name) {
     const std::string cmd = std::string(MMGPT_PYTHON) + " " + MMGPT_SOURCE_DIR +
                             "/tests/fixtures/make_torch_fixtures.py '" + out + "' '" + out + "/MARKER'";
     const int rc = std::system(cmd.c_str());
-    REQUIRE_MESSAGE(rc == 0, "fixture generation failed (" << cmd
-                                 << "); it needs PyTorch: apt-get install python3-torch");
+    REQUIRE_MESSAGE(rc == 0,
+                    "fixture generation failed (" << cmd << "); it needs PyTorch: apt-get install python3-torch");
     REQUIRE_MESSAGE(!std::filesystem::exists(out + "/MARKER"), "the fixture script itself created MARKER");
     return out;
   }();
@@ -79,17 +79,30 @@ inline void canon_into(std::string& out, const mmgpt::pickle::Value& v) {
   switch (v.kind) {
     case K::None: out += "N"; return;
     case K::Bool: out += v.boolean ? "T" : "F"; return;
-    case K::Int: out += "i"; out += std::to_string(v.integer); return;
+    case K::Int:
+      out += "i";
+      out += std::to_string(v.integer);
+      return;
     case K::Float: {
       char buf[64];
-      if (std::isnan(v.real)) std::snprintf(buf, sizeof buf, "nan");
-      else std::snprintf(buf, sizeof buf, "%.17g", v.real);
+      if (std::isnan(v.real))
+        std::snprintf(buf, sizeof buf, "nan");
+      else
+        std::snprintf(buf, sizeof buf, "%.17g", v.real);
       out += "f";
       out += buf;
       return;
     }
-    case K::String: out += "s"; out += std::to_string(v.text.size()); out += ":"; out += v.text; return;
-    case K::Bytes: out += "b"; out += hex(v.text.data(), v.text.size()); return;
+    case K::String:
+      out += "s";
+      out += std::to_string(v.text.size());
+      out += ":";
+      out += v.text;
+      return;
+    case K::Bytes:
+      out += "b";
+      out += hex(v.text.data(), v.text.size());
+      return;
     case K::List:
     case K::Tuple:
       out += v.kind == K::List ? "L[" : "T(";
@@ -125,7 +138,8 @@ inline void expect_error(const std::function<void()>& f, const std::vector<std::
     f();
   } catch (const mmgpt::Error& e) {
     const std::string msg = e.what();
-    for (const auto& p : parts) CHECK_MESSAGE(msg.find(p) != std::string::npos, "message '" << msg << "' lacks '" << p << "'");
+    for (const auto& p : parts)
+      CHECK_MESSAGE(msg.find(p) != std::string::npos, "message '" << msg << "' lacks '" << p << "'");
     return;
   }
   FAIL("no mmgpt::Error thrown, expected one mentioning " << (parts.empty() ? "" : parts[0]));

@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "formats/error.hpp"
-#include "formats/mmgpt_file.hpp"
 #include "core/panel_layout.hpp"
 #include "core/quant_layout.hpp"
+#include "formats/error.hpp"
+#include "formats/mmgpt_file.hpp"
 #include "tools/convert/converter.hpp"
 
 namespace fs = std::filesystem;
@@ -432,9 +432,11 @@ TEST_CASE("--dtype q8_0 / --dtype-head q4_0: block-quantized matrices within hal
   CHECK(has_note(s, "q8_0"));
   const auto m = mmgpt::ModelFile::open(o.output);
   // (No structured bindings here: clang 14 cannot capture them in CAPTURE.)
-  for (const auto& expected : std::vector<std::pair<std::string, mmgpt::WeightType>>{
-           {"h.0.mlp.fc.weight", mmgpt::WeightType::Q8_0}, {"wte", mmgpt::WeightType::Q8_0},
-           {"lm_head.weight", mmgpt::WeightType::Q4_0}, {"h.0.ln_1.weight", mmgpt::WeightType::F32}}) {
+  for (const auto& expected :
+       std::vector<std::pair<std::string, mmgpt::WeightType>>{{"h.0.mlp.fc.weight", mmgpt::WeightType::Q8_0},
+                                                              {"wte", mmgpt::WeightType::Q8_0},
+                                                              {"lm_head.weight", mmgpt::WeightType::Q4_0},
+                                                              {"h.0.ln_1.weight", mmgpt::WeightType::F32}}) {
     const std::string& name = expected.first;
     const mmgpt::WeightType want_dtype = expected.second;
     CAPTURE(name);
@@ -619,11 +621,15 @@ TEST_CASE("refusals name the problem and leave no output file") {
   SUBCASE("input that does not exist") {
     expect_failure(fixture("no_such_thing.pt"), {"no_such_thing.pt", "no such file"});
   }
-  SUBCASE("directory without a checkpoint") { expect_failure(fixture("bad_empty_dir"), {"bad_empty_dir", "no checkpoint"}); }
+  SUBCASE("directory without a checkpoint") {
+    expect_failure(fixture("bad_empty_dir"), {"bad_empty_dir", "no checkpoint"});
+  }
   SUBCASE("directory with two checkpoints") {
     expect_failure(fixture("bad_two_checkpoints"), {"a.pt", "b.pt", "name one of them"});
   }
-  SUBCASE("not a checkpoint") { expect_failure(fixture("bad_garbage"), {"weights.bin", "not a recognised checkpoint"}); }
+  SUBCASE("not a checkpoint") {
+    expect_failure(fixture("bad_garbage"), {"weights.bin", "not a recognised checkpoint"});
+  }
   SUBCASE("--tokenizer that does not exist") {
     expect_failure(fixture("nanogpt_ids"), {"nope.json", "no such"}, "auto", 0, fixture("nope.json"));
   }

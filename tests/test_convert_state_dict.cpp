@@ -4,8 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 
 #include "formats/error.hpp"
 #include "tools/convert/checkpoint_loader.hpp"
@@ -49,13 +49,15 @@ TEST_CASE("count_layers") {
   CHECK(count_layers(dict({"t.h.10.a", "t.h.9.a", "t.h.8.a", "t.h.7.a", "t.h.6.a", "t.h.5.a", "t.h.4.a", "t.h.3.a",
                            "t.h.2.a", "t.h.1.a", "t.h.0.a"}),
                      "t.h.", "f") == 11);
-  CHECK(error_of([] { count_layers(dict({"h.0.a", "h.2.a"}), "h.", "f.pt"); }).find("layer 1 is missing") !=
-        std::string::npos);
+  CHECK(error_of([] {
+          count_layers(dict({"h.0.a", "h.2.a"}), "h.", "f.pt");
+        }).find("layer 1 is missing") != std::string::npos);
   CHECK(error_of([] { count_layers(dict({"h.1.a"}), "h.", "f.pt"); }).find("layer 0") != std::string::npos);
   CHECK(error_of([] { count_layers(dict({"x"}), "h.", "f.pt"); }).find("no layer tensors") != std::string::npos);
   for (const char* hostile : {"h.01.a", "h.x.a", "h.99999999999999999999.a", "h.0", "h.-1.a", "h..a", "h.1000000.a"})
-    CHECK_MESSAGE(error_of([&] { count_layers(dict({"h.0.a", hostile}), "h.", "f.pt"); }).find(hostile) !=
-                      std::string::npos,
+    CHECK_MESSAGE(error_of([&] {
+                    count_layers(dict({"h.0.a", hostile}), "h.", "f.pt");
+                  }).find(hostile) != std::string::npos,
                   hostile);
 }
 
@@ -73,8 +75,9 @@ TEST_CASE("wrapper prefixes") {
 TEST_CASE("TensorTaker refusals") {
   StateDict sd = dict({"a", "b", "buffer", "stray"});
   TensorTaker taker(sd, "ck.pt", "nanogpt");
-  CHECK(error_of([&] { taker.require({"a", "x", "y"}); }) ==
-        "ck.pt: not a complete nanogpt checkpoint: missing 2 tensor(s): x, y");
+  CHECK(error_of([&] {
+          taker.require({"a", "x", "y"});
+        }) == "ck.pt: not a complete nanogpt checkpoint: missing 2 tensor(s): x, y");
   CHECK(error_of([&] { taker.take("a", {3}); }).find("'a' has shape [2], layout nanogpt expects [3]") !=
         std::string::npos);
   CHECK(taker.take("a", {2}) != nullptr);
@@ -139,8 +142,9 @@ TEST_CASE("layout detection") {
           detect_layout(sd2({{"transformer.wte.weight", {10, 4}}, {"transformer.h.0.attn.c_attn.weight", {5, 4}}}),
                         "f.pt");
         }).find("[5, 4]") != std::string::npos);
-  CHECK(error_of([&] { detect_layout(sd2({{"encoder.layer.0.weight", {2}}}), "f.pt"); })
-            .find("unrecognised checkpoint layout") != std::string::npos);
+  CHECK(error_of([&] {
+          detect_layout(sd2({{"encoder.layer.0.weight", {2}}}), "f.pt");
+        }).find("unrecognised checkpoint layout") != std::string::npos);
   CHECK(parse_layout_name("nanogpt") == LayoutKind::NanoGpt);
   CHECK_THROWS_AS(parse_layout_name("auto"), mmgpt::Error);
 }

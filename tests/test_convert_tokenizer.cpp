@@ -5,8 +5,8 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "formats/error.hpp"
@@ -81,8 +81,8 @@ TEST_CASE("bad BPE files are refused naming the file and the line") {
     CHECK(e.find("vocab.json") != std::string::npos);
     CHECK(e.find(part) != std::string::npos);
   };
-  bad_vocab(R"({"a": 0, "b": 2})", "id 2");           // gap
-  bad_vocab(R"({"a": 0, "b": 0})", "id 0");           // duplicate
+  bad_vocab(R"({"a": 0, "b": 2})", "id 2");  // gap
+  bad_vocab(R"({"a": 0, "b": 0})", "id 0");  // duplicate
   bad_vocab(R"({"a": 0, "b": -1})", "id -1");
   bad_vocab(R"({"a": 0, "b": "1"})", "not an integer");
   bad_vocab(R"(["a", "b"])", "JSON object");
@@ -107,8 +107,9 @@ TEST_CASE("bad BPE files are refused naming the file and the line") {
 }
 
 TEST_CASE("meta.pkl character vocabularies") {
-  const fs::path ok = make_meta("meta_ok", "{'vocab_size': 3, 'itos': {1: 'b', 0: '\\n', 2: '\\u00e9'}, "
-                                           "'stoi': {'\\n': 0, 'b': 1, '\\u00e9': 2}}");
+  const fs::path ok = make_meta("meta_ok",
+                                "{'vocab_size': 3, 'itos': {1: 'b', 0: '\\n', 2: '\\u00e9'}, "
+                                "'stoi': {'\\n': 0, 'b': 1, '\\u00e9': 2}}");
   const mmgpt::TokenizerData t = read_char_meta(ok.string());
   CHECK(t.kind == mmgpt::TokenizerKind::Char);
   CHECK(t.tokens == std::vector<std::string>{"\n", "b", "\xC3\xA9"});

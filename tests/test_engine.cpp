@@ -3,10 +3,10 @@
 // lives in tests/reference.
 #include <doctest/doctest.h>
 
+#include <tbb/global_control.h>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <tbb/global_control.h>
 #include <thread>
 
 #include "engine/attention.hpp"
@@ -39,32 +39,32 @@ const Layout kLayouts[] = {Layout::Panel16, Layout::RowMajor};
 
 TEST_CASE("decoding with the KV cache matches a full prefill, row by row") {
   for (Layout layout : kLayouts)
-  for (auto cfg : {test::small_config(), test::small_config(1, 1, 8, 9, 5), test::small_config(3, 4, 60, 24, 101)}) {
-    for (bool bias : {true, false}) {
-      CAPTURE(static_cast<int>(layout));
-      cfg.qkv_bias = cfg.linear_bias = cfg.norm_bias = bias;
-      cfg.gelu = bias ? GeluKind::Tanh : GeluKind::Erf;
-      const std::string path = test::temp_path("engine_cache.mmgpt");
-      test::write_random_model(path, cfg, 7 + cfg.n_embd, "", 0.2f, -1, layout);
-      Executor ex(Model::load(path));
-      const size_t V = cfg.vocab_size;
-      auto ids = random_ids(cfg.n_ctx, cfg.vocab_size, 3);
-      auto full = all_logits(ex, ids);
+    for (auto cfg : {test::small_config(), test::small_config(1, 1, 8, 9, 5), test::small_config(3, 4, 60, 24, 101)}) {
+      for (bool bias : {true, false}) {
+        CAPTURE(static_cast<int>(layout));
+        cfg.qkv_bias = cfg.linear_bias = cfg.norm_bias = bias;
+        cfg.gelu = bias ? GeluKind::Tanh : GeluKind::Erf;
+        const std::string path = test::temp_path("engine_cache.mmgpt");
+        test::write_random_model(path, cfg, 7 + cfg.n_embd, "", 0.2f, -1, layout);
+        Executor ex(Model::load(path));
+        const size_t V = cfg.vocab_size;
+        auto ids = random_ids(cfg.n_ctx, cfg.vocab_size, 3);
+        auto full = all_logits(ex, ids);
 
-      // Prefill a prefix, then one token at a time.
-      for (size_t prefix : {size_t{1}, size_t{5}}) {
-        KVCache cache(cfg);
-        auto l = ex.run(std::span(ids).first(prefix), cache, 1);
-        CHECK(max_abs_diff(l, std::span(full).subspan((prefix - 1) * V, V)) < 1e-5f);
-        for (size_t t = prefix; t < ids.size(); ++t) {
-          l = ex.run(std::span(ids).subspan(t, 1), cache, 1);
-          CHECK(max_abs_diff(l, std::span(full).subspan(t * V, V)) < 1e-5f);
+        // Prefill a prefix, then one token at a time.
+        for (size_t prefix : {size_t{1}, size_t{5}}) {
+          KVCache cache(cfg);
+          auto l = ex.run(std::span(ids).first(prefix), cache, 1);
+          CHECK(max_abs_diff(l, std::span(full).subspan((prefix - 1) * V, V)) < 1e-5f);
+          for (size_t t = prefix; t < ids.size(); ++t) {
+            l = ex.run(std::span(ids).subspan(t, 1), cache, 1);
+            CHECK(max_abs_diff(l, std::span(full).subspan(t * V, V)) < 1e-5f);
+          }
+          CHECK(cache.length() == cfg.n_ctx);
+          CHECK_THROWS_AS(ex.run(std::span(ids).first(1), cache, 1), Error);  // past the context
         }
-        CHECK(cache.length() == cfg.n_ctx);
-        CHECK_THROWS_AS(ex.run(std::span(ids).first(1), cache, 1), Error);  // past the context
       }
     }
-  }
 }
 
 TEST_CASE("a prefix's logits do not depend on what follows (causal mask)") {
@@ -83,24 +83,24 @@ TEST_CASE("a prefix's logits do not depend on what follows (causal mask)") {
 
 TEST_CASE("results are identical for any thread count") {
   for (Layout layout : kLayouts) {
-  CAPTURE(static_cast<int>(layout));
-  auto cfg = test::small_config(2, 4, 64, 32, 300);
-  const std::string path = test::temp_path("engine_threads.mmgpt");
-  test::write_random_model(path, cfg, 5, "", 0.2f, -1, layout);
-  auto model = Model::load(path);
-  auto ids = random_ids(32, cfg.vocab_size, 9);
-  std::vector<float> one, two;
-  {
-    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
-    Executor ex(model);
-    one = all_logits(ex, ids);
-  }
-  {
-    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
-    Executor ex(model);
-    two = all_logits(ex, ids);
-  }
-  CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+    CAPTURE(static_cast<int>(layout));
+    auto cfg = test::small_config(2, 4, 64, 32, 300);
+    const std::string path = test::temp_path("engine_threads.mmgpt");
+    test::write_random_model(path, cfg, 5, "", 0.2f, -1, layout);
+    auto model = Model::load(path);
+    auto ids = random_ids(32, cfg.vocab_size, 9);
+    std::vector<float> one, two;
+    {
+      tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
+      Executor ex(model);
+      one = all_logits(ex, ids);
+    }
+    {
+      tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
+      Executor ex(model);
+      two = all_logits(ex, ids);
+    }
+    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
   }
 }
 
@@ -112,9 +112,9 @@ TEST_CASE("a panel16 file computes what its row-major twin computes") {
     test::write_random_model(b, cfg, 21, "", 0.3f, -1, Layout::Panel16);
     Executor ra(Model::load(a)), pb(Model::load(b));
     const std::string graph = pb.graph().to_string();
-    CHECK(graph.find("+gelu") != std::string::npos);         // fused bias + GELU
-    CHECK(graph.find("(added into x)") != std::string::npos); // fused residual adds
-    CHECK(graph.find("mlp.residual") == std::string::npos);   // no separate add ops left
+    CHECK(graph.find("+gelu") != std::string::npos);           // fused bias + GELU
+    CHECK(graph.find("(added into x)") != std::string::npos);  // fused residual adds
+    CHECK(graph.find("mlp.residual") == std::string::npos);    // no separate add ops left
     CHECK(ra.graph().to_string().find("mlp.residual") != std::string::npos);
     auto ids = random_ids(cfg.n_ctx, cfg.vocab_size, 4);
     auto la = all_logits(ra, ids), lb = all_logits(pb, ids);
@@ -267,33 +267,33 @@ TEST_CASE("a stop string ends generation, across token boundaries, and is not em
 
 TEST_CASE("a batch gives each prompt exactly what it gets alone") {
   for (Layout layout : kLayouts) {
-  CAPTURE(static_cast<int>(layout));
-  auto cfg = test::small_config(2, 3, 24, 12, 29);
-  const std::string path = test::temp_path("engine_batch.mmgpt");
-  test::write_random_model(path, cfg, 8, "", 0.4f, -1, layout);
-  auto lm = LanguageModel::load(path);
-  const std::vector<std::vector<int32_t>> prompts = {{1}, {2, 3, 4, 5, 6, 7, 8}, {9, 10, 11}, {12, 1, 2, 3, 4, 5, 6, 7,
-                                                                                               8, 9, 10, 11, 12, 13}};
-  for (bool greedy : {true, false}) {
-    GenerateOptions opt;
-    opt.max_new_tokens = 25;  // past the context of 12
-    opt.sampling.greedy = greedy;
-    opt.sampling.seed = 99;
-    opt.sampling.top_k = 0;
-    opt.sampling.temperature = 1.0f;
-    std::vector<int> events(prompts.size());
-    auto batch = lm.generate_batch(prompts, opt, [&](const TokenEvent& e) {
-      events[e.sequence]++;
-      return true;
-    });
-    REQUIRE(batch.size() == prompts.size());
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      auto alone = lm.generate(prompts[i], opt);
-      CHECK_MESSAGE(batch[i].tokens == alone.tokens, "prompt " << i << (greedy ? " greedy" : " sampled"));
-      CHECK(batch[i].tokens.size() == 25);
-      CHECK(events[i] == 25);
+    CAPTURE(static_cast<int>(layout));
+    auto cfg = test::small_config(2, 3, 24, 12, 29);
+    const std::string path = test::temp_path("engine_batch.mmgpt");
+    test::write_random_model(path, cfg, 8, "", 0.4f, -1, layout);
+    auto lm = LanguageModel::load(path);
+    const std::vector<std::vector<int32_t>> prompts = {
+        {1}, {2, 3, 4, 5, 6, 7, 8}, {9, 10, 11}, {12, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}};
+    for (bool greedy : {true, false}) {
+      GenerateOptions opt;
+      opt.max_new_tokens = 25;  // past the context of 12
+      opt.sampling.greedy = greedy;
+      opt.sampling.seed = 99;
+      opt.sampling.top_k = 0;
+      opt.sampling.temperature = 1.0f;
+      std::vector<int> events(prompts.size());
+      auto batch = lm.generate_batch(prompts, opt, [&](const TokenEvent& e) {
+        events[e.sequence]++;
+        return true;
+      });
+      REQUIRE(batch.size() == prompts.size());
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        auto alone = lm.generate(prompts[i], opt);
+        CHECK_MESSAGE(batch[i].tokens == alone.tokens, "prompt " << i << (greedy ? " greedy" : " sampled"));
+        CHECK(batch[i].tokens.size() == 25);
+        CHECK(events[i] == 25);
+      }
     }
-  }
   }
 }
 
@@ -324,7 +324,8 @@ TEST_CASE("one LanguageModel used from several threads at once gives each call w
   auto work = [&](size_t i) {
     Result r;
     r.tokens = lm.generate(prompts[i], options(i)).tokens;
-    for (const auto& b : lm.generate_batch({prompts[i], prompts[(i + 1) % kThreads]}, options(i))) r.batch.push_back(b.tokens);
+    for (const auto& b : lm.generate_batch({prompts[i], prompts[(i + 1) % kThreads]}, options(i)))
+      r.batch.push_back(b.tokens);
     PerplexityOptions po;
     po.ctx = 16;
     po.stride = 8;
@@ -452,9 +453,12 @@ TEST_CASE("KV-cache layout: each row its own place, where blocks() says, for any
               const auto* start = static_cast<const uint8_t*>(cache.keys(l, first));
               for (size_t p = 0; p < n_ctx; ++p) {
                 const auto* row = static_cast<const uint8_t*>(cache.key_row(l, h, p));
-                const size_t want = ((p / at.block) * at.block_stride + (h - first) * at.head_stride + (p % at.block) * hd) * elem;
+                const size_t want =
+                    ((p / at.block) * at.block_stride + (h - first) * at.head_stride + (p % at.block) * hd) * elem;
                 CHECK(row == start + want);
-                CHECK(static_cast<const uint8_t*>(cache.value_row(l, h, p)) - static_cast<const uint8_t*>(cache.values(0, 0)) == row - base);
+                CHECK(static_cast<const uint8_t*>(cache.value_row(l, h, p)) -
+                          static_cast<const uint8_t*>(cache.values(0, 0)) ==
+                      row - base);
                 offsets.push_back(static_cast<size_t>(row - base));
               }
             }

@@ -20,8 +20,8 @@ namespace {
 
 const TokenizerData& gpt2_data() {
   static const TokenizerData data = [] {
-    TokenizerData d = read_bpe_files(MMGPT_SOURCE_DIR "/data/gpt2/encoder.json",
-                                              MMGPT_SOURCE_DIR "/data/gpt2/vocab.bpe");
+    TokenizerData d =
+        read_bpe_files(MMGPT_SOURCE_DIR "/data/gpt2/encoder.json", MMGPT_SOURCE_DIR "/data/gpt2/vocab.bpe");
     d.eos_id = 50256;
     return d;
   }();
@@ -61,7 +61,7 @@ TEST_CASE("the pre-tokenizer splits as GPT-2's regex does") {
   CHECK(pieces("I'll they're WE'LL") == std::vector<std::string>{"I", "'ll", " they", "'re", " WE", "'", "LL"});
   CHECK(pieces("abc123 45!? ") == std::vector<std::string>{"abc", "123", " 45", "!?", " "});
   CHECK(pieces("a  \n") == std::vector<std::string>{"a", "  \n"});  // trailing whitespace run stays whole
-  CHECK(pieces("\ty") == std::vector<std::string>{"\t", "y"});     // only U+0020 joins the next word
+  CHECK(pieces("\ty") == std::vector<std::string>{"\t", "y"});      // only U+0020 joins the next word
   // U+0085 is White_Space (as in Python's regex), U+FEFF is not (unlike JavaScript's \s).
   CHECK(pieces("x \xC2\x85y") == std::vector<std::string>{"x", " ", "\xC2\x85", "y"});
   CHECK(pieces("x \xEF\xBB\xBFy") == std::vector<std::string>{"x", " \xEF\xBB\xBF", "y"});
@@ -84,9 +84,17 @@ TEST_CASE("<|endoftext|> is the end-of-text token unless special tokens are off"
 
 TEST_CASE("bytes that are not UTF-8 still encode and decode exactly") {
   const Tokenizer& t = gpt2();
-  const std::vector<std::string> texts = {
-      "\xFF", "a\xFF" "b", "\xE2\x82", "caf\xC3", "\x80\x80 x", "\xED\xA0\x80", "\xC0\xAF", "\xF4\x90\x80\x80",
-      " \xFE\xFF\xFE", std::string("nul\0byte", 8)};
+  const std::vector<std::string> texts = {"\xFF",
+                                          "a\xFF"
+                                          "b",
+                                          "\xE2\x82",
+                                          "caf\xC3",
+                                          "\x80\x80 x",
+                                          "\xED\xA0\x80",
+                                          "\xC0\xAF",
+                                          "\xF4\x90\x80\x80",
+                                          " \xFE\xFF\xFE",
+                                          std::string("nul\0byte", 8)};
   for (const std::string& s : texts) {
     CAPTURE(s);
     const Ids ids = t.encode(s);
@@ -96,7 +104,8 @@ TEST_CASE("bytes that are not UTF-8 still encode and decode exactly") {
   CHECK(t.encode("\xFF").size() == 1);
   CHECK(t.token_bytes(t.encode("\xFF")[0]) == "\xFF");
   // An invalid byte is punctuation-like: glued to a preceding space, split from letters.
-  CHECK(pieces("ab\xFF" "cd \xFE") == std::vector<std::string>{"ab", "\xFF", "cd", " \xFE"});
+  CHECK(pieces("ab\xFF"
+               "cd \xFE") == std::vector<std::string>{"ab", "\xFF", "cd", " \xFE"});
 
   std::mt19937 rng(42);
   std::string junk(100000, '\0');

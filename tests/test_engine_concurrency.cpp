@@ -32,8 +32,8 @@ struct Outcome {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::string> texts;
   std::vector<int> reasons;
-  std::string streamed;        // the callback's text, in order, tagged by sequence
-  std::vector<float> logits;   // logits_only sessions
+  std::string streamed;       // the callback's text, in order, tagged by sequence
+  std::vector<float> logits;  // logits_only sessions
 
   bool operator==(const Outcome&) const = default;
 };

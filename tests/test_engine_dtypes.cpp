@@ -13,18 +13,18 @@
 // - Decode equals prefill, and thread counts do not matter, as for f32.
 #include <doctest/doctest.h>
 
+#include <tbb/global_control.h>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <tbb/global_control.h>
 
+#include "core/quant_layout.hpp"
 #include "engine/executor.hpp"
 #include "engine/mmgpt.hpp"
 #include "engine_test_model.hpp"
 #include "formats/mmgpt_file_rules.hpp"
 #include "kernels/kernels.hpp"
-#include "core/quant_layout.hpp"
 
 using namespace mmgpt;
 using test::all_logits;
@@ -33,8 +33,8 @@ using test::random_ids;
 namespace {
 
 // All logits of `ids` from an empty cache of type kv, with at most `threads` threads.
-std::vector<float> logits_with(const std::shared_ptr<const Model>& model, const std::vector<int32_t>& ids,
-                               int threads, WeightType kv = WeightType::F32) {
+std::vector<float> logits_with(const std::shared_ptr<const Model>& model, const std::vector<int32_t>& ids, int threads,
+                               WeightType kv = WeightType::F32) {
   tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
   Executor ex(model);
   KVCache cache(model->config(), kv);
@@ -155,10 +155,28 @@ TEST_CASE("GPT-2-shaped model: reduced-precision logits stay close to the f32 mo
     // the activations to 1/254 of theirs. Random weights give flat
     // distributions with near-ties, so the argmax bounds are loose.
     switch (dt) {
-      case WeightType::BF16: CHECK(worst_rel < 0.02); CHECK(mean_kl < 1e-4); CHECK(argmax_differ <= T / 10); break;
-      case WeightType::F16: CHECK(worst_rel < 0.003); CHECK(mean_kl < 2e-6); CHECK(argmax_differ <= T / 10); break;
-      case WeightType::Q8_0: CHECK(worst_rel < 0.05); CHECK(mean_kl < 1e-3); CHECK(argmax_differ <= T / 10); kl_q8 = mean_kl; break;
-      default: CHECK(worst_rel < 0.3); CHECK(mean_kl < 5e-2); CHECK(argmax_differ <= T / 3); kl_q4 = mean_kl; break;
+      case WeightType::BF16:
+        CHECK(worst_rel < 0.02);
+        CHECK(mean_kl < 1e-4);
+        CHECK(argmax_differ <= T / 10);
+        break;
+      case WeightType::F16:
+        CHECK(worst_rel < 0.003);
+        CHECK(mean_kl < 2e-6);
+        CHECK(argmax_differ <= T / 10);
+        break;
+      case WeightType::Q8_0:
+        CHECK(worst_rel < 0.05);
+        CHECK(mean_kl < 1e-3);
+        CHECK(argmax_differ <= T / 10);
+        kl_q8 = mean_kl;
+        break;
+      default:
+        CHECK(worst_rel < 0.3);
+        CHECK(mean_kl < 5e-2);
+        CHECK(argmax_differ <= T / 3);
+        kl_q4 = mean_kl;
+        break;
     }
   }
   // 8-bit blocks must be far closer than 4-bit ones.

@@ -57,9 +57,9 @@ TEST_CASE("tuner: the first comparison after `first` steps, in blocks, the pairs
   DecodePrefetchTuner t(kStart, kOther, params(3, 8, 64));
   int owner = 0;
   const auto given = run_steps(t, &owner, 3 + 16, [](DecodePrefetch) { return 1.0; });
-  const std::vector<DecodePrefetch> expected = {S, S, S,                    // the first 3 steps
-                                                O, O, S, S, S, S, O, O,     // pairs 0 and 1: blocks of 2
-                                                O, O, S, S, S, S, O, O};    // pairs 2 and 3
+  const std::vector<DecodePrefetch> expected = {S, S, S,                  // the first 3 steps
+                                                O, O, S, S, S, S, O, O,   // pairs 0 and 1: blocks of 2
+                                                O, O, S, S, S, S, O, O};  // pairs 2 and 3
   CHECK(given == expected);
   CHECK(t.counts().comparisons == 1);
   CHECK(t.counts().switches == 0);  // equal times: no switch

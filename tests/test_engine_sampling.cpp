@@ -110,7 +110,8 @@ TEST_CASE("streamed UTF-8 is never cut inside a character") {
   std::string euro = "\xE2\x82\xAC";
   CHECK(s.push("a\xE2") == "a");
   CHECK(s.push("\x82") == "");
-  CHECK(s.push("\xAC" "b") == euro + "b");
+  CHECK(s.push("\xAC"
+               "b") == euro + "b");
   CHECK(s.push("\xF0\x9F") == "");
   CHECK(s.push("\x98\x80") == "\xF0\x9F\x98\x80");
   CHECK(s.push("\xC3") == "");

@@ -189,7 +189,8 @@ TEST_CASE("two processes mapping one model share its pages") {
   // own checks above hold in every build.
   const uint64_t b_whole_private = field(b_all, "Private_Clean") + field(b_all, "Private_Dirty");
   if (kSanitized)
-    MESSAGE("sanitized build: process B's private memory " << mb(b_whole_private) << " is the sanitizer's, not bounded");
+    MESSAGE("sanitized build: process B's private memory " << mb(b_whole_private)
+                                                           << " is the sanitizer's, not bounded");
   else
     CHECK(b_whole_private < file_size / 4);
 }

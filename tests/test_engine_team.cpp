@@ -4,25 +4,25 @@
 // run for every weight and KV cache type.
 #include <doctest/doctest.h>
 
+#include <tbb/global_control.h>
 #include <atomic>
 #include <chrono>
-#include <thread>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
-#include <tbb/global_control.h>
 #include <vector>
 
 #include "decode_prefetch_guard.hpp"
 #include "engine/executor.hpp"
 #include "engine/stage_team.hpp"
 #include "engine_test_model.hpp"
-#include "kernels/kernels.hpp"
 #include "formats/mmgpt_file_rules.hpp"
+#include "kernels/kernels.hpp"
 
 using namespace mmgpt;
 
@@ -226,8 +226,8 @@ TEST_CASE("run_stages: a waiting member asks for the runs it reads in order, up 
         if (run_bytes == 4096 && run == 2) return {};
         return {bytes.data() + run * run_bytes, run_bytes};
       };
-      const bool split =
-          run_with_member0_held(next_reads, [&] { return asked[8 + 1].load() != 0; }, std::chrono::milliseconds(50));
+      const bool split = run_with_member0_held(
+          next_reads, [&] { return asked[8 + 1].load() != 0; }, std::chrono::milliseconds(50));
       CHECK(bad_args.load() == 0);
       for (size_t m = 0; m < 2; ++m) {
         CAPTURE(m);
@@ -294,9 +294,9 @@ TEST_CASE("a decode step run by a team equals the op-by-op run bit for bit, for 
   // members than parts. Heads of 68 are not whole q8 blocks, so there only
   // the MLP projection's x comes quantized by its producers (the fc parts);
   // with heads of 64 (n_embd 256, q8_0 / q4_0) the attention output's does too.
-  const std::pair<size_t, WeightType> cases[] = {{272, WeightType::F32},  {272, WeightType::BF16}, {272, WeightType::F16},
-                                            {272, WeightType::Q8_0}, {272, WeightType::Q4_0}, {256, WeightType::Q8_0},
-                                            {256, WeightType::Q4_0}};
+  const std::pair<size_t, WeightType> cases[] = {
+      {272, WeightType::F32},  {272, WeightType::BF16}, {272, WeightType::F16}, {272, WeightType::Q8_0},
+      {272, WeightType::Q4_0}, {256, WeightType::Q8_0}, {256, WeightType::Q4_0}};
   for (const auto& shape_and_type : cases) {
     // Plain variables, not structured bindings: doctest's CAPTURE is a lambda,
     // and Debian 12's clang 14 (the sanitizer builds) cannot capture a binding.

@@ -42,9 +42,7 @@ std::string slurp(const fs::path& p) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-void spit(const fs::path& p, const std::string& bytes) {
-  std::ofstream(p, std::ios::binary) << bytes;
-}
+void spit(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
 
 std::set<std::string> names_in(const fs::path& dir) {
   std::set<std::string> names;
@@ -125,7 +123,8 @@ TEST_CASE("AtomicFile: commit replaces the target and leaves nothing else") {
   }
 }
 
-TEST_CASE("AtomicFile: the file is written in whole aligned 2 MiB runs, the tail at commit; the bytes are the caller's") {
+TEST_CASE(
+    "AtomicFile: the file is written in whole aligned 2 MiB runs, the tail at commit; the bytes are the caller's") {
   // Pieces of every kind: small and unaligned, one that fills the stage
   // exactly, several runs at once (straight from the caller) starting
   // aligned and not, zeros across a run boundary.
@@ -176,7 +175,10 @@ TEST_CASE("AtomicFile: an exception before commit leaves the target as it was, a
     CHECK(names_in(dir) == std::set<std::string>{"out.bin"});
     // And with no previous file: still nothing.
     fs::remove(target);
-    { AtomicFile f(target.string(), mode); f.write("partial", 7); }
+    {
+      AtomicFile f(target.string(), mode);
+      f.write("partial", 7);
+    }
     CHECK(names_in(dir).empty());
   }
 }
@@ -210,10 +212,10 @@ TEST_CASE("AtomicFile: a writer SIGKILLed mid-write leaves the target intact; a 
 TEST_CASE("AtomicFile: the sweep removes only unlocked temporaries of the same target") {
   const fs::path dir = fresh_dir("sweep");
   const fs::path target = dir / "out.bin";
-  spit(dir / ".out.bin.tmp.Abc123", "stale");             // a dead writer's (no lock held)
-  spit(dir / ".out.bin.tmp.notes", "not a temporary");    // wrong shape: kept
-  spit(dir / ".other.bin.tmp.Abc123", "another target");  // another target's: kept
-  ::mkdir((dir / ".out.bin.tmp.dir123").c_str(), 0755);   // not a regular file: kept
+  spit(dir / ".out.bin.tmp.Abc123", "stale");                 // a dead writer's (no lock held)
+  spit(dir / ".out.bin.tmp.notes", "not a temporary");        // wrong shape: kept
+  spit(dir / ".other.bin.tmp.Abc123", "another target");      // another target's: kept
+  ::mkdir((dir / ".out.bin.tmp.dir123").c_str(), 0755);       // not a regular file: kept
   AtomicFile live(target.string(), AtomicFile::Temp::Named);  // a live writer, holding its lock
   const std::string live_name = fs::path(live.temp_path()).filename().string();
   CHECK(names_in(dir) == std::set<std::string>{".out.bin.tmp.notes", ".other.bin.tmp.Abc123", ".out.bin.tmp.dir123",
@@ -224,8 +226,8 @@ TEST_CASE("AtomicFile: the sweep removes only unlocked temporaries of the same t
   live.write("ok", 2);
   live.commit();
   CHECK(slurp(target) == "ok");
-  CHECK(names_in(dir) == std::set<std::string>{"out.bin", ".out.bin.tmp.notes", ".other.bin.tmp.Abc123",
-                                               ".out.bin.tmp.dir123"});
+  CHECK(names_in(dir) ==
+        std::set<std::string>{"out.bin", ".out.bin.tmp.notes", ".other.bin.tmp.Abc123", ".out.bin.tmp.dir123"});
 }
 
 TEST_CASE("AtomicFile: a write past RLIMIT_FSIZE fails with one line naming the target; nothing is left") {

@@ -74,7 +74,8 @@ std::string rebuild_list(uint64_t numel, size_t views, const std::function<int32
     for (int32_t s : size) p += binint(s);
     p += "t(";
     for (int32_t s : stride) p += binint(s);
-    p += "t\x89" "ccollections\nOrderedDict\n)RtR";
+    p += "t\x89"
+         "ccollections\nOrderedDict\n)RtR";
   }
   return p + "e.";
 }
@@ -96,16 +97,16 @@ Zip make_zip(const std::vector<ZipEntryBytes>& entries) {
   Zip z;
   for (const auto& e : entries) {
     z.local.push_back(z.bytes.size());
-    z.bytes += le(0x04034b50, 4) + le(20, 2) + le(0, 2) + le(0, 2) + le(0, 4) + le(0, 4) +
-               le(e.data.size(), 4) + le(e.data.size(), 4) + le(e.name.size(), 2) + le(0, 2) + e.name + e.data;
+    z.bytes += le(0x04034b50, 4) + le(20, 2) + le(0, 2) + le(0, 2) + le(0, 4) + le(0, 4) + le(e.data.size(), 4) +
+               le(e.data.size(), 4) + le(e.name.size(), 2) + le(0, 2) + e.name + e.data;
   }
   const size_t cd = z.bytes.size();
   for (size_t i = 0; i < entries.size(); ++i) {
     const auto& e = entries[i];
     z.central.push_back(z.bytes.size());
     z.bytes += le(0x02014b50, 4) + le(20, 2) + le(20, 2) + le(0, 2) + le(0, 2) + le(0, 4) + le(0, 4) +
-               le(e.data.size(), 4) + le(e.data.size(), 4) + le(e.name.size(), 2) + le(0, 2) + le(0, 2) +
-               le(0, 2) + le(0, 2) + le(0, 4) + le(z.local[i], 4) + e.name;
+               le(e.data.size(), 4) + le(e.data.size(), 4) + le(e.name.size(), 2) + le(0, 2) + le(0, 2) + le(0, 2) +
+               le(0, 2) + le(0, 4) + le(z.local[i], 4) + e.name;
   }
   z.eocd = z.bytes.size();
   z.bytes += le(0x06054b50, 4) + le(0, 2) + le(0, 2) + le(entries.size(), 2) + le(entries.size(), 2) +
@@ -281,16 +282,17 @@ TEST_CASE("torch.save: declared storage sizes and repeated views stay bounded") 
   }
   // Zero strides: each view of one float (a different one each time) expands to 2^24 floats (64 MiB).
   {
-    const Zip z = make_zip({{"archive/data.pkl", rebuild_list(100, 100, [](size_t i) { return int32_t(i); }, {4096, 4096}, {0, 0})},
-                            {"archive/data/0", f32_storage(100)}});
+    const Zip z = make_zip(
+        {{"archive/data.pkl", rebuild_list(100, 100, [](size_t i) { return int32_t(i); }, {4096, 4096}, {0, 0})},
+         {"archive/data/0", f32_storage(100)}});
     refused_within(100 * MiB, [&] { load_torch(z.bytes); }, {"many tensors read the same storage"});
   }
   // The same view repeated (tied weights under many keys) is rebuilt once and shared.
   {
     const uint64_t numel = 256 * 1024;
-    const Zip z = make_zip({{"archive/data.pkl", rebuild_list(numel, 2000, [](size_t) { return 0; },
-                                                              {int32_t(numel)}, {1})},
-                            {"archive/data/0", f32_storage(numel)}});
+    const Zip z =
+        make_zip({{"archive/data.pkl", rebuild_list(numel, 2000, [](size_t) { return 0; }, {int32_t(numel)}, {1})},
+                  {"archive/data/0", f32_storage(numel)}});
     const std::string path = tmp("tied.pt");
     write_file(path, z.bytes);
     alloc_counter::Scope scope;
@@ -304,16 +306,33 @@ TEST_CASE("torch.save: declared storage sizes and repeated views stay bounded") 
 // ---- pickle -----------------------------------------------------------------------
 
 TEST_CASE("pickle: declared lengths beyond the input are refused before allocating") {
-  refused_within(MiB, [] { unpickle("\x80\x02X" + le(0x7fffffff, 4) + "abc."); }, {"hostile.pkl", "declared length 2147483647"});
-  refused_within(MiB, [] { unpickle("\x80\x04\x8d" + le(uint64_t(1) << 60, 8) + "abc."); }, {"declared length 1152921504606846976"});
-  refused_within(MiB, [] { unpickle("\x80\x03" "B" + le(0x7ffffff0, 4) + "abc."); }, {"declared length"});
+  refused_within(MiB, [] { unpickle("\x80\x02X" + le(0x7fffffff, 4) + "abc."); },
+                 {"hostile.pkl", "declared length 2147483647"});
+  refused_within(MiB, [] { unpickle("\x80\x04\x8d" + le(uint64_t(1) << 60, 8) + "abc."); },
+                 {"declared length 1152921504606846976"});
+  refused_within(MiB,
+                 [] {
+                   unpickle(
+                       "\x80\x03"
+                       "B" +
+                       le(0x7ffffff0, 4) + "abc.");
+                 },
+                 {"declared length"});
   refused_within(MiB, [] { unpickle("\x80\x04\x8e" + le(~uint64_t(0), 8) + "."); }, {"declared length"});
-  refused_within(MiB, [] { unpickle("\x80\x02\x8b" + le(0x7fffffff, 4) + "."); }, {"declared length"});   // LONG4
-  refused_within(MiB, [] { unpickle("\x80\x02" "T" + le(0x80000000u, 4) + "."); }, {"negative length"});  // BINSTRING
+  refused_within(MiB, [] { unpickle("\x80\x02\x8b" + le(0x7fffffff, 4) + "."); }, {"declared length"});  // LONG4
+  refused_within(MiB,
+                 [] {
+                   unpickle(
+                       "\x80\x02"
+                       "T" +
+                       le(0x80000000u, 4) + ".");
+                 },
+                 {"negative length"});  // BINSTRING
   refused_within(MiB, [] { unpickle("\x80\x04\x95" + le(uint64_t(1) << 50, 8) + "N."); }, {"frame of"});
   // A LONG literal with a million digits, and LONG1 of 255 bytes.
   refused_within(4 * MiB, [] { unpickle("L" + std::string(1000000, '9') + "L\n."); }, {"not a 64-bit integer"});
-  refused_within(MiB, [] { unpickle("\x80\x02\x8a\xff" + std::string(255, '\x7f') + "."); }, {"does not fit in 64 bits"});
+  refused_within(MiB, [] { unpickle("\x80\x02\x8a\xff" + std::string(255, '\x7f') + "."); },
+                 {"does not fit in 64 bits"});
 }
 
 TEST_CASE("pickle: memo abuse is refused") {
@@ -334,11 +353,14 @@ TEST_CASE("pickle: stack, mark and value floods are refused") {
   refused_within(128 * MiB, [] { unpickle("\x80\x02N" + std::string(3000000, '2') + "."); }, {"stack exceeds"});
   refused_within(128 * MiB, [] { unpickle("\x80\x02" + std::string(3000000, '(') + "."); }, {"too many MARKs"});
   // One list appended to itself millions of times: no new values, only items.
-  refused_within(256 * MiB, [] { unpickle("\x80\x02]" + [] {
-                                            std::string s;
-                                            for (int i = 0; i < 5000000; ++i) s += "2a";
-                                            return s;
-                                          }() + "."); },
+  refused_within(256 * MiB,
+                 [] {
+                   unpickle("\x80\x02]" + [] {
+                     std::string s;
+                     for (int i = 0; i < 5000000; ++i) s += "2a";
+                     return s;
+                   }() + ".");
+                 },
                  {"list, tuple and dict items"});
 }
 
@@ -350,7 +372,8 @@ TEST_CASE("pickle: deep nesting is refused without recursing on the C++ stack") 
     const std::string end = stop ? "." : "";
     refused_within(256 * MiB, [&] { unpickle("\x80\x02N" + std::string(1000000, '\x85') + end); },
                    {stop ? "nested deeper than 512" : "without a STOP"});
-    refused_within(256 * MiB, [&] { unpickle("\x80\x02" + std::string(1000000, ']') + std::string(999999, 'a') + end); },
+    refused_within(256 * MiB,
+                   [&] { unpickle("\x80\x02" + std::string(1000000, ']') + std::string(999999, 'a') + end); },
                    {stop ? "nested deeper than 512" : "without a STOP"});
     std::string nest = "\x80\x02";  // {None: {None: ... {None: None}}}
     for (int i = 0; i < 300000; ++i) nest += "(N";
@@ -363,34 +386,50 @@ TEST_CASE("pickle: deep nesting is refused without recursing on the C++ stack") 
 // ---- safetensors ----------------------------------------------------------------
 
 TEST_CASE("safetensors: huge header lengths, tensors and offsets are refused") {
-  refused_within(MiB, [] {
-    const std::string path = tmp("hostile.safetensors");
-    write_file(path, le(uint64_t(1) << 62, 8) + "{}");
-    mmgpt::load_safetensors(path);
-  }, {"hostile.safetensors", "header length 4611686018427387904 exceeds"});
-  refused_within(MiB, [] {
-    const std::string path = tmp("hostile.safetensors");
-    write_file(path, le(50u << 20, 8) + "{}");
-    mmgpt::load_safetensors(path);
-  }, {"header length 52428800 exceeds the 2 bytes"});
+  refused_within(MiB,
+                 [] {
+                   const std::string path = tmp("hostile.safetensors");
+                   write_file(path, le(uint64_t(1) << 62, 8) + "{}");
+                   mmgpt::load_safetensors(path);
+                 },
+                 {"hostile.safetensors", "header length 4611686018427387904 exceeds"});
+  refused_within(MiB,
+                 [] {
+                   const std::string path = tmp("hostile.safetensors");
+                   write_file(path, le(50u << 20, 8) + "{}");
+                   mmgpt::load_safetensors(path);
+                 },
+                 {"header length 52428800 exceeds the 2 bytes"});
   // 2^40 floats declared, 8 bytes present.
-  refused_within(MiB, [] {
-    load_safetensors("{\"t\":{\"dtype\":\"F32\",\"shape\":[1048576,1048576],\"data_offsets\":[0,4398046511104]}}",
-                     std::string(8, '\0'));
-  }, {"'t'", "outside the 8 data bytes"});
-  refused_within(MiB, [] {
-    load_safetensors("{\"t\":{\"dtype\":\"F32\",\"shape\":[1048576,1048576],\"data_offsets\":[0,8]}}", std::string(8, '\0'));
-  }, {"'t'", "need 4398046511104"});
+  refused_within(MiB,
+                 [] {
+                   load_safetensors(
+                       "{\"t\":{\"dtype\":\"F32\",\"shape\":[1048576,1048576],\"data_offsets\":[0,4398046511104]}}",
+                       std::string(8, '\0'));
+                 },
+                 {"'t'", "outside the 8 data bytes"});
+  refused_within(MiB,
+                 [] {
+                   load_safetensors("{\"t\":{\"dtype\":\"F32\",\"shape\":[1048576,1048576],\"data_offsets\":[0,8]}}",
+                                    std::string(8, '\0'));
+                 },
+                 {"'t'", "need 4398046511104"});
   // Offsets that wrap around 2^64.
-  refused_within(MiB, [] {
-    load_safetensors("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[18446744073709551608,0]}}",
-                     std::string(8, '\0'));
-  }, {"outside"});
-  refused_within(MiB, [] {
-    load_safetensors("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                     "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-                     std::string(8, '\0'));
-  }, {"overlap"});
+  refused_within(MiB,
+                 [] {
+                   load_safetensors(
+                       "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[18446744073709551608,0]}}",
+                       std::string(8, '\0'));
+                 },
+                 {"outside"});
+  refused_within(MiB,
+                 [] {
+                   load_safetensors(
+                       "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                       "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                       std::string(8, '\0'));
+                 },
+                 {"overlap"});
 }
 
 TEST_CASE("safetensors: hostile header structure is refused while parsing") {
@@ -414,16 +453,27 @@ TEST_CASE("safetensors: hostile header structure is refused while parsing") {
   for (int i = 0; i < 1000000; ++i) h += ",1";
   file(h + "],\"data_offsets\":[0,4]}}");
   refused_within(MiB, load, {"more than 64 values"});
-  refused_within(MiB, [] {
-    load_safetensors("{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                     "\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-                     std::string(8, '\0'));
-  }, {"tensor 't' appears twice"});
-  refused_within(MiB, [] {
-    load_safetensors("{\"t\":{\"dtype\":\"F32\",\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[0,4]}}", std::string(4, '\0'));
-  }, {"gives 'dtype' twice"});
+  refused_within(MiB,
+                 [] {
+                   load_safetensors(
+                       "{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                       "\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                       std::string(8, '\0'));
+                 },
+                 {"tensor 't' appears twice"});
+  refused_within(MiB,
+                 [] {
+                   load_safetensors(
+                       "{\"t\":{\"dtype\":\"F32\",\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+                       std::string(4, '\0'));
+                 },
+                 {"gives 'dtype' twice"});
   refused_within(MiB, [] { load_safetensors("{\"t\":[1,2]}"); }, {"'t' is not an object"});
-  refused_within(MiB, [] { load_safetensors("{\"t\":{\"dtype\":{\"x\":\"F32\"},\"shape\":[1],\"data_offsets\":[0,4]}}", std::string(4, '\0')); },
+  refused_within(MiB,
+                 [] {
+                   load_safetensors("{\"t\":{\"dtype\":{\"x\":\"F32\"},\"shape\":[1],\"data_offsets\":[0,4]}}",
+                                    std::string(4, '\0'));
+                 },
                  {"no string 'dtype'"});
 }
 
@@ -460,7 +510,8 @@ std::string tiny_mmgpt() {
 }
 
 uint64_t section(const std::string& img, uint32_t i) {  // offset of section i (config, tokenizer, tensors)
-  const uint64_t table = load_u64(reinterpret_cast<const unsigned char*>(img.data()) + mmgpt::mmgpt_file::kOffSectionTable);
+  const uint64_t table =
+      load_u64(reinterpret_cast<const unsigned char*>(img.data()) + mmgpt::mmgpt_file::kOffSectionTable);
   return load_u64(reinterpret_cast<const unsigned char*>(img.data()) + table + 32 * i + 8);
 }
 
@@ -500,7 +551,8 @@ TEST_CASE(".mmgpt: declared counts, strings and tensor sizes are bounded by the 
   refused_within(MiB, [&] { parse(b); }, {"hostile.mmgpt"});
   // A section table that claims a section ending past 2^64.
   b = good;
-  const uint64_t table = load_u64(reinterpret_cast<const unsigned char*>(b.data()) + mmgpt::mmgpt_file::kOffSectionTable);
+  const uint64_t table =
+      load_u64(reinterpret_cast<const unsigned char*>(b.data()) + mmgpt::mmgpt_file::kOffSectionTable);
   put(b, table + 16, ~uint64_t(0) - 4, 8);
   refused_within(MiB, [&] { parse(b); }, {"exceeds file size"});
 }

@@ -52,7 +52,7 @@ TokenizerData char_tokenizer() {
   TokenizerData t;
   t.kind = TokenizerKind::Char;
   t.tokens = {"\n", " ", "a", "b", "\xc3\xa9" /* é */, "\xe2\x82\xac" /* € */, "\xf0\x9f\x98\x80" /* 😀 */,
-              "z", "!", "Q"};
+              "z",  "!", "Q"};
   t.eos_id = -1;
   return t;
 }
@@ -84,8 +84,8 @@ Model make_model(const ModelConfig& config, const TokenizerData& tokenizer) {
     std::vector<float> v(n);
     for (uint64_t k = 0; k < n; ++k) v[k] = static_cast<float>(i) + static_cast<float>(k) * 0.001f;
     m.storage.push_back(std::move(v));
-    m.tensors.push_back({specs[i].name, WeightType::F32, Layout::RowMajor, specs[i].shape, m.storage.back().data(),
-                         n * sizeof(float)});
+    m.tensors.push_back(
+        {specs[i].name, WeightType::F32, Layout::RowMajor, specs[i].shape, m.storage.back().data(), n * sizeof(float)});
   }
   return m;
 }
@@ -129,13 +129,13 @@ std::string rejection(const Bytes& img, uint64_t size) {
 }
 std::string rejection(const Bytes& img) { return rejection(img, img.size()); }
 
-#define CHECK_REJECTS(img, needle)                                         \
-  do {                                                                     \
-    const std::string msg_ = rejection(img);                               \
-    INFO("message: " << msg_);                                             \
-    CHECK(msg_.rfind("model.mmgpt: ", 0) == 0);                            \
-    CHECK(msg_.find(needle) != std::string::npos);                         \
-    CHECK(msg_.find('\n') == std::string::npos);                           \
+#define CHECK_REJECTS(img, needle)                 \
+  do {                                             \
+    const std::string msg_ = rejection(img);       \
+    INFO("message: " << msg_);                     \
+    CHECK(msg_.rfind("model.mmgpt: ", 0) == 0);    \
+    CHECK(msg_.find(needle) != std::string::npos); \
+    CHECK(msg_.find('\n') == std::string::npos);   \
   } while (0)
 
 // Section table entry i (the writer emits config, tokenizer, tensors in order).
@@ -384,8 +384,7 @@ TEST_CASE("open refuses missing files, directories, empty files and FIFOs clearl
   REQUIRE(::mkfifo((dir + "/fifo").c_str(), 0600) == 0);
   CHECK_THROWS_WITH_AS(ModelFile::open(dir + "/fifo"), doctest::Contains("is not a regular file"), Error);
   std::ofstream(dir + "/junk.mmgpt") << "hello, this is not a model at all; it is long enough to have a header.....";
-  CHECK_THROWS_WITH_AS(ModelFile::open(dir + "/junk.mmgpt"), doctest::Contains("not a .mmgpt file (bad magic"),
-                       Error);
+  CHECK_THROWS_WITH_AS(ModelFile::open(dir + "/junk.mmgpt"), doctest::Contains("not a .mmgpt file (bad magic"), Error);
 }
 
 // --------------------------------------------------------------- header rules
@@ -401,9 +400,9 @@ TEST_CASE("truncation at every header/metadata length and through the data is re
     CHECK(msg.rfind("model.mmgpt: ", 0) == 0);
   }
   for (uint64_t len = data_start; len < img.size(); len += 37) CHECK_FALSE(rejection(img, len).empty());
-  CHECK(rejection(img, img.size() - 1).find("header field file_size is " + std::to_string(img.size()) +
-                                            " but the file is " + std::to_string(img.size() - 1)) !=
-        std::string::npos);
+  CHECK(rejection(img, img.size() - 1)
+            .find("header field file_size is " + std::to_string(img.size()) + " but the file is " +
+                  std::to_string(img.size() - 1)) != std::string::npos);
   CHECK(rejection(img, 40).find("smaller than the 64-byte header") != std::string::npos);
 }
 
@@ -524,8 +523,10 @@ TEST_CASE("config section values are validated") {
   };
   for (const Case& k : cases) {
     Bytes img = tiny_image();
-    if (k.width == 4) set_u32(img, cfg + k.at, k.value);
-    else img[cfg + k.at] = static_cast<unsigned char>(k.value);
+    if (k.width == 4)
+      set_u32(img, cfg + k.at, k.value);
+    else
+      img[cfg + k.at] = static_cast<unsigned char>(k.value);
     CHECK_REJECTS(img, k.needle);
   }
   Bytes img = tiny_image();
@@ -601,8 +602,7 @@ TEST_CASE("tensor directory entries are validated") {
   CHECK_REJECTS(img, "exceeds file size");
   img = base;
   set_u64(img, entry_of(img, "wte").offset, f.tensor("wte").offset + 4);
-  CHECK_REJECTS(img, "tensor 'wte': offset " + std::to_string(f.tensor("wte").offset + 4) +
-                         " is not a multiple of 64");
+  CHECK_REJECTS(img, "tensor 'wte': offset " + std::to_string(f.tensor("wte").offset + 4) + " is not a multiple of 64");
   img = base;
   set_u64(img, entry_of(img, "h.0.ln_1.bias").offset, ln_w.offset);
   CHECK_REJECTS(img, "overlaps tensor 'h.0.ln_1.weight'");
@@ -627,7 +627,9 @@ TEST_CASE("tensor directory entries are validated") {
   CHECK_REJECTS(img, "tensor 'wte': unknown dtype id 5");
   img = base;
   set_u32(img, entry_of(img, "wte").layout, 4);
-  CHECK_REJECTS(img, "tensor 'wte': unknown layout id 4 (this reader knows 0 = row-major, 1 = panel16, 2 = panel16q, 3 = panel16x2");
+  CHECK_REJECTS(
+      img,
+      "tensor 'wte': unknown layout id 4 (this reader knows 0 = row-major, 1 = panel16, 2 = panel16q, 3 = panel16x2");
   img = base;
   set_u32(img, entry_of(img, "wte").ndim, 9);
   CHECK_REJECTS(img, "tensor 'wte': ndim 9 exceeds limit 8");
@@ -732,7 +734,10 @@ TEST_CASE("the writer refuses invalid models and leaves no file") {
       {[](Model& m) { m.tensors[0].name = "token_embedding"; }, "missing tensor 'wte'"},
       {[](Model& m) { m.tensors[1].data = nullptr; }, "tensor 'wpe': data is null"},
       {[](Model& m) { m.tensors[1].nbytes -= 4; }, "tensor 'wpe': nbytes"},
-      {[](Model& m) { m.tensors[1].shape = {8, 16}; }, "tensor 'wpe' has shape [8, 16]"},
+      {[](Model& m) {
+         m.tensors[1].shape = {8, 16};
+       },
+       "tensor 'wpe' has shape [8, 16]"},
       {[](Model& m) { m.tensors[1].dtype = static_cast<WeightType>(9); }, "unknown dtype id 9"},
       {[](Model& m) { m.tensors[1].layout = static_cast<Layout>(9); }, "unknown layout id 9"},
       {[](Model& m) { m.config.norm_bias = false; }, "unexpected tensor 'h.0.ln_1.bias'"},
@@ -740,10 +745,12 @@ TEST_CASE("the writer refuses invalid models and leaves no file") {
       {[](Model& m) { m.tokenizer.tokens.push_back(std::string(5000, 'a')); }, "is 5000 bytes (limit 4096)"},
       {[](Model& m) { m.tokenizer.tokens.push_back("\xc3"); }, "not valid UTF-8"},
       {[](Model& m) { m.tokenizer.tokens.resize(12, "x"); }, "token_count 12 exceeds config vocab_size 11"},
-      {[](Model& m) { m.tokenizer.merges.push_back({"a", "b"}); }, "merges are only allowed for gpt2-bpe"},
+      {[](Model& m) {
+         m.tokenizer.merges.push_back({"a", "b"});
+       },
+       "merges are only allowed for gpt2-bpe"},
       {[](Model& m) { m.tokenizer.eos_id = 10; }, "eos_id 10 is out of range"},
-      {[](Model& m) { m.tokenizer.kind = TokenizerKind::Gpt2Bpe, m.tokenizer.tokens.clear(); },
-       "token_count is 0"},
+      {[](Model& m) { m.tokenizer.kind = TokenizerKind::Gpt2Bpe, m.tokenizer.tokens.clear(); }, "token_count is 0"},
   };
   for (const Case& k : cases) {
     Model m = good;
@@ -786,8 +793,7 @@ TEST_CASE("a failed write leaves an existing target untouched and no temporary")
       write(path, big);
     } catch (const Error& e) {
       const std::string msg = e.what();
-      code = msg.rfind(path + ": cannot write the new file", 0) == 0 &&
-                     msg.find("File too large") != std::string::npos
+      code = msg.rfind(path + ": cannot write the new file", 0) == 0 && msg.find("File too large") != std::string::npos
                  ? 0
                  : 2;
     } catch (...) {
@@ -852,15 +858,15 @@ TEST_CASE("panel16 matrices: round trip, and the layout's own rules") {
   const TensorView& wte = f.tensor("wte");  // [11, 8]: one panel, 5 padding rows
   CHECK(wte.nbytes == 16 * 8 * 4);
   CHECK(wte.f32()[3 * 16 + 2] == m.storage[0][2 * 8 + 3]);  // W[2][3]
-  CHECK(wte.f32()[3 * 16 + 12] == 0.0f);                      // padding row 12
+  CHECK(wte.f32()[3 * 16 + 12] == 0.0f);                    // padding row 12
 
   // A vector in panel16 is refused by the writer and the reader.
   Model bad = make_model(cfg, char_tokenizer());
   for (TensorToWrite& t : bad.tensors)
     if (t.name == "h.0.ln_1.weight") t.layout = Layout::Panel16;
-  CHECK_THROWS_WITH_AS(write(dir + "/bad.mmgpt", bad),
-                       doctest::Contains("tensor 'h.0.ln_1.weight': layout panel16 needs a matrix, but the shape is [8]"),
-                       mmgpt::Error);
+  CHECK_THROWS_WITH_AS(
+      write(dir + "/bad.mmgpt", bad),
+      doctest::Contains("tensor 'h.0.ln_1.weight': layout panel16 needs a matrix, but the shape is [8]"), mmgpt::Error);
   const Bytes& base = tiny_image();
   Bytes img = base;
   set_u32(img, entry_of(img, "h.0.ln_1.weight").layout, 1);
@@ -907,16 +913,17 @@ TEST_CASE("bf16 / f16 matrices: round trip, 2 bytes per element in panel16, nowh
   const TensorView& wte = f.tensor("wte");  // [11, 8]: one panel of 16 x 8 two-byte elements
   CHECK(wte.nbytes == 16 * 8 * 2);
   CHECK(wte.u16()[3 * 16 + 2] == uint16_t(2 * 8 + 3));  // W[2][3] of tensor 0
-  CHECK(wte.u16()[3 * 16 + 12] == 0);                    // padding row 12
+  CHECK(wte.u16()[3 * 16 + 12] == 0);                   // padding row 12
   CHECK(f.tensor("lm_head.weight").nbytes == 16 * 8 * 2);
 
   // The writer refuses a 16-bit dtype outside panel16 (stored as panel16x2), and on a tensor that is not a matrix.
   Model bad = make_model(cfg, char_tokenizer());
   bad.tensors[0].dtype = WeightType::BF16;  // wte, row-major
   bad.tensors[0].nbytes /= 2;
-  CHECK_THROWS_WITH_AS(write(dir + "/bad.mmgpt", bad),
-                       doctest::Contains("tensor 'wte': dtype bf16 is only allowed in layout panel16x2 (this tensor is row-major)"),
-                       mmgpt::Error);
+  CHECK_THROWS_WITH_AS(
+      write(dir + "/bad.mmgpt", bad),
+      doctest::Contains("tensor 'wte': dtype bf16 is only allowed in layout panel16x2 (this tensor is row-major)"),
+      mmgpt::Error);
   // wpe [16, 8] in panel16 f16: right size, but not a matmul weight.
   bad = make_model(cfg, char_tokenizer());
   std::vector<uint16_t> wpe16(16 * 8, 0);
@@ -932,12 +939,14 @@ TEST_CASE("bf16 / f16 matrices: round trip, 2 bytes per element in panel16, nowh
   const Bytes& base = tiny_image();
   Bytes img = base;
   set_u32(img, entry_of(img, "h.0.ln_1.weight").dtype, 1);
-  CHECK_REJECTS(img, "tensor 'h.0.ln_1.weight': dtype bf16 is only allowed in layout panel16x2 (this tensor is row-major)");
+  CHECK_REJECTS(img,
+                "tensor 'h.0.ln_1.weight': dtype bf16 is only allowed in layout panel16x2 (this tensor is row-major)");
   img = base;
   set_u32(img, entry_of(img, "h.0.ln_1.weight").dtype, 4);
   CHECK_REJECTS(img, "tensor 'h.0.ln_1.weight': dtype q4_0 is only allowed in layout panel16q");
   // wte [11, 8] (352 bytes as f32) with these dtype and layout ids.
-  const std::string old16 = " in layout panel16 is the panel order of files written by mmgpt before layout 3 (2026-11-24)";
+  const std::string old16 =
+      " in layout panel16 is the panel order of files written by mmgpt before layout 3 (2026-11-24)";
   const std::string oldq = " in layout panel16 is the block order of files written by mmgpt before 2026-11-24";
   const struct {
     uint32_t dtype, layout;
@@ -975,5 +984,6 @@ TEST_CASE("bf16 / f16 matrices: round trip, 2 bytes per element in panel16, nowh
   }
   img = base;
   set_u32(img, entry_of(img, "wte").dtype, 5);
-  CHECK_REJECTS(img, "tensor 'wte': unknown dtype id 5 (this reader knows 0 = f32, 1 = bf16, 2 = f16, 3 = q8_0, 4 = q4_0");
+  CHECK_REJECTS(img,
+                "tensor 'wte': unknown dtype id 5 (this reader knows 0 = f32, 1 = bf16, 2 = f16, 3 = q8_0, 4 = q4_0");
 }

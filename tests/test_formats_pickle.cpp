@@ -42,11 +42,17 @@ std::string str(const std::string& s) {
 
 // _rebuild_tensor_v2(<pid>, offset, sizes, strides, False, OrderedDict()) in protocol 2.
 std::string rebuild(int32_t offset, const std::vector<int32_t>& sizes, const std::vector<int32_t>& strides) {
-  std::string p = "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\n(" + str("pid") + "Q" + binint(offset) + "(";
+  std::string p =
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_tensor_v2\n(" +
+      str("pid") + "Q" + binint(offset) + "(";
   for (int32_t s : sizes) p += binint(s);
   p += "t(";
   for (int32_t s : strides) p += binint(s);
-  return p + "t\x89" "ccollections\nOrderedDict\n)Rt" "R.";
+  return p +
+         "t\x89"
+         "ccollections\nOrderedDict\n)Rt"
+         "R.";
 }
 
 // A storage holding 0, 1, ..., n-1 (or a placeholder when `placeholder`).
@@ -102,37 +108,53 @@ TEST_CASE("a pickle calling os.system is refused by name and nothing runs") {
     CHECK_FALSE(std::filesystem::exists(fx() + "/MARKER"));
   }
   fixtures::expect_error([] { load("cbuiltins\neval\n."); }, {"builtins.eval"});
-  fixtures::expect_error([] { load("\x80\x04" + std::string("\x8c\x08") + "builtins" "\x8c\x03set\x93."); }, {"builtins.set"});
+  fixtures::expect_error(
+      [] {
+        load("\x80\x04" + std::string("\x8c\x08") +
+             "builtins"
+             "\x8c\x03set\x93.");
+      },
+      {"builtins.set"});
   fixtures::expect_error([] { load("ctorch.storage\n_load_from_bytes\n."); }, {"torch.storage._load_from_bytes"});
 }
 
 TEST_CASE("opcodes CPython does not emit for plain objects") {
-  CHECK(load("\x80\x02(K\x01K\x02" "1K\x05" "20.")->integer == 5);       // POP_MARK, DUP, POP
-  CHECK(load("(0K\x07.")->integer == 7);                                  // POP of a bare MARK
+  CHECK(load("\x80\x02(K\x01K\x02"
+             "1K\x05"
+             "20.")
+            ->integer == 5);              // POP_MARK, DUP, POP
+  CHECK(load("(0K\x07.")->integer == 7);  // POP of a bare MARK
   CHECK(load("\x8b" + u32(9) + std::string("\xff\xff\xff\xff\xff\xff\xff\x7f\x00", 9) + ".")->integer == INT64_MAX);
   CHECK(load(std::string("\x8b\x01\x00\x00\x00\xfe.", 7))->integer == -2);
   CHECK(load(std::string("\x8a\x00.", 3))->integer == 0);
   fixtures::expect_error([] { load("\x8b" + u32(9) + std::string("\0\0\0\0\0\0\0\0\x01", 9) + "."); }, {"64 bits"});
-  fixtures::expect_error([] { load(std::string("\x8a\x08\0\0\0\0\0\0\0\x80", 10) + std::string("\x8a\x09\0\0\0\0\0\0\0\x80\0.", 12)); },
-                         {"64 bits"});
-  CHECK(load("\x8d" + u64(3) + "abc.")->text == "abc");                   // BINUNICODE8
-  const ValuePtr b8 = load("\x8e" + u64(2) + "xy.");                      // BINBYTES8
+  fixtures::expect_error(
+      [] { load(std::string("\x8a\x08\0\0\0\0\0\0\0\x80", 10) + std::string("\x8a\x09\0\0\0\0\0\0\0\x80\0.", 12)); },
+      {"64 bits"});
+  CHECK(load("\x8d" + u64(3) + "abc.")->text == "abc");  // BINUNICODE8
+  const ValuePtr b8 = load("\x8e" + u64(2) + "xy.");     // BINBYTES8
   CHECK((b8->kind == K::Bytes && b8->text == "xy"));
-  CHECK(load("\x96" + u64(1) + "z.")->kind == K::Bytes);                  // BYTEARRAY8
-  CHECK(load("S'a\\nb\\x41\\'c'\n.")->text == "a\nbA'c");                 // STRING
-  CHECK(load("T" + u32(2) + "hi.")->text == "hi");                        // BINSTRING
-  CHECK(load("U\x01x.")->text == "x");                                    // SHORT_BINSTRING
+  CHECK(load("\x96" + u64(1) + "z.")->kind == K::Bytes);   // BYTEARRAY8
+  CHECK(load("S'a\\nb\\x41\\'c'\n.")->text == "a\nbA'c");  // STRING
+  CHECK(load("T" + u32(2) + "hi.")->text == "hi");         // BINSTRING
+  CHECK(load("U\x01x.")->text == "x");                     // SHORT_BINSTRING
   CHECK(load("Vsnow \\u2603 \\U0001f600\n.")->text == "snow \xe2\x98\x83 \xf0\x9f\x98\x80");
   CHECK(load("F1.5\n.")->real == 1.5);
   CHECK(load("I01\n.")->kind == K::Bool);
   CHECK(load("L-123L\n.")->integer == -123);
-  CHECK(load("\x80\x04\x95" + u64(3) + "K\x09.")->integer == 9);          // FRAME
+  CHECK(load("\x80\x04\x95" + u64(3) + "K\x09.")->integer == 9);  // FRAME
   // NEWOBJ on OrderedDict, then SETITEM
-  const ValuePtr od = load("\x80\x02" "ccollections\nOrderedDict\n)\x81" + str("a") + "K\x01s.");
+  const ValuePtr od = load(
+      "\x80\x02"
+      "ccollections\nOrderedDict\n)\x81" +
+      str("a") + "K\x01s.");
   REQUIRE(od->is_dict());
   CHECK(od->get("a")->integer == 1);
   // OrderedDict built from a list of pairs, and BUILD state ignored
-  const ValuePtr od3 = load("ccollections\nOrderedDict\n]" + str("k") + "K\x02" "\x86" "a\x85R}b.");
+  const ValuePtr od3 = load("ccollections\nOrderedDict\n]" + str("k") +
+                            "K\x02"
+                            "\x86"
+                            "a\x85R}b.");
   CHECK(od3->get("k")->integer == 2);
   // MEMOIZE + BINGET: one object twice
   const ValuePtr t = load(B("\x80\x04]\x94h\x00\x86."));
@@ -166,7 +188,11 @@ TEST_CASE("tensor rebuild honours offset and strides, validated against the stor
   fixtures::expect_error([] { load(rebuild(1, {2, 5}, {5, 1}), storage(10)); }, {"past the storage", "test.pkl"});
   fixtures::expect_error([] { load(rebuild(0, {4}, {-1}), storage(10)); }, {"negative"});
   fixtures::expect_error([] { load(rebuild(-1, {1}, {1}), storage(10)); }, {"negative"});
-  fixtures::expect_error([] { load(rebuild(0, {1 << 30, 1 << 30}, {0, 0}), storage(10)); }, {"elements from a storage"});
+  fixtures::expect_error(
+      [] {
+        load(rebuild(0, {1 << 30, 1 << 30}, {0, 0}), storage(10));
+      },
+      {"elements from a storage"});
   fixtures::expect_error([] { load(rebuild(0, {2, 3}, {1}), storage(10)); }, {"equal length"});
   fixtures::expect_error([] { load(B("ctorch._utils\n_rebuild_tensor_v2\n(K\x01K\x00))\x89NtR."), storage(1)); },
                          {"not a storage"});
@@ -177,13 +203,25 @@ TEST_CASE("malformed pickles give mmgpt::Error") {
   fixtures::expect_error([] { load("\xff."); }, {"unknown pickle opcode 0xff"});
   fixtures::expect_error([] { load("a."); }, {"underflow"});
   fixtures::expect_error([] { load("h\x05."); }, {"memo index 5"});
-  fixtures::expect_error([] { load("X\xff\xff\xff\x7f" "abc."); }, {"declared length 2147483647"});
+  fixtures::expect_error(
+      [] {
+        load(
+            "X\xff\xff\xff\x7f"
+            "abc.");
+      },
+      {"declared length 2147483647"});
   fixtures::expect_error([] { load("\x8e" + u64(UINT64_MAX) + "."); }, {"declared length"});
   fixtures::expect_error([] { load("T\xff\xff\xff\xff."); }, {"negative length"});
   fixtures::expect_error([] { load("\x95" + u64(1ull << 40) + "."); }, {"frame"});
   fixtures::expect_error([] { load("K\x01K\x02."); }, {"2 values"});
   fixtures::expect_error([] { load("\x80\x09N."); }, {"protocol 9"});
-  fixtures::expect_error([] { load(B("]\x94h\x00" "a.")); }, {"recursive"});
+  fixtures::expect_error(
+      [] {
+        load(
+            B("]\x94h\x00"
+              "a."));
+      },
+      {"recursive"});
   fixtures::expect_error([] { load(std::string(2000, ']') + std::string(1999, 'a') + "."); }, {"nested deeper"});
   fixtures::expect_error([] { load("K\x01K\x02K\x03s."); }, {"not a dict"});
   fixtures::expect_error([] { load("ctorch\nTensor\n)\x81."); }, {"NEWOBJ"});

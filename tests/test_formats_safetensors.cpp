@@ -33,7 +33,7 @@ TEST_CASE("safetensors values and order match what PyTorch wrote") {
   for (const auto& [name, t] : tensors) dump += name + " " + fixtures::canon(t) + "\n";
   CHECK(dump == fixtures::read_file(path + ".txt"));
   REQUIRE(tensors.size() == 5);
-  CHECK(tensors[0].first == "b.weight");  // header order, not sorted
+  CHECK(tensors[0].first == "b.weight");                      // header order, not sorted
   CHECK(tensors[1].second.data[1] == std::ldexp(1.0f, -24));  // f16 subnormal
 }
 
@@ -52,18 +52,24 @@ TEST_CASE("safetensors validation") {
   fixtures::expect_error([&] { load_bytes(file_with("[1,2]", "")); }, {"not a JSON object"});
   fixtures::expect_error([&] { load_bytes(file_with("{\"t\":3}", "")); }, {"'t'", "not an object"});
   fixtures::expect_error([&] { load_bytes(file_with(one("\"shape\":[2],\"data_offsets\":[0,8]"), f32x2)); }, {"dtype"});
-  fixtures::expect_error([&] { load_bytes(file_with(one("\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,8]"), f32x2)); },
-                         {"F8_E4M3"});
-  fixtures::expect_error([&] { load_bytes(file_with(one("\"dtype\":\"F32\",\"data_offsets\":[0,8]"), f32x2)); }, {"shape"});
-  fixtures::expect_error([&] { load_bytes(file_with(one("\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]"), f32x2)); },
+  fixtures::expect_error(
+      [&] { load_bytes(file_with(one("\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,8]"), f32x2)); },
+      {"F8_E4M3"});
+  fixtures::expect_error([&] { load_bytes(file_with(one("\"dtype\":\"F32\",\"data_offsets\":[0,8]"), f32x2)); },
                          {"shape"});
-  fixtures::expect_error([&] { load_bytes(file_with(one("\"dtype\":\"F32\",\"shape\":[2]"), f32x2)); }, {"data_offsets"});
-  fixtures::expect_error([&] { load_bytes(file_with(one("\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,16]"), f32x2)); },
-                         {"outside"});
-  fixtures::expect_error([&] { load_bytes(file_with(one("\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]"), f32x2)); },
-                         {"outside"});
-  fixtures::expect_error([&] { load_bytes(file_with(one("\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]"), f32x2)); },
-                         {"need 12"});
+  fixtures::expect_error(
+      [&] { load_bytes(file_with(one("\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]"), f32x2)); }, {"shape"});
+  fixtures::expect_error([&] { load_bytes(file_with(one("\"dtype\":\"F32\",\"shape\":[2]"), f32x2)); },
+                         {"data_offsets"});
+  fixtures::expect_error(
+      [&] { load_bytes(file_with(one("\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,16]"), f32x2)); },
+      {"outside"});
+  fixtures::expect_error(
+      [&] { load_bytes(file_with(one("\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]"), f32x2)); },
+      {"outside"});
+  fixtures::expect_error(
+      [&] { load_bytes(file_with(one("\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]"), f32x2)); },
+      {"need 12"});
   fixtures::expect_error(
       [&] {
         load_bytes(file_with(one("\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]"), f32x2));
@@ -71,9 +77,10 @@ TEST_CASE("safetensors validation") {
       {"'t'"});
   fixtures::expect_error(
       [&] {
-        load_bytes(file_with("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                             "\"b\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[4,8]}}",
-                             f32x2));
+        load_bytes(
+            file_with("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                      "\"b\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[4,8]}}",
+                      f32x2));
       },
       {"overlap"});
 }

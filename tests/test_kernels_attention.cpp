@@ -26,114 +26,116 @@ using kt::kU;
 namespace {
 
 void check_row(size_t n, size_t hd, uint32_t seed, bool scalar) {
-    CAPTURE(n);
-    CAPTURE(hd);
-    const auto q = kt::random_floats(hd, -2, 2, seed), kk = kt::random_floats(n * hd, -2, 2, seed + 1);
-    const auto v = kt::random_floats(n * hd, -1, 1, seed + 2);
-    const float scale = 1.0f / std::sqrt(float(hd));
-    // Exact reference.
-    std::vector<double> p(n);
-    double mx = -1e300, worst_score_err = 0;
-    for (size_t j = 0; j < n; ++j) {
-        double s = 0, a = 0;
-        for (size_t d = 0; d < hd; ++d) s += double(q[d]) * kk[j * hd + d], a += std::fabs(double(q[d]) * kk[j * hd + d]);
-        p[j] = s * scale;
-        mx = std::max(mx, p[j]);
-        worst_score_err = std::max(worst_score_err, (hd + 2) * kU * a * scale + kU * std::fabs(p[j]));
-    }
-    double total = 0;
-    for (double& x : p) total += (x = std::exp(x - mx));
-    for (double& x : p) x /= total;
-    std::vector<float> s(n, -1.0f), out(hd, -1.0f);
-    if (scalar)
-        k::scalar::attention_row(q.data(), kk.data(), v.data(), n, hd, scale, s.data(), out.data());
-    else
-        k::attention_row(q.data(), kk.data(), v.data(), n, hd, scale, s.data(), out.data());
-    size_t bad = 0;
-    for (size_t d = 0; d < hd; ++d) {
-        double exact = 0, mag = 0;
-        for (size_t j = 0; j < n; ++j) exact += p[j] * v[j * hd + d], mag += p[j] * std::fabs(v[j * hd + d]);
-        const double tol = mag * (4 * worst_score_err + (2 * n + 16) * kU) + 1e-30;
-        if (!(std::fabs(out[d] - exact) <= tol)) ++bad;
-    }
-    CHECK(bad == 0);
-    double psum = 0;
-    for (float x : s) psum += x;
-    CHECK(std::fabs(psum - 1.0) < (n + 8) * 4 * kU);  // scratch holds the probabilities
+  CAPTURE(n);
+  CAPTURE(hd);
+  const auto q = kt::random_floats(hd, -2, 2, seed), kk = kt::random_floats(n * hd, -2, 2, seed + 1);
+  const auto v = kt::random_floats(n * hd, -1, 1, seed + 2);
+  const float scale = 1.0f / std::sqrt(float(hd));
+  // Exact reference.
+  std::vector<double> p(n);
+  double mx = -1e300, worst_score_err = 0;
+  for (size_t j = 0; j < n; ++j) {
+    double s = 0, a = 0;
+    for (size_t d = 0; d < hd; ++d) s += double(q[d]) * kk[j * hd + d], a += std::fabs(double(q[d]) * kk[j * hd + d]);
+    p[j] = s * scale;
+    mx = std::max(mx, p[j]);
+    worst_score_err = std::max(worst_score_err, (hd + 2) * kU * a * scale + kU * std::fabs(p[j]));
+  }
+  double total = 0;
+  for (double& x : p) total += (x = std::exp(x - mx));
+  for (double& x : p) x /= total;
+  std::vector<float> s(n, -1.0f), out(hd, -1.0f);
+  if (scalar)
+    k::scalar::attention_row(q.data(), kk.data(), v.data(), n, hd, scale, s.data(), out.data());
+  else
+    k::attention_row(q.data(), kk.data(), v.data(), n, hd, scale, s.data(), out.data());
+  size_t bad = 0;
+  for (size_t d = 0; d < hd; ++d) {
+    double exact = 0, mag = 0;
+    for (size_t j = 0; j < n; ++j) exact += p[j] * v[j * hd + d], mag += p[j] * std::fabs(v[j * hd + d]);
+    const double tol = mag * (4 * worst_score_err + (2 * n + 16) * kU) + 1e-30;
+    if (!(std::fabs(out[d] - exact) <= tol)) ++bad;
+  }
+  CHECK(bad == 0);
+  double psum = 0;
+  for (float x : s) psum += x;
+  CHECK(std::fabs(psum - 1.0) < (n + 8) * 4 * kU);  // scratch holds the probabilities
 }
 
 }  // namespace
 
 TEST_CASE("attention_row: scalar reference and every SIMD path against exact arithmetic") {
-    const size_t hds[] = {1, 3, 4, 7, 8, 15, 16, 17, 32, 33, 64, 65, 80, 128};
-    const size_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 127, 129};
-    uint32_t seed = 1;
+  const size_t hds[] = {1, 3, 4, 7, 8, 15, 16, 17, 32, 33, 64, 65, 80, 128};
+  const size_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 127, 129};
+  uint32_t seed = 1;
+  for (size_t hd : hds)
+    for (size_t n : ns) check_row(n, hd, seed += 3, true);
+  kt::for_each_simd_isa([&](std::string_view) {
+    uint32_t sd = 1000;
     for (size_t hd : hds)
-        for (size_t n : ns) check_row(n, hd, seed += 3, true);
-    kt::for_each_simd_isa([&](std::string_view) {
-        uint32_t sd = 1000;
-        for (size_t hd : hds)
-            for (size_t n : ns) check_row(n, hd, sd += 3, false);
-    });
+      for (size_t n : ns) check_row(n, hd, sd += 3, false);
+  });
 }
 
 TEST_CASE("attention_row: one dominant key gives its value; equal scores give the mean") {
-    kt::for_each_simd_isa([&](std::string_view) {
-        const size_t hd = 24, n = 19;
-        std::vector<float> q(hd, 0.0f), kk(n * hd, 0.0f), v(n * hd), s(n), out(hd);
-        for (size_t i = 0; i < v.size(); ++i) v[i] = float(i % 7) - 3.0f;
-        k::attention_row(q.data(), kk.data(), v.data(), n, hd, 1.0f, s.data(), out.data());
-        for (size_t d = 0; d < hd; ++d) {
-            double mean = 0;
-            for (size_t j = 0; j < n; ++j) mean += v[j * hd + d];
-            CHECK(out[d] == doctest::Approx(mean / n).epsilon(1e-6));
-        }
-        q[0] = 100.0f;
-        kk[11 * hd] = 1.0f;  // key 11 scores 100, the rest 0: softmax weight 1 - 18 e^-100
-        k::attention_row(q.data(), kk.data(), v.data(), n, hd, 1.0f, s.data(), out.data());
-        for (size_t d = 0; d < hd; ++d) CHECK(out[d] == v[11 * hd + d]);
-    });
+  kt::for_each_simd_isa([&](std::string_view) {
+    const size_t hd = 24, n = 19;
+    std::vector<float> q(hd, 0.0f), kk(n * hd, 0.0f), v(n * hd), s(n), out(hd);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = float(i % 7) - 3.0f;
+    k::attention_row(q.data(), kk.data(), v.data(), n, hd, 1.0f, s.data(), out.data());
+    for (size_t d = 0; d < hd; ++d) {
+      double mean = 0;
+      for (size_t j = 0; j < n; ++j) mean += v[j * hd + d];
+      CHECK(out[d] == doctest::Approx(mean / n).epsilon(1e-6));
+    }
+    q[0] = 100.0f;
+    kk[11 * hd] = 1.0f;  // key 11 scores 100, the rest 0: softmax weight 1 - 18 e^-100
+    k::attention_row(q.data(), kk.data(), v.data(), n, hd, 1.0f, s.data(), out.data());
+    for (size_t d = 0; d < hd; ++d) CHECK(out[d] == v[11 * hd + d]);
+  });
 }
 
 // A 16-bit KV cache (bf16 / f16 rows): every path widens exactly as it loads,
 // so its result is bit for bit what the same path's f32 row gives on the
 // widened keys and values (and the scalar reference is that by definition).
 TEST_CASE("attention_row over bf16 / f16 keys and values: bit for bit the f32 row on the widened values") {
-    const size_t hds[] = {1, 3, 8, 15, 16, 17, 32, 33, 64, 80};
-    const size_t ns[] = {1, 2, 7, 8, 9, 16, 17, 33, 129};
-    auto run_all = [&](bool scalar) {
-        uint32_t seed = 77;
-        for (mmgpt::WeightType t : {mmgpt::WeightType::BF16, mmgpt::WeightType::F16})
-            for (size_t hd : hds)
-                for (size_t n : ns) {
-                    CAPTURE(hd);
-                    CAPTURE(n);
-                    CAPTURE(t == mmgpt::WeightType::BF16 ? "bf16" : "f16");
-                    const auto q = kt::random_floats(hd, -2, 2, seed += 3);
-                    const auto kf = kt::random_floats(n * hd, -2, 2, seed + 1), vf = kt::random_floats(n * hd, -1, 1, seed + 2);
-                    std::vector<uint16_t> k16(n * hd), v16(n * hd);
-                    k::narrow(kf.data(), kf.size(), t, k16.data());
-                    k::narrow(vf.data(), vf.size(), t, v16.data());
-                    std::vector<float> kw(n * hd), vw(n * hd);
-                    auto widen = [t](uint16_t e) { return t == mmgpt::WeightType::BF16 ? mmgpt::bf16_to_f32(e) : mmgpt::f16_to_f32(e); };
-                    for (size_t i = 0; i < n * hd; ++i) kw[i] = widen(k16[i]), vw[i] = widen(v16[i]);
-                    const float scale = 1.0f / std::sqrt(float(hd));
-                    std::vector<float> s1(n), s2(n), o1(hd), o2(hd);
-                    if (scalar) {
-                        (t == mmgpt::WeightType::BF16 ? k::scalar::attention_row_bf16 : k::scalar::attention_row_f16)(
-                            q.data(), k16.data(), v16.data(), n, hd, scale, s1.data(), o1.data());
-                        k::scalar::attention_row(q.data(), kw.data(), vw.data(), n, hd, scale, s2.data(), o2.data());
-                    } else {
-                        k::attention_heads(q.data(), k16.data(), v16.data(), t, n, 1, hd, k::contiguous_rows(n), scale,
-                                           s1.data(), o1.data());
-                        k::attention_row(q.data(), kw.data(), vw.data(), n, hd, scale, s2.data(), o2.data());
-                    }
-                    CHECK(std::memcmp(o1.data(), o2.data(), hd * sizeof(float)) == 0);
-                    CHECK(std::memcmp(s1.data(), s2.data(), n * sizeof(float)) == 0);
-                }
-    };
-    run_all(true);
-    kt::for_each_simd_isa([&](std::string_view) { run_all(false); });
+  const size_t hds[] = {1, 3, 8, 15, 16, 17, 32, 33, 64, 80};
+  const size_t ns[] = {1, 2, 7, 8, 9, 16, 17, 33, 129};
+  auto run_all = [&](bool scalar) {
+    uint32_t seed = 77;
+    for (mmgpt::WeightType t : {mmgpt::WeightType::BF16, mmgpt::WeightType::F16})
+      for (size_t hd : hds)
+        for (size_t n : ns) {
+          CAPTURE(hd);
+          CAPTURE(n);
+          CAPTURE(t == mmgpt::WeightType::BF16 ? "bf16" : "f16");
+          const auto q = kt::random_floats(hd, -2, 2, seed += 3);
+          const auto kf = kt::random_floats(n * hd, -2, 2, seed + 1), vf = kt::random_floats(n * hd, -1, 1, seed + 2);
+          std::vector<uint16_t> k16(n * hd), v16(n * hd);
+          k::narrow(kf.data(), kf.size(), t, k16.data());
+          k::narrow(vf.data(), vf.size(), t, v16.data());
+          std::vector<float> kw(n * hd), vw(n * hd);
+          auto widen = [t](uint16_t e) {
+            return t == mmgpt::WeightType::BF16 ? mmgpt::bf16_to_f32(e) : mmgpt::f16_to_f32(e);
+          };
+          for (size_t i = 0; i < n * hd; ++i) kw[i] = widen(k16[i]), vw[i] = widen(v16[i]);
+          const float scale = 1.0f / std::sqrt(float(hd));
+          std::vector<float> s1(n), s2(n), o1(hd), o2(hd);
+          if (scalar) {
+            (t == mmgpt::WeightType::BF16 ? k::scalar::attention_row_bf16 : k::scalar::attention_row_f16)(
+                q.data(), k16.data(), v16.data(), n, hd, scale, s1.data(), o1.data());
+            k::scalar::attention_row(q.data(), kw.data(), vw.data(), n, hd, scale, s2.data(), o2.data());
+          } else {
+            k::attention_heads(q.data(), k16.data(), v16.data(), t, n, 1, hd, k::contiguous_rows(n), scale, s1.data(),
+                               o1.data());
+            k::attention_row(q.data(), kw.data(), vw.data(), n, hd, scale, s2.data(), o2.data());
+          }
+          CHECK(std::memcmp(o1.data(), o2.data(), hd * sizeof(float)) == 0);
+          CHECK(std::memcmp(s1.data(), s2.data(), n * sizeof(float)) == 0);
+        }
+  };
+  run_all(true);
+  kt::for_each_simd_isa([&](std::string_view) { run_all(false); });
 }
 
 // Heads in the KV cache's blocks (kernels::KVBlocks: block b's rows of head h
@@ -143,103 +145,115 @@ TEST_CASE("attention_row over bf16 / f16 keys and values: bit for bit the f32 ro
 // call, or where the head sits among them). The cache's unused rows hold NaN,
 // so a read past position n would show.
 TEST_CASE("attention_heads over blocks of positions: each head bit for bit its rows read one after another") {
-    const size_t hds[] = {1, 7, 16, 17, 32, 64, 80};
-    const size_t ns[] = {1, 9, 16, 33, 64, 65, 129, 300};
-    const size_t blocks[] = {16, 32, 64};
-    const size_t heads_counts[] = {1, 3, 12};
-    auto run_all = [&] {
-        uint32_t seed = 500;
-        for (mmgpt::WeightType t : {mmgpt::WeightType::F32, mmgpt::WeightType::BF16, mmgpt::WeightType::F16})
-            for (size_t hd : hds)
-                for (size_t n : ns)
-                    for (size_t block : blocks)
-                        for (size_t heads : heads_counts) {
-                            if (heads * hd * n > 40000 && block != 64) continue;  // keep the test quick
-                            CAPTURE(hd);
-                            CAPTURE(n);
-                            CAPTURE(block);
-                            CAPTURE(heads);
-                            CAPTURE(static_cast<int>(t));
-                            const size_t nb = (n + block - 1) / block + 1;  // one block more than n needs
-                            const k::KVBlocks at{block, block * hd, heads * block * hd};
-                            const size_t cells = nb * at.block_stride;
-                            const auto q = kt::random_floats(heads * hd, -2, 2, seed += 3);
-                            std::vector<float> kf(cells, std::numeric_limits<float>::quiet_NaN()), vf = kf;
-                            const auto kr = kt::random_floats(heads * n * hd, -2, 2, seed + 1);
-                            const auto vr = kt::random_floats(heads * n * hd, -1, 1, seed + 2);
-                            for (size_t h = 0; h < heads; ++h)
-                                for (size_t j = 0; j < n; ++j) {
-                                    const size_t at_row = (j / block) * at.block_stride + h * at.head_stride + (j % block) * hd;
-                                    std::copy_n(kr.begin() + (h * n + j) * hd, hd, kf.begin() + at_row);
-                                    std::copy_n(vr.begin() + (h * n + j) * hd, hd, vf.begin() + at_row);
-                                }
-                            // The same element type for both sides: narrowed copies where 16-bit.
-                            std::vector<uint16_t> kb(cells), vb(cells), krb(kr.size()), vrb(vr.size());
-                            const void *kp = kf.data(), *vp = vf.data(), *krp = kr.data(), *vrp = vr.data();
-                            size_t elem = sizeof(float);
-                            if (t != mmgpt::WeightType::F32) {
-                                k::narrow(kf.data(), cells, t, kb.data());
-                                k::narrow(vf.data(), cells, t, vb.data());
-                                k::narrow(kr.data(), kr.size(), t, krb.data());
-                                k::narrow(vr.data(), vr.size(), t, vrb.data());
-                                kp = kb.data(), vp = vb.data(), krp = krb.data(), vrp = vrb.data();
-                                elem = sizeof(uint16_t);
-                            }
-                            const float scale = 1.0f / std::sqrt(float(hd));
-                            std::vector<float> s(heads * n), out(heads * hd);
-                            k::attention_heads(q.data(), kp, vp, t, n, heads, hd, at, scale, s.data(), out.data());
-                            for (size_t h = 0; h < heads; ++h) {
-                                CAPTURE(h);
-                                std::vector<float> s1(n), o1(hd);
-                                const auto* kh = static_cast<const char*>(krp) + h * n * hd * elem;
-                                const auto* vh = static_cast<const char*>(vrp) + h * n * hd * elem;
-                                k::attention_heads(q.data() + h * hd, kh, vh, t, n, 1, hd, k::contiguous_rows(n), scale,
-                                                   s1.data(), o1.data());
-                                CHECK(std::memcmp(out.data() + h * hd, o1.data(), hd * sizeof(float)) == 0);
-                                CHECK(std::memcmp(s.data() + h * n, s1.data(), n * sizeof(float)) == 0);
-                            }
-                        }
-    };
-    {
-        kt::IsaGuard guard;
-        REQUIRE(k::force_isa("scalar"));  // the scalar set's entry (gathers each head's rows)
-        run_all();
-    }
-    kt::for_each_simd_isa([&](std::string_view) { run_all(); });
+  const size_t hds[] = {1, 7, 16, 17, 32, 64, 80};
+  const size_t ns[] = {1, 9, 16, 33, 64, 65, 129, 300};
+  const size_t blocks[] = {16, 32, 64};
+  const size_t heads_counts[] = {1, 3, 12};
+  auto run_all = [&] {
+    uint32_t seed = 500;
+    for (mmgpt::WeightType t : {mmgpt::WeightType::F32, mmgpt::WeightType::BF16, mmgpt::WeightType::F16})
+      for (size_t hd : hds)
+        for (size_t n : ns)
+          for (size_t block : blocks)
+            for (size_t heads : heads_counts) {
+              if (heads * hd * n > 40000 && block != 64) continue;  // keep the test quick
+              CAPTURE(hd);
+              CAPTURE(n);
+              CAPTURE(block);
+              CAPTURE(heads);
+              CAPTURE(static_cast<int>(t));
+              const size_t nb = (n + block - 1) / block + 1;  // one block more than n needs
+              const k::KVBlocks at{block, block * hd, heads * block * hd};
+              const size_t cells = nb * at.block_stride;
+              const auto q = kt::random_floats(heads * hd, -2, 2, seed += 3);
+              std::vector<float> kf(cells, std::numeric_limits<float>::quiet_NaN()), vf = kf;
+              const auto kr = kt::random_floats(heads * n * hd, -2, 2, seed + 1);
+              const auto vr = kt::random_floats(heads * n * hd, -1, 1, seed + 2);
+              for (size_t h = 0; h < heads; ++h)
+                for (size_t j = 0; j < n; ++j) {
+                  const size_t at_row = (j / block) * at.block_stride + h * at.head_stride + (j % block) * hd;
+                  std::copy_n(kr.begin() + (h * n + j) * hd, hd, kf.begin() + at_row);
+                  std::copy_n(vr.begin() + (h * n + j) * hd, hd, vf.begin() + at_row);
+                }
+              // The same element type for both sides: narrowed copies where 16-bit.
+              std::vector<uint16_t> kb(cells), vb(cells), krb(kr.size()), vrb(vr.size());
+              const void *kp = kf.data(), *vp = vf.data(), *krp = kr.data(), *vrp = vr.data();
+              size_t elem = sizeof(float);
+              if (t != mmgpt::WeightType::F32) {
+                k::narrow(kf.data(), cells, t, kb.data());
+                k::narrow(vf.data(), cells, t, vb.data());
+                k::narrow(kr.data(), kr.size(), t, krb.data());
+                k::narrow(vr.data(), vr.size(), t, vrb.data());
+                kp = kb.data(), vp = vb.data(), krp = krb.data(), vrp = vrb.data();
+                elem = sizeof(uint16_t);
+              }
+              const float scale = 1.0f / std::sqrt(float(hd));
+              std::vector<float> s(heads * n), out(heads * hd);
+              k::attention_heads(q.data(), kp, vp, t, n, heads, hd, at, scale, s.data(), out.data());
+              for (size_t h = 0; h < heads; ++h) {
+                CAPTURE(h);
+                std::vector<float> s1(n), o1(hd);
+                const auto* kh = static_cast<const char*>(krp) + h * n * hd * elem;
+                const auto* vh = static_cast<const char*>(vrp) + h * n * hd * elem;
+                k::attention_heads(q.data() + h * hd, kh, vh, t, n, 1, hd, k::contiguous_rows(n), scale, s1.data(),
+                                   o1.data());
+                CHECK(std::memcmp(out.data() + h * hd, o1.data(), hd * sizeof(float)) == 0);
+                CHECK(std::memcmp(s.data() + h * n, s1.data(), n * sizeof(float)) == 0);
+              }
+            }
+  };
+  {
+    kt::IsaGuard guard;
+    REQUIRE(k::force_isa("scalar"));  // the scalar set's entry (gathers each head's rows)
+    run_all();
+  }
+  kt::for_each_simd_isa([&](std::string_view) { run_all(); });
 }
 
 TEST_CASE("attention_heads: a block that is not a positive multiple of 16 is refused") {
-    std::vector<float> q(4), kv(64), s(2), out(4);
-    CHECK_THROWS_AS(k::attention_heads(q.data(), kv.data(), kv.data(), mmgpt::WeightType::F32, 2, 1, 4, {8, 0, 0}, 1.0f,
-                                       s.data(), out.data()),
-                    std::invalid_argument);
-    CHECK_THROWS_AS(k::attention_heads(q.data(), kv.data(), kv.data(), mmgpt::WeightType::F32, 2, 1, 4, {0, 0, 0}, 1.0f,
-                                       s.data(), out.data()),
-                    std::invalid_argument);
+  std::vector<float> q(4), kv(64), s(2), out(4);
+  CHECK_THROWS_AS(k::attention_heads(q.data(), kv.data(), kv.data(), mmgpt::WeightType::F32, 2, 1, 4, {8, 0, 0}, 1.0f,
+                                     s.data(), out.data()),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(k::attention_heads(q.data(), kv.data(), kv.data(), mmgpt::WeightType::F32, 2, 1, 4, {0, 0, 0}, 1.0f,
+                                     s.data(), out.data()),
+                  std::invalid_argument);
 }
 
 // narrow (the KV cache's rounding): every path gives the scalar conversions'
 // bits, on every length (vector tails) and on the special values.
 TEST_CASE("narrow to f16 / bf16: every path equals the scalar rounding, specials included") {
-    std::vector<float> x = kt::random_floats(1000, -70000.0f, 70000.0f, 5);
-    const float specials[] = {0.0f, -0.0f, 1.0f, 65504.0f, 65520.0f, 1e-8f, 6e-8f, 3e-5f, 1e30f,
-                              std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                              std::numeric_limits<float>::quiet_NaN(), 1.00048828125f, 1.0009765625f, 2.9802322e-8f};
-    for (size_t i = 0; i < std::size(specials); ++i) x[i * 37 % x.size()] = specials[i];
-    for (size_t i = 0; i < 200; ++i) x[500 + i] = kt::random_floats(1, -1e-4f, 1e-4f, 900 + i)[0];  // f16 subnormals
-    std::vector<uint16_t> want_f16(x.size()), want_bf16(x.size());
-    for (size_t i = 0; i < x.size(); ++i) want_f16[i] = mmgpt::f32_to_f16(x[i]), want_bf16[i] = mmgpt::f32_to_bf16(x[i]);
-    auto check_all = [&] {
-        for (size_t n : kt::kSizes) {
-            if (n > x.size()) continue;
-            CAPTURE(n);
-            std::vector<uint16_t> got(n);
-            k::narrow(x.data(), n, mmgpt::WeightType::F16, got.data());
-            CHECK(std::equal(got.begin(), got.end(), want_f16.begin()));
-            k::narrow(x.data(), n, mmgpt::WeightType::BF16, got.data());
-            CHECK(std::equal(got.begin(), got.end(), want_bf16.begin()));
-        }
-    };
-    check_all();
-    kt::for_each_simd_isa([&](std::string_view) { check_all(); });
+  std::vector<float> x = kt::random_floats(1000, -70000.0f, 70000.0f, 5);
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            1.0f,
+                            65504.0f,
+                            65520.0f,
+                            1e-8f,
+                            6e-8f,
+                            3e-5f,
+                            1e30f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            1.00048828125f,
+                            1.0009765625f,
+                            2.9802322e-8f};
+  for (size_t i = 0; i < std::size(specials); ++i) x[i * 37 % x.size()] = specials[i];
+  for (size_t i = 0; i < 200; ++i) x[500 + i] = kt::random_floats(1, -1e-4f, 1e-4f, 900 + i)[0];  // f16 subnormals
+  std::vector<uint16_t> want_f16(x.size()), want_bf16(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want_f16[i] = mmgpt::f32_to_f16(x[i]), want_bf16[i] = mmgpt::f32_to_bf16(x[i]);
+  auto check_all = [&] {
+    for (size_t n : kt::kSizes) {
+      if (n > x.size()) continue;
+      CAPTURE(n);
+      std::vector<uint16_t> got(n);
+      k::narrow(x.data(), n, mmgpt::WeightType::F16, got.data());
+      CHECK(std::equal(got.begin(), got.end(), want_f16.begin()));
+      k::narrow(x.data(), n, mmgpt::WeightType::BF16, got.data());
+      CHECK(std::equal(got.begin(), got.end(), want_bf16.begin()));
+    }
+  };
+  check_all();
+  kt::for_each_simd_isa([&](std::string_view) { check_all(); });
 }

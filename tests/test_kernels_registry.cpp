@@ -27,83 +27,82 @@ namespace {
 std::vector<float> product(const kd::KernelSet& set, const kd::MatmulKernels& k, WeightType t,
                            const std::vector<float>& x, const std::vector<uint8_t>& w, const std::vector<float>& bias,
                            std::vector<float> y, size_t M, size_t K, size_t N, mmgpt::kernels::Epilogue e) {
-    kd::PreparedX px;
-    px.f32 = x.data();
-    std::vector<int8_t> q;
-    std::vector<float> scale;
-    std::vector<int32_t> sum;
-    std::vector<uint16_t> rounded;
-    if (k.x == kd::XForm::Q8Blocks) {
-        const size_t Kb = mmgpt::quant_blocks(K);
-        q.resize(M * Kb * mmgpt::kQuantBlock), scale.resize(M * Kb), sum.resize(M * Kb);
-        set.quantize_rows(x.data(), M, K, q.data(), scale.data(), sum.data());
-        px.q8 = mmgpt::QuantizedRows{q.data(), scale.data(), sum.data(), Kb};
-    } else if (k.x == kd::XForm::Bf16Rows) {
-        rounded.resize(M * kd::bf16dot_row_elems(K));
-        kd::bf16dot_round_rows(x.data(), M, K, rounded.data());
-        px.bf16 = rounded.data();
-    }
-    const size_t panels = mmgpt::panel_count(N), split = panels / 2;
-    std::vector<float> scratch(kd::gemm_scratch_floats(M, K, panels));
-    const kd::PanelKernel run = k.panels[static_cast<size_t>(t)];
-    run(px, w.data(), bias.data(), y.data(), M, K, N, 0, split, e, scratch.data());
-    run(px, w.data(), bias.data(), y.data(), M, K, N, split, panels, e, scratch.data());
-    return y;
+  kd::PreparedX px;
+  px.f32 = x.data();
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  std::vector<int32_t> sum;
+  std::vector<uint16_t> rounded;
+  if (k.x == kd::XForm::Q8Blocks) {
+    const size_t Kb = mmgpt::quant_blocks(K);
+    q.resize(M * Kb * mmgpt::kQuantBlock), scale.resize(M * Kb), sum.resize(M * Kb);
+    set.quantize_rows(x.data(), M, K, q.data(), scale.data(), sum.data());
+    px.q8 = mmgpt::QuantizedRows{q.data(), scale.data(), sum.data(), Kb};
+  } else if (k.x == kd::XForm::Bf16Rows) {
+    rounded.resize(M * kd::bf16dot_row_elems(K));
+    kd::bf16dot_round_rows(x.data(), M, K, rounded.data());
+    px.bf16 = rounded.data();
+  }
+  const size_t panels = mmgpt::panel_count(N), split = panels / 2;
+  std::vector<float> scratch(kd::gemm_scratch_floats(M, K, panels));
+  const kd::PanelKernel run = k.panels[static_cast<size_t>(t)];
+  run(px, w.data(), bias.data(), y.data(), M, K, N, 0, split, e, scratch.data());
+  run(px, w.data(), bias.data(), y.data(), M, K, N, split, panels, e, scratch.data());
+  return y;
 }
 
 }  // namespace
 
 TEST_CASE("every kernel set registers every weight type and KV cache type") {
-    const std::vector<const kd::KernelSet*> sets = kd::runnable_kernel_sets();
-    for (const kd::KernelSet* s : sets) MESSAGE("kernel set runnable here: " << std::string(s->name));
-    for (const kd::KernelSet* s : sets) {
-        CAPTURE(std::string(s->name));
-        for (uint32_t id = 0; const mmgpt::WeightTypeInfo* t = mmgpt::weight_type_by_id(id); ++id) {
-            CAPTURE(std::string(t->name));
-            const kd::MatmulKernels* k = s->matmul[id];
-            REQUIRE(k != nullptr);
-            CHECK(bool(k->panels[id]));
-            CHECK((k->x == kd::XForm::Q8Blocks) == (t->prep == mmgpt::ActivationPrep::Q8Blocks));
-            CHECK((s->attention[id] != nullptr) == t->element_wise);
-        }
-        CHECK(bool(s->quantize_rows));
+  const std::vector<const kd::KernelSet*> sets = kd::runnable_kernel_sets();
+  for (const kd::KernelSet* s : sets) MESSAGE("kernel set runnable here: " << std::string(s->name));
+  for (const kd::KernelSet* s : sets) {
+    CAPTURE(std::string(s->name));
+    for (uint32_t id = 0; const mmgpt::WeightTypeInfo* t = mmgpt::weight_type_by_id(id); ++id) {
+      CAPTURE(std::string(t->name));
+      const kd::MatmulKernels* k = s->matmul[id];
+      REQUIRE(k != nullptr);
+      CHECK(bool(k->panels[id]));
+      CHECK((k->x == kd::XForm::Q8Blocks) == (t->prep == mmgpt::ActivationPrep::Q8Blocks));
+      CHECK((s->attention[id] != nullptr) == t->element_wise);
     }
+    CHECK(bool(s->quantize_rows));
+  }
 }
 
 TEST_CASE("every registered matmul gives its reference's bits, on every weight type and awkward shapes") {
-    const mmgpt::kernels::Epilogue plain{}, fused{mmgpt::kernels::Activation::None, true};
-    size_t compared = 0;
-    for (const kd::KernelSet* s : kd::runnable_kernel_sets()) {
-        CAPTURE(std::string(s->name));
-        for (uint32_t id = 0; const mmgpt::WeightTypeInfo* t = mmgpt::weight_type_by_id(id); ++id) {
-            CAPTURE(std::string(t->name));
-            const kd::MatmulKernels& k = *s->matmul[id];
-            const kd::MatmulKernels& ref = k.reference ? *k.reference : *kd::scalar_kernel_set().matmul[id];
-            const kd::KernelSet& ref_set = kd::scalar_kernel_set();
-            CAPTURE(std::string(k.name));
-            for (size_t M : {1, 2, 6, 7, 19})
-                for (size_t K : {1, 31, 33, 96, 129})
-                    for (size_t N : {1, 16, 17, 50}) {
-                        CAPTURE(M);
-                        CAPTURE(K);
-                        CAPTURE(N);
-                        const auto x = kt::random_ints(M * K, -3, 3, uint32_t(M * 1000 + K));
-                        const auto wf = kt::random_ints(N * K, -3, 3, uint32_t(K * 1000 + N));
-                        const auto bias = kt::random_ints(N, -4, 4, uint32_t(N));
-                        const auto y0 = kt::random_ints(M * N, -4, 4, uint32_t(M + N));
-                        std::vector<uint8_t> w(mmgpt::packed_weight_bytes(t->type, N, K));
-                        t->pack(wf.data(), N, K, w.data());
-                        for (const mmgpt::kernels::Epilogue& e : {plain, fused}) {
-                            const auto got = product(*s, k, t->type, x, w, bias, y0, M, K, N, e);
-                            const auto want = product(ref_set, ref, t->type, x, w, bias, y0, M, K, N, e);
-                            size_t differ = 0;
-                            for (size_t i = 0; i < got.size(); ++i)
-                                differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
-                            CHECK(differ == 0);
-                            ++compared;
-                        }
-                    }
-        }
+  const mmgpt::kernels::Epilogue plain{}, fused{mmgpt::kernels::Activation::None, true};
+  size_t compared = 0;
+  for (const kd::KernelSet* s : kd::runnable_kernel_sets()) {
+    CAPTURE(std::string(s->name));
+    for (uint32_t id = 0; const mmgpt::WeightTypeInfo* t = mmgpt::weight_type_by_id(id); ++id) {
+      CAPTURE(std::string(t->name));
+      const kd::MatmulKernels& k = *s->matmul[id];
+      const kd::MatmulKernels& ref = k.reference ? *k.reference : *kd::scalar_kernel_set().matmul[id];
+      const kd::KernelSet& ref_set = kd::scalar_kernel_set();
+      CAPTURE(std::string(k.name));
+      for (size_t M : {1, 2, 6, 7, 19})
+        for (size_t K : {1, 31, 33, 96, 129})
+          for (size_t N : {1, 16, 17, 50}) {
+            CAPTURE(M);
+            CAPTURE(K);
+            CAPTURE(N);
+            const auto x = kt::random_ints(M * K, -3, 3, uint32_t(M * 1000 + K));
+            const auto wf = kt::random_ints(N * K, -3, 3, uint32_t(K * 1000 + N));
+            const auto bias = kt::random_ints(N, -4, 4, uint32_t(N));
+            const auto y0 = kt::random_ints(M * N, -4, 4, uint32_t(M + N));
+            std::vector<uint8_t> w(mmgpt::packed_weight_bytes(t->type, N, K));
+            t->pack(wf.data(), N, K, w.data());
+            for (const mmgpt::kernels::Epilogue& e : {plain, fused}) {
+              const auto got = product(*s, k, t->type, x, w, bias, y0, M, K, N, e);
+              const auto want = product(ref_set, ref, t->type, x, w, bias, y0, M, K, N, e);
+              size_t differ = 0;
+              for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+              CHECK(differ == 0);
+              ++compared;
+            }
+          }
     }
-    CHECK(compared > 0);
+  }
+  CHECK(compared > 0);
 }

@@ -20,8 +20,8 @@
 #include <bit>
 #include <cmath>
 
-#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/scalar/bf16dot_loop.hpp"
 
 namespace mmgpt::kernels {
@@ -29,11 +29,11 @@ namespace {
 
 void gemm_panels_bf16dot(const uint16_t* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K,
                          size_t N, size_t p0, size_t p1, Epilogue e) {
-    auto step = [](float acc, float x0, float w0, float x1, float w1) {
-        acc = detail::flush_subnormal(std::fma(x1, w1, acc));  // the odd element first
-        return detail::flush_subnormal(std::fma(x0, w0, acc));
-    };
-    detail::bf16dot_reference_gemm(x, wp, bias, y, M, K, N, p0, p1, e, step);
+  auto step = [](float acc, float x0, float w0, float x1, float w1) {
+    acc = detail::flush_subnormal(std::fma(x1, w1, acc));  // the odd element first
+    return detail::flush_subnormal(std::fma(x0, w0, acc));
+  };
+  detail::bf16dot_reference_gemm(x, wp, bias, y, M, K, N, p0, p1, e, step);
 }
 
 }  // namespace
@@ -41,24 +41,24 @@ void gemm_panels_bf16dot(const uint16_t* x, const uint16_t* wp, const float* bia
 namespace detail {
 
 void bf16dot_round_rows(const float* x, size_t M, size_t K, uint16_t* out) {
-    const size_t Kp = bf16dot_row_elems(K);
-    for (size_t m = 0; m < M; ++m) {
-        // Branch-free, so the compiler vectorizes it.
-        for (size_t k = 0; k < K; ++k) {
-            const uint32_t u = std::bit_cast<uint32_t>(x[m * K + k]);
-            const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // f32_to_bf16 (core/half.hpp)
-            const uint32_t nan = (u >> 16) | 0x0040u;
-            const uint32_t zero = (u >> 16) & 0x8000u;
-            const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? nan : (u & 0x7f800000u) == 0 ? zero : nearest;
-            out[m * Kp + k] = static_cast<uint16_t>(r);
-        }
-        if (Kp != K) out[m * Kp + K] = 0;
+  const size_t Kp = bf16dot_row_elems(K);
+  for (size_t m = 0; m < M; ++m) {
+    // Branch-free, so the compiler vectorizes it.
+    for (size_t k = 0; k < K; ++k) {
+      const uint32_t u = std::bit_cast<uint32_t>(x[m * K + k]);
+      const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // f32_to_bf16 (core/half.hpp)
+      const uint32_t nan = (u >> 16) | 0x0040u;
+      const uint32_t zero = (u >> 16) & 0x8000u;
+      const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? nan : (u & 0x7f800000u) == 0 ? zero : nearest;
+      out[m * Kp + k] = static_cast<uint16_t>(r);
     }
+    if (Kp != K) out[m * Kp + K] = 0;
+  }
 }
 
 const MatmulKernels& scalar_bf16dot_kernels() {
-    static const MatmulKernels k = bf16dot_kernels<&gemm_panels_bf16dot>("scalar", nullptr);
-    return k;
+  static const MatmulKernels k = bf16dot_kernels<&gemm_panels_bf16dot>("scalar", nullptr);
+  return k;
 }
 
 }  // namespace detail

@@ -10,91 +10,90 @@
 
 #include "core/half.hpp"
 #include "kernels/constants.hpp"
-#include "kernels/registry.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/registry.hpp"
 
 namespace mmgpt::kernels::scalar {
 namespace {
 
-void matmul_cols(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N,
-                 size_t n0, size_t n1) {
-    for (size_t m = 0; m < M; ++m) {
-        const float* xm = x + m * K;
-        for (size_t n = n0; n < n1; ++n) {
-            const float* wn = w + n * K;
-            float acc = 0.0f;
-            for (size_t k = 0; k < K; ++k) acc += xm[k] * wn[k];
-            y[m * N + n] = bias ? acc + bias[n] : acc;
-        }
+void matmul_cols(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N, size_t n0,
+                 size_t n1) {
+  for (size_t m = 0; m < M; ++m) {
+    const float* xm = x + m * K;
+    for (size_t n = n0; n < n1; ++n) {
+      const float* wn = w + n * K;
+      float acc = 0.0f;
+      for (size_t k = 0; k < K; ++k) acc += xm[k] * wn[k];
+      y[m * N + n] = bias ? acc + bias[n] : acc;
     }
+  }
 }
 
 }  // namespace
 
 void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N) {
-    matmul_cols(x, w, bias, y, M, K, N, 0, N);
+  matmul_cols(x, w, bias, y, M, K, N, 0, N);
 }
 
 float dot(const float* a, const float* b, size_t n) {
-    float acc = 0.0f;
-    for (size_t i = 0; i < n; ++i) acc += a[i] * b[i];
-    return acc;
+  float acc = 0.0f;
+  for (size_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
 }
 
 void axpy(float a, const float* x, float* y, size_t n) {
-    for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
+  for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
 void add(float* y, const float* x, size_t n) {
-    for (size_t i = 0; i < n; ++i) y[i] += x[i];
+  for (size_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-void layernorm(const float* x, const float* gamma, const float* beta, float* y, size_t rows, size_t dim,
-               float eps) {
-    if (dim == 0) return;
-    const float fdim = static_cast<float>(dim);
-    for (size_t r = 0; r < rows; ++r) {
-        const float* xr = x + r * dim;
-        float* yr = y + r * dim;
-        // Two passes (mean, then the biased variance about it) rather than
-        // E[x^2] - E[x]^2, which cancels catastrophically when |mean| >> std.
-        float sum = 0.0f;
-        for (size_t i = 0; i < dim; ++i) sum += xr[i];
-        const float mean = sum / fdim;
-        float ss = 0.0f;
-        for (size_t i = 0; i < dim; ++i) {
-            const float d = xr[i] - mean;
-            ss += d * d;
-        }
-        const float rstd = 1.0f / std::sqrt(ss / fdim + eps);
-        for (size_t i = 0; i < dim; ++i) {
-            const float v = (xr[i] - mean) * rstd * gamma[i];
-            yr[i] = beta ? v + beta[i] : v;
-        }
+void layernorm(const float* x, const float* gamma, const float* beta, float* y, size_t rows, size_t dim, float eps) {
+  if (dim == 0) return;
+  const float fdim = static_cast<float>(dim);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    // Two passes (mean, then the biased variance about it) rather than
+    // E[x^2] - E[x]^2, which cancels catastrophically when |mean| >> std.
+    float sum = 0.0f;
+    for (size_t i = 0; i < dim; ++i) sum += xr[i];
+    const float mean = sum / fdim;
+    float ss = 0.0f;
+    for (size_t i = 0; i < dim; ++i) {
+      const float d = xr[i] - mean;
+      ss += d * d;
     }
+    const float rstd = 1.0f / std::sqrt(ss / fdim + eps);
+    for (size_t i = 0; i < dim; ++i) {
+      const float v = (xr[i] - mean) * rstd * gamma[i];
+      yr[i] = beta ? v + beta[i] : v;
+    }
+  }
 }
 
 void gelu_erf(float* x, size_t n) {
-        for (size_t i = 0; i < n; ++i) {
-        const float v = x[i];
-        x[i] = v * 0.5f * (1.0f + std::erf(v * detail::kInvSqrt2));
-    }
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    x[i] = v * 0.5f * (1.0f + std::erf(v * detail::kInvSqrt2));
+  }
 }
 
 void gelu_tanh(float* x, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-        const float v = x[i];
-        const float inner = detail::kSqrt2OverPi * (v + detail::kGeluKappa * (v * v * v));
-        x[i] = 0.5f * v * (1.0f + std::tanh(inner));
-    }
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float inner = detail::kSqrt2OverPi * (v + detail::kGeluKappa * (v * v * v));
+    x[i] = 0.5f * v * (1.0f + std::tanh(inner));
+  }
 }
 
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
                    float* out) {
-    for (size_t j = 0; j < n; ++j) s[j] = dot(q, k + j * hd, hd) * scale;
-    softmax(s, n);
-    for (size_t d = 0; d < hd; ++d) out[d] = 0.0f;
-    for (size_t j = 0; j < n; ++j) axpy(s[j], v + j * hd, out, hd);
+  for (size_t j = 0; j < n; ++j) s[j] = dot(q, k + j * hd, hd) * scale;
+  softmax(s, n);
+  for (size_t d = 0; d < hd; ++d) out[d] = 0.0f;
+  for (size_t j = 0; j < n; ++j) axpy(s[j], v + j * hd, out, hd);
 }
 
 namespace {
@@ -103,35 +102,35 @@ namespace {
 template <class Widen>
 void attention_row_widened(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
                            float* s, float* out, Widen widen) {
-    std::vector<float> kw(n * hd), vw(n * hd);
-    for (size_t i = 0; i < n * hd; ++i) kw[i] = widen(k[i]), vw[i] = widen(v[i]);
-    attention_row(q, kw.data(), vw.data(), n, hd, scale, s, out);
+  std::vector<float> kw(n * hd), vw(n * hd);
+  for (size_t i = 0; i < n * hd; ++i) kw[i] = widen(k[i]), vw[i] = widen(v[i]);
+  attention_row(q, kw.data(), vw.data(), n, hd, scale, s, out);
 }
 
 }  // namespace
 
 void attention_row_bf16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
                         float* s, float* out) {
-    attention_row_widened(q, k, v, n, hd, scale, s, out, [](uint16_t e) { return bf16_to_f32(e); });
+  attention_row_widened(q, k, v, n, hd, scale, s, out, [](uint16_t e) { return bf16_to_f32(e); });
 }
 
-void attention_row_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale,
-                       float* s, float* out) {
-    attention_row_widened(q, k, v, n, hd, scale, s, out, [](uint16_t e) { return f16_to_f32(e); });
+void attention_row_f16(const float* q, const uint16_t* k, const uint16_t* v, size_t n, size_t hd, float scale, float* s,
+                       float* out) {
+  attention_row_widened(q, k, v, n, hd, scale, s, out, [](uint16_t e) { return f16_to_f32(e); });
 }
 
 void narrow_f16(const float* in, size_t n, uint16_t* out) { narrow_to_f16(in, n, out); }
 
 void softmax(float* x, size_t n) {
-    if (n == 0) return;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (size_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
-    float sum = 0.0f;
-    for (size_t i = 0; i < n; ++i) {
-        x[i] = std::exp(x[i] - mx);
-        sum += x[i];
-    }
-    for (size_t i = 0; i < n; ++i) x[i] = x[i] / sum;
+  if (n == 0) return;
+  float mx = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] / sum;
 }
 
 }  // namespace mmgpt::kernels::scalar
@@ -144,36 +143,36 @@ namespace {
 template <class E, class Row>
 void attention_entry_of(const float* q, const E* k, const E* v, size_t n, size_t heads, size_t hd, KVBlocks at,
                         float scale, float* s, float* out, Row row) {
-    std::vector<E> kr(n * hd), vr(n * hd);
-    for (size_t h = 0; h < heads; ++h) {
-        for (size_t j = 0; j < n; ++j) {
-            const size_t from = (j / at.block) * at.block_stride + h * at.head_stride + (j % at.block) * hd;
-            std::copy(k + from, k + from + hd, kr.begin() + j * hd);
-            std::copy(v + from, v + from + hd, vr.begin() + j * hd);
-        }
-        row(q + h * hd, kr.data(), vr.data(), n, hd, scale, s + h * n, out + h * hd);
+  std::vector<E> kr(n * hd), vr(n * hd);
+  for (size_t h = 0; h < heads; ++h) {
+    for (size_t j = 0; j < n; ++j) {
+      const size_t from = (j / at.block) * at.block_stride + h * at.head_stride + (j % at.block) * hd;
+      std::copy(k + from, k + from + hd, kr.begin() + j * hd);
+      std::copy(v + from, v + from + hd, vr.begin() + j * hd);
     }
+    row(q + h * hd, kr.data(), vr.data(), n, hd, scale, s + h * n, out + h * hd);
+  }
 }
 template <class E, auto Row>
 void attention_entry(const float* q, const void* k, const void* v, size_t n, size_t heads, size_t hd, KVBlocks at,
                      float scale, float* s, float* out) {
-    attention_entry_of(q, static_cast<const E*>(k), static_cast<const E*>(v), n, heads, hd, at, scale, s, out, Row);
+  attention_entry_of(q, static_cast<const E*>(k), static_cast<const E*>(v), n, heads, hd, at, scale, s, out, Row);
 }
 }  // namespace
 
 const KernelSet& scalar_kernel_set() {
-    static const KernelSet set = [] {
-        KernelSet s{"scalar"};
-        s.use(scalar_matmul_kernels()).use(scalar_quant_kernels());
-        s.attention[static_cast<size_t>(WeightType::F32)] = &attention_entry<float, &scalar::attention_row>;
-        s.attention[static_cast<size_t>(WeightType::BF16)] = &attention_entry<uint16_t, &scalar::attention_row_bf16>;
-        s.attention[static_cast<size_t>(WeightType::F16)] = &attention_entry<uint16_t, &scalar::attention_row_f16>;
-        s.matmul_cols = &scalar::matmul_cols, s.dot = &scalar::dot, s.axpy = &scalar::axpy, s.add = &scalar::add;
-        s.layernorm = &scalar::layernorm, s.gelu_erf = &scalar::gelu_erf, s.gelu_tanh = &scalar::gelu_tanh;
-        s.softmax = &scalar::softmax, s.narrow_f16 = &scalar::narrow_f16;
-        return s;
-    }();
-    return set;
+  static const KernelSet set = [] {
+    KernelSet s{"scalar"};
+    s.use(scalar_matmul_kernels()).use(scalar_quant_kernels());
+    s.attention[static_cast<size_t>(WeightType::F32)] = &attention_entry<float, &scalar::attention_row>;
+    s.attention[static_cast<size_t>(WeightType::BF16)] = &attention_entry<uint16_t, &scalar::attention_row_bf16>;
+    s.attention[static_cast<size_t>(WeightType::F16)] = &attention_entry<uint16_t, &scalar::attention_row_f16>;
+    s.matmul_cols = &scalar::matmul_cols, s.dot = &scalar::dot, s.axpy = &scalar::axpy, s.add = &scalar::add;
+    s.layernorm = &scalar::layernorm, s.gelu_erf = &scalar::gelu_erf, s.gelu_tanh = &scalar::gelu_tanh;
+    s.softmax = &scalar::softmax, s.narrow_f16 = &scalar::narrow_f16;
+    return s;
+  }();
+  return set;
 }
 
 }  // namespace mmgpt::kernels::detail

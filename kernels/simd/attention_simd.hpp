@@ -48,18 +48,18 @@ namespace mmgpt::kernels::simd {
 // lanes of haddp permuted on avx512f (2,3 <-> 4,5 and 10,11 <-> 12,13), so
 // this one is written out: pairwise within 128-bit lanes, then across lanes.
 inline __m512 column_sums_avx512(const __m512* r) {
-    __m512 s[8];
-    for (int i = 0; i < 8; ++i)  // per lane: x0+x2, y0+y2, x1+x3, y1+y3
-        s[i] = _mm512_add_ps(_mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]), _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]));
-    __m512 u[4];
-    for (int i = 0; i < 4; ++i)  // per lane: the lane's sum of rows 4i .. 4i+3
-        u[i] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    auto pair = [](__m512 a, __m512 b) {
-        return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
-    };
-    return pair(pair(u[0], u[1]), pair(u[2], u[3]));  // lane m: rows 4m .. 4m+3
+  __m512 s[8];
+  for (int i = 0; i < 8; ++i)  // per lane: x0+x2, y0+y2, x1+x3, y1+y3
+    s[i] = _mm512_add_ps(_mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]), _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]));
+  __m512 u[4];
+  for (int i = 0; i < 4; ++i)  // per lane: the lane's sum of rows 4i .. 4i+3
+    u[i] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  auto pair = [](__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  };
+  return pair(pair(u[0], u[1]), pair(u[2], u[3]));  // lane m: rows 4m .. 4m+3
 }
 #endif
 
@@ -67,106 +67,106 @@ inline __m512 column_sums_avx512(const __m512* r) {
 template <class Arch>
 xsimd::batch<float, Arch> column_sums(const xsimd::batch<float, Arch>* acc) {
 #if defined(__AVX512F__)
-    if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
-        __m512 r[16];
-        for (int i = 0; i < 16; ++i) r[i] = acc[i];
-        return column_sums_avx512(r);
-    }
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    __m512 r[16];
+    for (int i = 0; i < 16; ++i) r[i] = acc[i];
+    return column_sums_avx512(r);
+  }
 #endif
-    return xsimd::haddp(acc);
+  return xsimd::haddp(acc);
 }
 
 template <class Arch, class Softmax, class KT = WeightF32>
 struct AttentionHeads {
-    using B = xsimd::batch<float, Arch>;
-    using KE = typename KT::E;
-    static constexpr size_t W = B::size;
+  using B = xsimd::batch<float, Arch>;
+  using KE = typename KT::E;
+  static constexpr size_t W = B::size;
 
-    static B load(const KE* p) { return load_weights<KT, B>(p); }
-    static float one(KE e) { return widen_one<KT, B>(e); }
+  static B load(const KE* p) { return load_weights<KT, B>(p); }
+  static float one(KE e) { return widen_one<KT, B>(e); }
 
-    // s[0 .. m) = scale * q . k_j for m keys in rows of hd from k; the first is
-    // key number j0 of the head, a multiple of W (groups of W as from key 0).
-    static void scores(const float* q, const KE* k, size_t m, size_t hd, float scale, float* s) {
-        const B sv(scale);
-        const size_t dv = hd - hd % W;  // a row's whole vectors
-        size_t j = 0;
-        for (; j + W <= m; j += W) {
-            B acc[W];
+  // s[0 .. m) = scale * q . k_j for m keys in rows of hd from k; the first is
+  // key number j0 of the head, a multiple of W (groups of W as from key 0).
+  static void scores(const float* q, const KE* k, size_t m, size_t hd, float scale, float* s) {
+    const B sv(scale);
+    const size_t dv = hd - hd % W;  // a row's whole vectors
+    size_t j = 0;
+    for (; j + W <= m; j += W) {
+      B acc[W];
 #pragma GCC unroll 16
-            for (size_t i = 0; i < W; ++i) acc[i] = B(0.0f);
-            // Row by row (memory order); each accumulator sums its row over d
-            // in order.
+      for (size_t i = 0; i < W; ++i) acc[i] = B(0.0f);
+        // Row by row (memory order); each accumulator sums its row over d
+        // in order.
 #pragma GCC unroll 16
-            for (size_t i = 0; i < W; ++i) {
-                const KE* row = k + (j + i) * hd;
-                for (size_t d = 0; d < dv; d += W) acc[i] = xsimd::fma(B::load_unaligned(q + d), load(row + d), acc[i]);
-            }
-            B sum = column_sums<Arch>(acc);
-            if (dv < hd) {  // head sizes that are not a multiple of the vector width
-                alignas(64) float t[W];
-                sum.store_aligned(t);
-                for (size_t i = 0; i < W; ++i)
-                    for (size_t dd = dv; dd < hd; ++dd) t[i] = __builtin_fmaf(q[dd], one(k[(j + i) * hd + dd]), t[i]);
-                sum = B::load_aligned(t);
-            }
-            (sum * sv).store_unaligned(s + j);
-        }
-        for (; j < m; ++j) {  // the last m % W keys (of the last block), one at a time
-            B acc(0.0f);
-            size_t d = 0;
-            for (; d + W <= hd; d += W) acc = xsimd::fma(B::load_unaligned(q + d), load(k + j * hd + d), acc);
-            float t = xsimd::hadd(acc);
-            for (; d < hd; ++d) t = __builtin_fmaf(q[d], one(k[j * hd + d]), t);
-            s[j] = t * scale;
-        }
+      for (size_t i = 0; i < W; ++i) {
+        const KE* row = k + (j + i) * hd;
+        for (size_t d = 0; d < dv; d += W) acc[i] = xsimd::fma(B::load_unaligned(q + d), load(row + d), acc[i]);
+      }
+      B sum = column_sums<Arch>(acc);
+      if (dv < hd) {  // head sizes that are not a multiple of the vector width
+        alignas(64) float t[W];
+        sum.store_aligned(t);
+        for (size_t i = 0; i < W; ++i)
+          for (size_t dd = dv; dd < hd; ++dd) t[i] = __builtin_fmaf(q[dd], one(k[(j + i) * hd + dd]), t[i]);
+        sum = B::load_aligned(t);
+      }
+      (sum * sv).store_unaligned(s + j);
     }
+    for (; j < m; ++j) {  // the last m % W keys (of the last block), one at a time
+      B acc(0.0f);
+      size_t d = 0;
+      for (; d + W <= hd; d += W) acc = xsimd::fma(B::load_unaligned(q + d), load(k + j * hd + d), acc);
+      float t = xsimd::hadd(acc);
+      for (; d < hd; ++d) t = __builtin_fmaf(q[d], one(k[j * hd + d]), t);
+      s[j] = t * scale;
+    }
+  }
 
-    // out[d0 .. d0 + NV*W) (+)= sum_j p[j] v[j][d0 ..] over m rows, in
-    // registers; `carry`: out holds the sums of the blocks before.
-    template <size_t NV>
-    static void weighted_values(const float* p, const KE* v, size_t m, size_t hd, size_t d0, float* out, bool carry) {
-        B acc[NV];
+  // out[d0 .. d0 + NV*W) (+)= sum_j p[j] v[j][d0 ..] over m rows, in
+  // registers; `carry`: out holds the sums of the blocks before.
+  template <size_t NV>
+  static void weighted_values(const float* p, const KE* v, size_t m, size_t hd, size_t d0, float* out, bool carry) {
+    B acc[NV];
 #pragma GCC unroll 8
-        for (size_t i = 0; i < NV; ++i) acc[i] = carry ? B::load_unaligned(out + d0 + i * W) : B(0.0f);
-        for (size_t j = 0; j < m; ++j) {
-            const B pj(p[j]);
-            const KE* vj = v + j * hd + d0;
+    for (size_t i = 0; i < NV; ++i) acc[i] = carry ? B::load_unaligned(out + d0 + i * W) : B(0.0f);
+    for (size_t j = 0; j < m; ++j) {
+      const B pj(p[j]);
+      const KE* vj = v + j * hd + d0;
 #pragma GCC unroll 8
-            for (size_t i = 0; i < NV; ++i) acc[i] = xsimd::fma(pj, load(vj + i * W), acc[i]);
-        }
-#pragma GCC unroll 8
-        for (size_t i = 0; i < NV; ++i) acc[i].store_unaligned(out + d0 + i * W);
+      for (size_t i = 0; i < NV; ++i) acc[i] = xsimd::fma(pj, load(vj + i * W), acc[i]);
     }
+#pragma GCC unroll 8
+    for (size_t i = 0; i < NV; ++i) acc[i].store_unaligned(out + d0 + i * W);
+  }
 
-    static void values(const float* p, const KE* v, size_t m, size_t hd, float* out, bool carry) {
-        size_t d = 0;
-        for (; d + 8 * W <= hd; d += 8 * W) weighted_values<8>(p, v, m, hd, d, out, carry);
-        for (; d + 4 * W <= hd; d += 4 * W) weighted_values<4>(p, v, m, hd, d, out, carry);
-        for (; d + W <= hd; d += W) weighted_values<1>(p, v, m, hd, d, out, carry);
-        for (; d < hd; ++d) {
-            float acc = carry ? out[d] : 0.0f;
-            for (size_t j = 0; j < m; ++j) acc = __builtin_fmaf(p[j], one(v[j * hd + d]), acc);
-            out[d] = acc;
-        }
+  static void values(const float* p, const KE* v, size_t m, size_t hd, float* out, bool carry) {
+    size_t d = 0;
+    for (; d + 8 * W <= hd; d += 8 * W) weighted_values<8>(p, v, m, hd, d, out, carry);
+    for (; d + 4 * W <= hd; d += 4 * W) weighted_values<4>(p, v, m, hd, d, out, carry);
+    for (; d + W <= hd; d += W) weighted_values<1>(p, v, m, hd, d, out, carry);
+    for (; d < hd; ++d) {
+      float acc = carry ? out[d] : 0.0f;
+      for (size_t j = 0; j < m; ++j) acc = __builtin_fmaf(p[j], one(v[j * hd + d]), acc);
+      out[d] = acc;
     }
+  }
 
-    // q, out: heads x hd floats; k, v: the first head's block 0; s: heads x n.
-    static void run(const float* q, const KE* k, const KE* v, size_t n, size_t heads, size_t hd, KVBlocks at,
-                    float scale, float* s, float* out) {
-        if (n == 0) return std::fill(out, out + heads * hd, 0.0f);
-        for (size_t j0 = 0; j0 < n; j0 += at.block) {
-            const size_t m = std::min(at.block, n - j0), b = j0 / at.block;
-            for (size_t h = 0; h < heads; ++h)
-                scores(q + h * hd, k + b * at.block_stride + h * at.head_stride, m, hd, scale, s + h * n + j0);
-        }
-        for (size_t h = 0; h < heads; ++h) Softmax::softmax(s + h * n, n);
-        for (size_t j0 = 0; j0 < n; j0 += at.block) {
-            const size_t m = std::min(at.block, n - j0), b = j0 / at.block;
-            for (size_t h = 0; h < heads; ++h)
-                values(s + h * n + j0, v + b * at.block_stride + h * at.head_stride, m, hd, out + h * hd, j0 > 0);
-        }
+  // q, out: heads x hd floats; k, v: the first head's block 0; s: heads x n.
+  static void run(const float* q, const KE* k, const KE* v, size_t n, size_t heads, size_t hd, KVBlocks at, float scale,
+                  float* s, float* out) {
+    if (n == 0) return std::fill(out, out + heads * hd, 0.0f);
+    for (size_t j0 = 0; j0 < n; j0 += at.block) {
+      const size_t m = std::min(at.block, n - j0), b = j0 / at.block;
+      for (size_t h = 0; h < heads; ++h)
+        scores(q + h * hd, k + b * at.block_stride + h * at.head_stride, m, hd, scale, s + h * n + j0);
     }
+    for (size_t h = 0; h < heads; ++h) Softmax::softmax(s + h * n, n);
+    for (size_t j0 = 0; j0 < n; j0 += at.block) {
+      const size_t m = std::min(at.block, n - j0), b = j0 / at.block;
+      for (size_t h = 0; h < heads; ++h)
+        values(s + h * n + j0, v + b * at.block_stride + h * at.head_stride, m, hd, out + h * hd, j0 > 0);
+    }
+  }
 };
 
 }  // namespace mmgpt::kernels::simd

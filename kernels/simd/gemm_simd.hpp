@@ -35,10 +35,10 @@
 
 #include <xsimd/xsimd.hpp>
 
-#include "kernels/epilogue.hpp"
-#include "kernels/decode_prefetch.hpp"
-#include "kernels/gemm_blocking.hpp"
 #include "core/panel_layout.hpp"
+#include "kernels/decode_prefetch.hpp"
+#include "kernels/epilogue.hpp"
+#include "kernels/gemm_blocking.hpp"
 #include "kernels/simd/widen_simd.hpp"
 
 namespace mmgpt::kernels::simd {
@@ -46,344 +46,343 @@ namespace mmgpt::kernels::simd {
 // Act supplies the vector GELUs (so gemm and the elementwise kernels share them).
 template <class Arch, class Act, class WT = WeightF32>
 struct PanelGemm {
-    using B = xsimd::batch<float, Arch>;
-    using WE = typename WT::E;
-    static constexpr size_t W = B::size;
-    static constexpr size_t VP = kPanelWidth / W;   // vectors per panel k-step
-    static constexpr size_t MR = 6;
-    static constexpr size_t P = W == 16 ? 2 : 1;     // panels per GEMM tile
-    // Small batches stream as decode does (run(), below): 16-bit weights
-    // where a GEMM tile is a pair of panels too.
-    static constexpr bool kStreamBatches = sizeof(WE) == 2 && P == 2;
-    // 16-bit weights from this many rows (three tiles): each block widened
-    // once for all tiles (run_widened). The buffer pays off only when enough
-    // tiles of rows share it; fewer rows widen in every tile (docs/kernels.md,
-    // "The GEMM: blocking and microkernels").
-    static constexpr size_t kWidenMinRows = 3 * MR;
-    static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
+  using B = xsimd::batch<float, Arch>;
+  using WE = typename WT::E;
+  static constexpr size_t W = B::size;
+  static constexpr size_t VP = kPanelWidth / W;  // vectors per panel k-step
+  static constexpr size_t MR = 6;
+  static constexpr size_t P = W == 16 ? 2 : 1;  // panels per GEMM tile
+  // Small batches stream as decode does (run(), below): 16-bit weights
+  // where a GEMM tile is a pair of panels too.
+  static constexpr bool kStreamBatches = sizeof(WE) == 2 && P == 2;
+  // 16-bit weights from this many rows (three tiles): each block widened
+  // once for all tiles (run_widened). The buffer pays off only when enough
+  // tiles of rows share it; fewer rows widen in every tile (docs/kernels.md,
+  // "The GEMM: blocking and microkernels").
+  static constexpr size_t kWidenMinRows = 3 * MR;
+  static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
 
-    struct Out {
-        float* y;              // first output of the tile
-        size_t ldy;            // y row stride
-        size_t ncols;          // valid columns (< 16 * panels only in the last tile)
-        const float* bias;     // at the tile's first column, or null
-        Epilogue e;
-    };
+  struct Out {
+    float* y;           // first output of the tile
+    size_t ldy;         // y row stride
+    size_t ncols;       // valid columns (< 16 * panels only in the last tile)
+    const float* bias;  // at the tile's first column, or null
+    Epilogue e;
+  };
 
-    static B activate(B v, Activation a) {
-        switch (a) {
-            case Activation::GeluErf: return Act::gelu_erf_vec(v);
-            case Activation::GeluTanh: return Act::gelu_tanh_vec(v);
-            case Activation::None: break;
-        }
-        return v;
+  static B activate(B v, Activation a) {
+    switch (a) {
+      case Activation::GeluErf: return Act::gelu_erf_vec(v);
+      case Activation::GeluTanh: return Act::gelu_tanh_vec(v);
+      case Activation::None: break;
     }
+    return v;
+  }
 
-    template <size_t R, size_t NP>
-    static void finish(B (&acc)[R][NP * VP], const Out& o) {
-        constexpr size_t V = NP * VP;
-        constexpr size_t C = NP * kPanelWidth;
-        if (o.ncols == C) {
+  template <size_t R, size_t NP>
+  static void finish(B (&acc)[R][NP * VP], const Out& o) {
+    constexpr size_t V = NP * VP;
+    constexpr size_t C = NP * kPanelWidth;
+    if (o.ncols == C) {
 #pragma GCC unroll 8
-            for (size_t i = 0; i < R; ++i) {
-                float* dst = o.y + i * o.ldy;
+      for (size_t i = 0; i < R; ++i) {
+        float* dst = o.y + i * o.ldy;
 #pragma GCC unroll 8
-                for (size_t j = 0; j < V; ++j) {
-                    B v = acc[i][j];
-                    if (o.bias) v = v + B::load_unaligned(o.bias + j * W);
-                    v = activate(v, o.e.act);
-                    if (o.e.accumulate) v = B::load_unaligned(dst + j * W) + v;
-                    v.store_unaligned(dst + j * W);
-                }
-            }
-            return;
+        for (size_t j = 0; j < V; ++j) {
+          B v = acc[i][j];
+          if (o.bias) v = v + B::load_unaligned(o.bias + j * W);
+          v = activate(v, o.e.act);
+          if (o.e.accumulate) v = B::load_unaligned(dst + j * W) + v;
+          v.store_unaligned(dst + j * W);
         }
-        // Partial tile (the last panel of a matrix whose N is not a multiple
-        // of 16): the same vector arithmetic on padded copies, then only the
-        // valid columns are written.
-        alignas(64) float bias_pad[C], row[C], prev[C];
-        for (size_t c = 0; c < C; ++c) bias_pad[c] = o.bias && c < o.ncols ? o.bias[c] : 0.0f;
-        for (size_t i = 0; i < R; ++i) {
-            float* dst = o.y + i * o.ldy;
-            for (size_t c = 0; c < C; ++c) prev[c] = o.e.accumulate && c < o.ncols ? dst[c] : 0.0f;
-            for (size_t j = 0; j < V; ++j) {
-                B v = acc[i][j];
-                if (o.bias) v = v + B::load_aligned(bias_pad + j * W);
-                v = activate(v, o.e.act);
-                if (o.e.accumulate) v = B::load_aligned(prev + j * W) + v;
-                v.store_aligned(row + j * W);
-            }
-            for (size_t c = 0; c < o.ncols; ++c) dst[c] = row[c];
-        }
+      }
+      return;
     }
-
-    // acc[i][.] += x[i][k] * the k-step of each panel at w[p].
-    template <size_t R, size_t NP>
-    [[gnu::always_inline]] static void kstep(B (&acc)[R][NP * VP], const float* x, size_t ldx, size_t k,
-                                             const WE* const (&w)[NP]) {
-        B wv[NP * VP];
-#pragma GCC unroll 8
-        for (size_t p = 0; p < NP; ++p)
-#pragma GCC unroll 8
-            for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = load_weights<WT, B>(w[p] + v * W);
-#pragma GCC unroll 8
-        for (size_t i = 0; i < R; ++i) {
-            const B xb(x[i * ldx + k]);
-#pragma GCC unroll 8
-            for (size_t j = 0; j < NP * VP; ++j) acc[i][j] = xsimd::fma(xb, wv[j], acc[i][j]);
-        }
+    // Partial tile (the last panel of a matrix whose N is not a multiple
+    // of 16): the same vector arithmetic on padded copies, then only the
+    // valid columns are written.
+    alignas(64) float bias_pad[C], row[C], prev[C];
+    for (size_t c = 0; c < C; ++c) bias_pad[c] = o.bias && c < o.ncols ? o.bias[c] : 0.0f;
+    for (size_t i = 0; i < R; ++i) {
+      float* dst = o.y + i * o.ldy;
+      for (size_t c = 0; c < C; ++c) prev[c] = o.e.accumulate && c < o.ncols ? dst[c] : 0.0f;
+      for (size_t j = 0; j < V; ++j) {
+        B v = acc[i][j];
+        if (o.bias) v = v + B::load_aligned(bias_pad + j * W);
+        v = activate(v, o.e.act);
+        if (o.e.accumulate) v = B::load_aligned(prev + j * W) + v;
+        v.store_aligned(row + j * W);
+      }
+      for (size_t c = 0; c < o.ncols; ++c) dst[c] = row[c];
     }
+  }
 
-    // R rows of x (row stride ldx) against panels p .. p + NP - 1 of the
-    // packed W[N, K] at wp, over k in [k0, k1). Accumulators start from
-    // part_in (or zero) and end in part_out (row stride ldp) or, on the last
-    // K block, go through the epilogue to o. The k-steps go two at a time, a
-    // line of 16-bit weights (two of f32). Decode: the NP panels are one
-    // memory stream (one panel, or a 16-bit pair), each line
-    // prefetched kDecodeAheadBytes ahead with hint H (decode_prefetch.hpp).
-    template <size_t R, size_t NP, bool Decode, DecodePrefetch H = DecodePrefetch::Nta>
-    static void micro(const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p, size_t k0, size_t k1,
-                      const float* part_in, float* part_out, size_t ldp, const Out& o) {
-        constexpr size_t V = NP * VP;
-        B acc[R][V];
+  // acc[i][.] += x[i][k] * the k-step of each panel at w[p].
+  template <size_t R, size_t NP>
+  [[gnu::always_inline]] static void kstep(B (&acc)[R][NP * VP], const float* x, size_t ldx, size_t k,
+                                           const WE* const (&w)[NP]) {
+    B wv[NP * VP];
 #pragma GCC unroll 8
-        for (size_t i = 0; i < R; ++i)
+    for (size_t p = 0; p < NP; ++p)
 #pragma GCC unroll 8
-            for (size_t j = 0; j < V; ++j) acc[i][j] = part_in ? B::load_unaligned(part_in + i * ldp + j * W) : B(0.0f);
+      for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = load_weights<WT, B>(w[p] + v * W);
+#pragma GCC unroll 8
+    for (size_t i = 0; i < R; ++i) {
+      const B xb(x[i * ldx + k]);
+#pragma GCC unroll 8
+      for (size_t j = 0; j < NP * VP; ++j) acc[i][j] = xsimd::fma(xb, wv[j], acc[i][j]);
+    }
+  }
 
-        PanelSteps st[NP];
-        const WE* at[NP];
+  // R rows of x (row stride ldx) against panels p .. p + NP - 1 of the
+  // packed W[N, K] at wp, over k in [k0, k1). Accumulators start from
+  // part_in (or zero) and end in part_out (row stride ldp) or, on the last
+  // K block, go through the epilogue to o. The k-steps go two at a time, a
+  // line of 16-bit weights (two of f32). Decode: the NP panels are one
+  // memory stream (one panel, or a 16-bit pair), each line
+  // prefetched kDecodeAheadBytes ahead with hint H (decode_prefetch.hpp).
+  template <size_t R, size_t NP, bool Decode, DecodePrefetch H = DecodePrefetch::Nta>
+  static void micro(const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p, size_t k0, size_t k1,
+                    const float* part_in, float* part_out, size_t ldp, const Out& o) {
+    constexpr size_t V = NP * VP;
+    B acc[R][V];
 #pragma GCC unroll 8
-        for (size_t j = 0; j < NP; ++j) st[j] = panel_steps_of<WE>(N, K, p + j);  // panel_layout.hpp
-        size_t k = k0;
-        if (k % 2 == 1 && k < k1) {  // a K block that starts mid-line
+    for (size_t i = 0; i < R; ++i)
 #pragma GCC unroll 8
-            for (size_t j = 0; j < NP; ++j) at[j] = wp + st[j].at(K, k);
-            kstep<R, NP>(acc, x, ldx, k, at);
-            ++k;
-        }
-        const WE* line[NP];
+      for (size_t j = 0; j < V; ++j) acc[i][j] = part_in ? B::load_unaligned(part_in + i * ldp + j * W) : B(0.0f);
+
+    PanelSteps st[NP];
+    const WE* at[NP];
 #pragma GCC unroll 8
-        for (size_t j = 0; j < NP; ++j) line[j] = wp + st[j].first + (k / 2) * st[j].pitch;
-        for (; k + 2 <= k1; k += 2) {  // k even and k + 1 < K: both in the paired lines (panel_layout.hpp)
-            const WE* odd[NP];
+    for (size_t j = 0; j < NP; ++j) st[j] = panel_steps_of<WE>(N, K, p + j);  // panel_layout.hpp
+    size_t k = k0;
+    if (k % 2 == 1 && k < k1) {  // a K block that starts mid-line
 #pragma GCC unroll 8
-            for (size_t j = 0; j < NP; ++j) {
-                if constexpr (Decode)
+      for (size_t j = 0; j < NP; ++j) at[j] = wp + st[j].at(K, k);
+      kstep<R, NP>(acc, x, ldx, k, at);
+      ++k;
+    }
+    const WE* line[NP];
+#pragma GCC unroll 8
+    for (size_t j = 0; j < NP; ++j) line[j] = wp + st[j].first + (k / 2) * st[j].pitch;
+    for (; k + 2 <= k1; k += 2) {  // k even and k + 1 < K: both in the paired lines (panel_layout.hpp)
+      const WE* odd[NP];
+#pragma GCC unroll 8
+      for (size_t j = 0; j < NP; ++j) {
+        if constexpr (Decode)
 #pragma GCC unroll 2
-                    for (size_t b = 0; b < 2 * kPanelWidth * sizeof(WE); b += 64) detail::prefetch_decode<H>(line[j], b);
-                odd[j] = line[j] + kPanelWidth;
-            }
-            kstep<R, NP>(acc, x, ldx, k, line);
-            kstep<R, NP>(acc, x, ldx, k + 1, odd);
+          for (size_t b = 0; b < 2 * kPanelWidth * sizeof(WE); b += 64) detail::prefetch_decode<H>(line[j], b);
+        odd[j] = line[j] + kPanelWidth;
+      }
+      kstep<R, NP>(acc, x, ldx, k, line);
+      kstep<R, NP>(acc, x, ldx, k + 1, odd);
 #pragma GCC unroll 8
-            for (size_t j = 0; j < NP; ++j) line[j] += st[j].pitch;
-        }
-        if (k < k1) {  // the last k-step of an odd K, or a K block that ends mid-line
+      for (size_t j = 0; j < NP; ++j) line[j] += st[j].pitch;
+    }
+    if (k < k1) {  // the last k-step of an odd K, or a K block that ends mid-line
 #pragma GCC unroll 8
-            for (size_t j = 0; j < NP; ++j) at[j] = wp + st[j].at(K, k);
-            kstep<R, NP>(acc, x, ldx, k, at);
-        }
-
-        if (part_out) {
-#pragma GCC unroll 8
-            for (size_t i = 0; i < R; ++i)
-#pragma GCC unroll 8
-                for (size_t j = 0; j < V; ++j) acc[i][j].store_unaligned(part_out + i * ldp + j * W);
-            return;
-        }
-        finish<R, NP>(acc, o);
+      for (size_t j = 0; j < NP; ++j) at[j] = wp + st[j].at(K, k);
+      kstep<R, NP>(acc, x, ldx, k, at);
     }
 
-    // The k-steps [k0, k1) of NP panels from p, widened to f32 into `wide`:
-    // k-step k's 16 * NP weights at wide + (k - k0) * 16 * NP.
-    template <size_t NP>
-    static void widen_block(const WE* wp, size_t N, size_t K, size_t p, size_t k0, size_t k1, float* wide) {
-        constexpr size_t V = NP * VP;
-        PanelSteps st[NP];
+    if (part_out) {
 #pragma GCC unroll 8
-        for (size_t j = 0; j < NP; ++j) st[j] = panel_steps_of<WE>(N, K, p + j);
-        for (size_t k = k0; k < k1; ++k, wide += V * W)
+      for (size_t i = 0; i < R; ++i)
 #pragma GCC unroll 8
-            for (size_t j = 0; j < NP; ++j) {
-                const WE* at = wp + st[j].at(K, k);
-#pragma GCC unroll 8
-                for (size_t v = 0; v < VP; ++v) load_weights<WT, B>(at + v * W).store_aligned(wide + (j * VP + v) * W);
-            }
+        for (size_t j = 0; j < V; ++j) acc[i][j].store_unaligned(part_out + i * ldp + j * W);
+      return;
     }
+    finish<R, NP>(acc, o);
+  }
 
-    // micro over a block widened by widen_block: the same FMAs in the same
-    // order (so the same bits), f32 loads from a buffer the caches hold.
-    template <size_t R, size_t NP>
-    static void micro_wide(const float* x, size_t ldx, const float* wide, size_t k0, size_t k1, const float* part_in,
-                           float* part_out, size_t ldp, const Out& o) {
-        constexpr size_t V = NP * VP;
-        B acc[R][V];
+  // The k-steps [k0, k1) of NP panels from p, widened to f32 into `wide`:
+  // k-step k's 16 * NP weights at wide + (k - k0) * 16 * NP.
+  template <size_t NP>
+  static void widen_block(const WE* wp, size_t N, size_t K, size_t p, size_t k0, size_t k1, float* wide) {
+    constexpr size_t V = NP * VP;
+    PanelSteps st[NP];
 #pragma GCC unroll 8
-        for (size_t i = 0; i < R; ++i)
+    for (size_t j = 0; j < NP; ++j) st[j] = panel_steps_of<WE>(N, K, p + j);
+    for (size_t k = k0; k < k1; ++k, wide += V * W)
 #pragma GCC unroll 8
-            for (size_t j = 0; j < V; ++j) acc[i][j] = part_in ? B::load_unaligned(part_in + i * ldp + j * W) : B(0.0f);
-        for (size_t k = k0; k < k1; ++k, wide += V * W) {
-            B wv[V];
+      for (size_t j = 0; j < NP; ++j) {
+        const WE* at = wp + st[j].at(K, k);
 #pragma GCC unroll 8
-            for (size_t j = 0; j < V; ++j) wv[j] = B::load_aligned(wide + j * W);
+        for (size_t v = 0; v < VP; ++v) load_weights<WT, B>(at + v * W).store_aligned(wide + (j * VP + v) * W);
+      }
+  }
+
+  // micro over a block widened by widen_block: the same FMAs in the same
+  // order (so the same bits), f32 loads from a buffer the caches hold.
+  template <size_t R, size_t NP>
+  static void micro_wide(const float* x, size_t ldx, const float* wide, size_t k0, size_t k1, const float* part_in,
+                         float* part_out, size_t ldp, const Out& o) {
+    constexpr size_t V = NP * VP;
+    B acc[R][V];
 #pragma GCC unroll 8
-            for (size_t i = 0; i < R; ++i) {
-                const B xb(x[i * ldx + k]);
+    for (size_t i = 0; i < R; ++i)
 #pragma GCC unroll 8
-                for (size_t j = 0; j < V; ++j) acc[i][j] = xsimd::fma(xb, wv[j], acc[i][j]);
-            }
-        }
-        if (part_out) {
+      for (size_t j = 0; j < V; ++j) acc[i][j] = part_in ? B::load_unaligned(part_in + i * ldp + j * W) : B(0.0f);
+    for (size_t k = k0; k < k1; ++k, wide += V * W) {
+      B wv[V];
 #pragma GCC unroll 8
-            for (size_t i = 0; i < R; ++i)
+      for (size_t j = 0; j < V; ++j) wv[j] = B::load_aligned(wide + j * W);
 #pragma GCC unroll 8
-                for (size_t j = 0; j < V; ++j) acc[i][j].store_unaligned(part_out + i * ldp + j * W);
-            return;
-        }
-        finish<R, NP>(acc, o);
+      for (size_t i = 0; i < R; ++i) {
+        const B xb(x[i * ldx + k]);
+#pragma GCC unroll 8
+        for (size_t j = 0; j < V; ++j) acc[i][j] = xsimd::fma(xb, wv[j], acc[i][j]);
+      }
     }
-
-    template <size_t NP>
-    static void micro_wide_rows(size_t rows, const float* x, size_t ldx, const float* wide, size_t k0, size_t k1,
-                                const float* part_in, float* part_out, size_t ldp, const Out& o) {
-        static_assert(MR == 6, "the cases below cover rows 1 .. 6");
-        switch (rows) {
-            case 6: micro_wide<6, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
-            case 5: micro_wide<5, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
-            case 4: micro_wide<4, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
-            case 3: micro_wide<3, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
-            case 2: micro_wide<2, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
-            case 1: micro_wide<1, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
-            default: break;
-        }
+    if (part_out) {
+#pragma GCC unroll 8
+      for (size_t i = 0; i < R; ++i)
+#pragma GCC unroll 8
+        for (size_t j = 0; j < V; ++j) acc[i][j].store_unaligned(part_out + i * ldp + j * W);
+      return;
     }
+    finish<R, NP>(acc, o);
+  }
 
-    template <size_t NP, bool Decode = false, DecodePrefetch H = DecodePrefetch::Nta>
-    static void micro_rows(size_t rows, const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p,
-                           size_t k0, size_t k1, const float* part_in, float* part_out, size_t ldp, const Out& o) {
-        static_assert(MR == 6, "the cases below cover rows 1 .. 6");
-        switch (rows) {
-            case 6: micro<6, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-            case 5: micro<5, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-            case 4: micro<4, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-            case 3: micro<3, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-            case 2: micro<2, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-            case 1: micro<1, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-            default: break;
-        }
+  template <size_t NP>
+  static void micro_wide_rows(size_t rows, const float* x, size_t ldx, const float* wide, size_t k0, size_t k1,
+                              const float* part_in, float* part_out, size_t ldp, const Out& o) {
+    static_assert(MR == 6, "the cases below cover rows 1 .. 6");
+    switch (rows) {
+      case 6: micro_wide<6, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
+      case 5: micro_wide<5, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
+      case 4: micro_wide<4, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
+      case 3: micro_wide<3, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
+      case 2: micro_wide<2, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
+      case 1: micro_wide<1, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
+      default: break;
     }
+  }
 
-    // run() for 16-bit weights and kWidenMinRows rows or more: the same blocks,
-    // each block of k-steps of a tile's panels widened once (widen_block) for
-    // every tile of rows (micro_wide). Not inlined into run(): GCC's inlining
-    // of the whole GEMM shifts with any change to it, so this path stays out
-    // of line and leaves the code of the decode and f32 paths in run() as it
-    // is.
-    [[gnu::noinline]] static void run_widened(const float* x, const WE* wp, const float* bias, float* y, size_t M,
-                                              size_t K, size_t N, size_t p0, size_t p1, Epilogue e, float* scratch) {
-        // One buffer per thread, kept between calls: KC * 16P floats (32 KB
-        // on AVX-512 at KC = 256), K * 16P where K is not blocked (M * K
-        // within the L2 budget: a few tiles of rows).
-        thread_local std::vector<float, xsimd::aligned_allocator<float, 64>> wide;
-        const detail::GemmBlocking b = detail::gemm_blocking(M, K);
-        const size_t ldp = (p1 - p0) * kPanelWidth;
-        if (wide.size() < b.kc * P * kPanelWidth) wide.resize(b.kc * P * kPanelWidth);
-        for (size_t mc0 = 0; mc0 < M; mc0 += b.mc) {
-            const size_t mc1 = M - mc0 < b.mc ? M : mc0 + b.mc;
-            for (size_t kc0 = 0;; kc0 += b.kc) {
-                const size_t kc1 = K - kc0 < b.kc ? K : kc0 + b.kc;
-                const bool first = kc0 == 0, last = kc1 == K;
-                for (size_t p = p0; p < p1;) {
-                    const size_t np = p + P <= p1 ? P : 1;
-                    const size_t col = p * kPanelWidth, left = N - col;
-                    np == P ? widen_block<P>(wp, N, K, p, kc0, kc1, wide.data())
-                            : widen_block<1>(wp, N, K, p, kc0, kc1, wide.data());
-                    for (size_t m = mc0; m < mc1;) {
-                        const size_t rows = mc1 - m < MR ? mc1 - m : MR;
-                        float* part = b.blocked ? scratch + (m - mc0) * ldp + (p - p0) * kPanelWidth : nullptr;
-                        const Out o{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth,
-                                    bias ? bias + col : nullptr, e};
-                        np == P ? micro_wide_rows<P>(rows, x + m * K, K, wide.data(), kc0, kc1, first ? nullptr : part,
-                                                     last ? nullptr : part, ldp, o)
-                                : micro_wide_rows<1>(rows, x + m * K, K, wide.data(), kc0, kc1, first ? nullptr : part,
-                                                     last ? nullptr : part, ldp, o);
-                        m += rows;
-                    }
-                    p += np;
-                }
-                if (last) break;
-            }
-        }
+  template <size_t NP, bool Decode = false, DecodePrefetch H = DecodePrefetch::Nta>
+  static void micro_rows(size_t rows, const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p, size_t k0,
+                         size_t k1, const float* part_in, float* part_out, size_t ldp, const Out& o) {
+    static_assert(MR == 6, "the cases below cover rows 1 .. 6");
+    switch (rows) {
+      case 6: micro<6, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+      case 5: micro<5, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+      case 4: micro<4, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+      case 3: micro<3, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+      case 2: micro<2, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+      case 1: micro<1, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+      default: break;
     }
+  }
 
-    // Output columns of panels [p0, p1): y[M, N] (+)= act(x[M, K] W^T + bias).
-    // `scratch` holds gemm_scratch_floats(M, K, p1 - p0) floats.
-    static void run(const float* x, const WE* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
-                    size_t p0, size_t p1, Epilogue e, float* scratch) {
-        if (M == 0 || p0 >= p1) return;
-        auto out = [&](size_t m, size_t p, size_t np) {
-            const size_t col = p * kPanelWidth;
-            const size_t left = N - col;
-            return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth,
-                       bias ? bias + col : nullptr, e};
+  // run() for 16-bit weights and kWidenMinRows rows or more: the same blocks,
+  // each block of k-steps of a tile's panels widened once (widen_block) for
+  // every tile of rows (micro_wide). Not inlined into run(): GCC's inlining
+  // of the whole GEMM shifts with any change to it, so this path stays out
+  // of line and leaves the code of the decode and f32 paths in run() as it
+  // is.
+  [[gnu::noinline]] static void run_widened(const float* x, const WE* wp, const float* bias, float* y, size_t M,
+                                            size_t K, size_t N, size_t p0, size_t p1, Epilogue e, float* scratch) {
+    // One buffer per thread, kept between calls: KC * 16P floats (32 KB
+    // on AVX-512 at KC = 256), K * 16P where K is not blocked (M * K
+    // within the L2 budget: a few tiles of rows).
+    thread_local std::vector<float, xsimd::aligned_allocator<float, 64>> wide;
+    const detail::GemmBlocking b = detail::gemm_blocking(M, K);
+    const size_t ldp = (p1 - p0) * kPanelWidth;
+    if (wide.size() < b.kc * P * kPanelWidth) wide.resize(b.kc * P * kPanelWidth);
+    for (size_t mc0 = 0; mc0 < M; mc0 += b.mc) {
+      const size_t mc1 = M - mc0 < b.mc ? M : mc0 + b.mc;
+      for (size_t kc0 = 0;; kc0 += b.kc) {
+        const size_t kc1 = K - kc0 < b.kc ? K : kc0 + b.kc;
+        const bool first = kc0 == 0, last = kc1 == K;
+        for (size_t p = p0; p < p1;) {
+          const size_t np = p + P <= p1 ? P : 1;
+          const size_t col = p * kPanelWidth, left = N - col;
+          np == P ? widen_block<P>(wp, N, K, p, kc0, kc1, wide.data())
+                  : widen_block<1>(wp, N, K, p, kc0, kc1, wide.data());
+          for (size_t m = mc0; m < mc1;) {
+            const size_t rows = mc1 - m < MR ? mc1 - m : MR;
+            float* part = b.blocked ? scratch + (m - mc0) * ldp + (p - p0) * kPanelWidth : nullptr;
+            const Out o{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth,
+                        bias ? bias + col : nullptr, e};
+            np == P ? micro_wide_rows<P>(rows, x + m * K, K, wide.data(), kc0, kc1, first ? nullptr : part,
+                                         last ? nullptr : part, ldp, o)
+                    : micro_wide_rows<1>(rows, x + m * K, K, wide.data(), kc0, kc1, first ? nullptr : part,
+                                         last ? nullptr : part, ldp, o);
+            m += rows;
+          }
+          p += np;
+        }
+        if (last) break;
+      }
+    }
+  }
+
+  // Output columns of panels [p0, p1): y[M, N] (+)= act(x[M, K] W^T + bias).
+  // `scratch` holds gemm_scratch_floats(M, K, p1 - p0) floats.
+  static void run(const float* x, const WE* wp, const float* bias, float* y, size_t M, size_t K, size_t N, size_t p0,
+                  size_t p1, Epilogue e, float* scratch) {
+    if (M == 0 || p0 >= p1) return;
+    auto out = [&](size_t m, size_t p, size_t np) {
+      const size_t col = p * kPanelWidth;
+      const size_t left = N - col;
+      return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr, e};
+    };
+    // Decode: one memory stream at a time, one panel, or a pair of 16-bit
+    // panels (two accumulator chains: one would not keep up with two
+    // dependent FMAs a line). A range that starts at an odd panel (a
+    // thread's share) takes that one alone (for_panel_pairs). Small
+    // batches of 16-bit weights on AVX-512 (where a GEMM tile is a pair
+    // too, P == 2) stream the same way, under the decode hint, which is
+    // the faster for them. f32 batches keep the GEMM tiles: in a batch
+    // f32 is FMA-bound, and two panels share each broadcast of x (fewer
+    // instructions an FMA) (docs/kernels.md, "Small batches stream like
+    // decode").
+    if (M == 1 || (kStreamBatches && M <= MR)) {
+      detail::with_decode_hint([&](auto hint) {
+        constexpr DecodePrefetch H = decltype(hint)::value;
+        auto stream = [&]<size_t NP>(size_t p) {
+          if constexpr (kStreamBatches)
+            micro_rows<NP, true, H>(M, x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, NP));
+          else  // M == 1
+            micro<1, NP, true, H>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, NP));
         };
-        // Decode: one memory stream at a time, one panel, or a pair of 16-bit
-        // panels (two accumulator chains: one would not keep up with two
-        // dependent FMAs a line). A range that starts at an odd panel (a
-        // thread's share) takes that one alone (for_panel_pairs). Small
-        // batches of 16-bit weights on AVX-512 (where a GEMM tile is a pair
-        // too, P == 2) stream the same way, under the decode hint, which is
-        // the faster for them. f32 batches keep the GEMM tiles: in a batch
-        // f32 is FMA-bound, and two panels share each broadcast of x (fewer
-        // instructions an FMA) (docs/kernels.md, "Small batches stream like
-        // decode").
-        if (M == 1 || (kStreamBatches && M <= MR)) {
-            detail::with_decode_hint([&](auto hint) {
-                constexpr DecodePrefetch H = decltype(hint)::value;
-                auto stream = [&]<size_t NP>(size_t p) {
-                    if constexpr (kStreamBatches)
-                        micro_rows<NP, true, H>(M, x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, NP));
-                    else  // M == 1
-                        micro<1, NP, true, H>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, NP));
-                };
-                auto one = [&](size_t p) { stream.template operator()<1>(p); };
-                if constexpr (sizeof(WE) == 2)
-                    for_panel_pairs(p0, p1, one, [&](size_t p) { stream.template operator()<2>(p); });
-                else
-                    for (size_t p = p0; p < p1; ++p) one(p);
-            });
-            return;
-        }
-
+        auto one = [&](size_t p) { stream.template operator()<1>(p); };
         if constexpr (sizeof(WE) == 2)
-            if (M >= kWidenMinRows) return run_widened(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
-        const detail::GemmBlocking b = detail::gemm_blocking(M, K);
-        const size_t ldp = (p1 - p0) * kPanelWidth;
-        for (size_t mc0 = 0; mc0 < M; mc0 += b.mc) {
-            const size_t mc1 = M - mc0 < b.mc ? M : mc0 + b.mc;
-            for (size_t kc0 = 0;; kc0 += b.kc) {
-                const size_t kc1 = K - kc0 < b.kc ? K : kc0 + b.kc;
-                const bool first = kc0 == 0, last = kc1 == K;
-                for (size_t p = p0; p < p1;) {
-                    const size_t np = p + P <= p1 ? P : 1;
-                    for (size_t m = mc0; m < mc1;) {
-                        const size_t rows = mc1 - m < MR ? mc1 - m : MR;
-                        float* part = b.blocked ? scratch + (m - mc0) * ldp + (p - p0) * kPanelWidth : nullptr;
-                        const float* in = first ? nullptr : part;
-                        float* keep = last ? nullptr : part;
-                        if (np == P)
-                            micro_rows<P>(rows, x + m * K, K, wp, N, K, p, kc0, kc1, in, keep, ldp, out(m, p, P));
-                        else
-                            micro_rows<1>(rows, x + m * K, K, wp, N, K, p, kc0, kc1, in, keep, ldp, out(m, p, 1));
-                        m += rows;
-                    }
-                    p += np;
-                }
-                if (last) break;
-            }
-        }
+          for_panel_pairs(p0, p1, one, [&](size_t p) { stream.template operator()<2>(p); });
+        else
+          for (size_t p = p0; p < p1; ++p) one(p);
+      });
+      return;
     }
+
+    if constexpr (sizeof(WE) == 2)
+      if (M >= kWidenMinRows) return run_widened(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
+    const detail::GemmBlocking b = detail::gemm_blocking(M, K);
+    const size_t ldp = (p1 - p0) * kPanelWidth;
+    for (size_t mc0 = 0; mc0 < M; mc0 += b.mc) {
+      const size_t mc1 = M - mc0 < b.mc ? M : mc0 + b.mc;
+      for (size_t kc0 = 0;; kc0 += b.kc) {
+        const size_t kc1 = K - kc0 < b.kc ? K : kc0 + b.kc;
+        const bool first = kc0 == 0, last = kc1 == K;
+        for (size_t p = p0; p < p1;) {
+          const size_t np = p + P <= p1 ? P : 1;
+          for (size_t m = mc0; m < mc1;) {
+            const size_t rows = mc1 - m < MR ? mc1 - m : MR;
+            float* part = b.blocked ? scratch + (m - mc0) * ldp + (p - p0) * kPanelWidth : nullptr;
+            const float* in = first ? nullptr : part;
+            float* keep = last ? nullptr : part;
+            if (np == P)
+              micro_rows<P>(rows, x + m * K, K, wp, N, K, p, kc0, kc1, in, keep, ldp, out(m, p, P));
+            else
+              micro_rows<1>(rows, x + m * K, K, wp, N, K, p, kc0, kc1, in, keep, ldp, out(m, p, 1));
+            m += rows;
+          }
+          p += np;
+        }
+        if (last) break;
+      }
+    }
+  }
 };
 
 }  // namespace mmgpt::kernels::simd

@@ -19,9 +19,9 @@
 #include <xsimd/xsimd.hpp>
 
 #include "kernels/constants.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/simd/attention_simd.hpp"
 #include "kernels/simd/gemm_simd.hpp"
-#include "kernels/registry.hpp"
 
 // Each ISA TU compiles the same inline functions (std::, xsimd internals)
 // with different -m flags; where the compiler emits them out of line the
@@ -39,350 +39,348 @@ namespace mmgpt::kernels::simd {
 
 template <class Arch>
 struct Kernels {
-    using B = xsimd::batch<float, Arch>;
-    static constexpr size_t W = B::size;
+  using B = xsimd::batch<float, Arch>;
+  static constexpr size_t W = B::size;
 
-    // ---------------------------------------------------------------- matmul
-    // Register tile: MR rows of x against NR rows of W. Each output element
-    // owns one vector accumulator and sees the same FMA sequence and the same
-    // reduction whatever MR/NR are, so y[m, n] does not depend on how rows are
-    // grouped into tiles or split over threads.
-    template <size_t MR, size_t NR>
-    static void tile(const float* x, const float* w, const float* bias, float* y, size_t K, size_t N, size_t m,
-                     size_t n) {
-        const float* xr[MR];
-        const float* wr[NR];
-        B acc[MR][NR];
+  // ---------------------------------------------------------------- matmul
+  // Register tile: MR rows of x against NR rows of W. Each output element
+  // owns one vector accumulator and sees the same FMA sequence and the same
+  // reduction whatever MR/NR are, so y[m, n] does not depend on how rows are
+  // grouped into tiles or split over threads.
+  template <size_t MR, size_t NR>
+  static void tile(const float* x, const float* w, const float* bias, float* y, size_t K, size_t N, size_t m,
+                   size_t n) {
+    const float* xr[MR];
+    const float* wr[NR];
+    B acc[MR][NR];
 #pragma GCC unroll 4
-        for (size_t i = 0; i < MR; ++i) xr[i] = x + (m + i) * K;
+    for (size_t i = 0; i < MR; ++i) xr[i] = x + (m + i) * K;
 #pragma GCC unroll 4
-        for (size_t j = 0; j < NR; ++j) wr[j] = w + (n + j) * K;
+    for (size_t j = 0; j < NR; ++j) wr[j] = w + (n + j) * K;
 #pragma GCC unroll 4
-        for (size_t i = 0; i < MR; ++i)
+    for (size_t i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-            for (size_t j = 0; j < NR; ++j) acc[i][j] = B(0.0f);
+      for (size_t j = 0; j < NR; ++j) acc[i][j] = B(0.0f);
 
-        size_t k = 0;
-        for (; k + W <= K; k += W) {
-            B wv[NR];
+    size_t k = 0;
+    for (; k + W <= K; k += W) {
+      B wv[NR];
 #pragma GCC unroll 4
-            for (size_t j = 0; j < NR; ++j) wv[j] = B::load_unaligned(wr[j] + k);
+      for (size_t j = 0; j < NR; ++j) wv[j] = B::load_unaligned(wr[j] + k);
 #pragma GCC unroll 4
-            for (size_t i = 0; i < MR; ++i) {
-                const B xv = B::load_unaligned(xr[i] + k);
+      for (size_t i = 0; i < MR; ++i) {
+        const B xv = B::load_unaligned(xr[i] + k);
 #pragma GCC unroll 4
-                for (size_t j = 0; j < NR; ++j) acc[i][j] = xsimd::fma(xv, wv[j], acc[i][j]);
-            }
-        }
-        for (size_t i = 0; i < MR; ++i) {
-            for (size_t j = 0; j < NR; ++j) {
-                float s = xsimd::hadd(acc[i][j]);
-                for (size_t kk = k; kk < K; ++kk) s += xr[i][kk] * wr[j][kk];
-                y[(m + i) * N + n + j] = bias ? s + bias[n + j] : s;
-            }
-        }
+        for (size_t j = 0; j < NR; ++j) acc[i][j] = xsimd::fma(xv, wv[j], acc[i][j]);
+      }
     }
-
-    // Rows [m0, m1) of x against weight rows n .. n+NR-1.
-    template <size_t MR, size_t NR>
-    static void tile_column(const float* x, const float* w, const float* bias, float* y, size_t K, size_t N,
-                            size_t m0, size_t m1, size_t n) {
-        static_assert(MR == 1 || MR == 4, "tails below assume MR is 1 or 4");
-        size_t m = m0;
-        for (; m + MR <= m1; m += MR) tile<MR, NR>(x, w, bias, y, K, N, m, n);
-        if constexpr (MR == 4) {
-            switch (m1 - m) {
-                case 1: tile<1, NR>(x, w, bias, y, K, N, m, n); break;
-                case 2: tile<2, NR>(x, w, bias, y, K, N, m, n); break;
-                case 3: tile<3, NR>(x, w, bias, y, K, N, m, n); break;
-                default: break;
-            }
-        }
+    for (size_t i = 0; i < MR; ++i) {
+      for (size_t j = 0; j < NR; ++j) {
+        float s = xsimd::hadd(acc[i][j]);
+        for (size_t kk = k; kk < K; ++kk) s += xr[i][kk] * wr[j][kk];
+        y[(m + i) * N + n + j] = bias ? s + bias[n + j] : s;
+      }
     }
+  }
 
-    template <size_t MR, size_t NR>
-    static void sweep(const float* x, const float* w, const float* bias, float* y, size_t K, size_t N, size_t m0,
-                      size_t m1, size_t n0, size_t n1) {
-        size_t n = n0;
-        for (; n + NR <= n1; n += NR) tile_column<MR, NR>(x, w, bias, y, K, N, m0, m1, n);
-        for (; n < n1; ++n) tile_column<MR, 1>(x, w, bias, y, K, N, m0, m1, n);
+  // Rows [m0, m1) of x against weight rows n .. n+NR-1.
+  template <size_t MR, size_t NR>
+  static void tile_column(const float* x, const float* w, const float* bias, float* y, size_t K, size_t N, size_t m0,
+                          size_t m1, size_t n) {
+    static_assert(MR == 1 || MR == 4, "tails below assume MR is 1 or 4");
+    size_t m = m0;
+    for (; m + MR <= m1; m += MR) tile<MR, NR>(x, w, bias, y, K, N, m, n);
+    if constexpr (MR == 4) {
+      switch (m1 - m) {
+        case 1: tile<1, NR>(x, w, bias, y, K, N, m, n); break;
+        case 2: tile<2, NR>(x, w, bias, y, K, N, m, n); break;
+        case 3: tile<3, NR>(x, w, bias, y, K, N, m, n); break;
+        default: break;
+      }
     }
+  }
 
-    MMGPT_SIMD_ENTRY static void matmul_cols(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K,
-                            size_t N, size_t n0, size_t n1) {
-        if (M == 1) {
-            // Decode: one row of x against 4 weight rows at a time; every
-            // weight is read exactly once.
-            sweep<1, 4>(x, w, bias, y, K, N, 0, 1, n0, n1);
-            return;
-        }
-        // Several rows: 4x2 tiles (8 accumulators) reuse each loaded weight
-        // vector for 4 rows of x. x is walked in blocks of rows that stay in
-        // cache (about 96 KiB) while the weight rows of this range stream by.
-        const size_t row_bytes = (K > 0 ? K : 1) * sizeof(float);
-        const size_t fit = (96 * 1024 / row_bytes) / 4 * 4;
-        const size_t mb = fit > 4 ? fit : 4;
-        for (size_t m0 = 0; m0 < M; m0 += mb) {
-            const size_t m1 = M - m0 < mb ? M : m0 + mb;
-            sweep<4, 2>(x, w, bias, y, K, N, m0, m1, n0, n1);
-        }
+  template <size_t MR, size_t NR>
+  static void sweep(const float* x, const float* w, const float* bias, float* y, size_t K, size_t N, size_t m0,
+                    size_t m1, size_t n0, size_t n1) {
+    size_t n = n0;
+    for (; n + NR <= n1; n += NR) tile_column<MR, NR>(x, w, bias, y, K, N, m0, m1, n);
+    for (; n < n1; ++n) tile_column<MR, 1>(x, w, bias, y, K, N, m0, m1, n);
+  }
+
+  MMGPT_SIMD_ENTRY static void matmul_cols(const float* x, const float* w, const float* bias, float* y, size_t M,
+                                           size_t K, size_t N, size_t n0, size_t n1) {
+    if (M == 1) {
+      // Decode: one row of x against 4 weight rows at a time; every
+      // weight is read exactly once.
+      sweep<1, 4>(x, w, bias, y, K, N, 0, 1, n0, n1);
+      return;
     }
-
-    MMGPT_SIMD_ENTRY static void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M,
-                                             size_t K, size_t N, size_t p0, size_t p1, Epilogue e, float* scratch) {
-        PanelGemm<Arch, Kernels>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
+    // Several rows: 4x2 tiles (8 accumulators) reuse each loaded weight
+    // vector for 4 rows of x. x is walked in blocks of rows that stay in
+    // cache (about 96 KiB) while the weight rows of this range stream by.
+    const size_t row_bytes = (K > 0 ? K : 1) * sizeof(float);
+    const size_t fit = (96 * 1024 / row_bytes) / 4 * 4;
+    const size_t mb = fit > 4 ? fit : 4;
+    for (size_t m0 = 0; m0 < M; m0 += mb) {
+      const size_t m1 = M - m0 < mb ? M : m0 + mb;
+      sweep<4, 2>(x, w, bias, y, K, N, m0, m1, n0, n1);
     }
+  }
 
-    MMGPT_SIMD_ENTRY static void gemm_panels_bf16(const float* x, const uint16_t* wp, const float* bias, float* y,
-                                                  size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e,
-                                                  float* scratch) {
-        PanelGemm<Arch, Kernels, WeightBF16>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
-    }
+  MMGPT_SIMD_ENTRY static void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M,
+                                           size_t K, size_t N, size_t p0, size_t p1, Epilogue e, float* scratch) {
+    PanelGemm<Arch, Kernels>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
+  }
 
-    MMGPT_SIMD_ENTRY static void gemm_panels_f16(const float* x, const uint16_t* wp, const float* bias, float* y,
-                                                 size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e,
-                                                 float* scratch) {
-        PanelGemm<Arch, Kernels, WeightF16>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
-    }
+  MMGPT_SIMD_ENTRY static void gemm_panels_bf16(const float* x, const uint16_t* wp, const float* bias, float* y,
+                                                size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e,
+                                                float* scratch) {
+    PanelGemm<Arch, Kernels, WeightBF16>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
+  }
 
-    // One query over heads of a KV cache of element type WT (k, v: its elements).
-    template <class WT = WeightF32>
-    MMGPT_SIMD_ENTRY static void attention_heads(const float* q, const void* k, const void* v, size_t n, size_t heads,
-                                                 size_t hd, KVBlocks at, float scale, float* s, float* out) {
-        using E = typename WT::E;
-        AttentionHeads<Arch, Kernels, WT>::run(q, static_cast<const E*>(k), static_cast<const E*>(v), n, heads, hd, at,
-                                               scale, s, out);
-    }
+  MMGPT_SIMD_ENTRY static void gemm_panels_f16(const float* x, const uint16_t* wp, const float* bias, float* y,
+                                               size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e,
+                                               float* scratch) {
+    PanelGemm<Arch, Kernels, WeightF16>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
+  }
 
-    // f32 -> f16, round to nearest even (the hardware conversion; the tail
-    // through a padded vector, so every element gets the same instruction).
-    static auto narrow_vec_f16(B v) {
+  // One query over heads of a KV cache of element type WT (k, v: its elements).
+  template <class WT = WeightF32>
+  MMGPT_SIMD_ENTRY static void attention_heads(const float* q, const void* k, const void* v, size_t n, size_t heads,
+                                               size_t hd, KVBlocks at, float scale, float* s, float* out) {
+    using E = typename WT::E;
+    AttentionHeads<Arch, Kernels, WT>::run(q, static_cast<const E*>(k), static_cast<const E*>(v), n, heads, hd, at,
+                                           scale, s, out);
+  }
+
+  // f32 -> f16, round to nearest even (the hardware conversion; the tail
+  // through a padded vector, so every element gets the same instruction).
+  static auto narrow_vec_f16(B v) {
 #if defined(__AVX512F__)
-        if constexpr (W == 16) return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if constexpr (W == 16) return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 #endif
 #if defined(__F16C__)
-        if constexpr (W == 8) return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if constexpr (W == 8) return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 #endif
 #if defined(__aarch64__)
-        if constexpr (W == 4) return vreinterpret_u16_f16(vcvt_f16_f32(v));
+    if constexpr (W == 4) return vreinterpret_u16_f16(vcvt_f16_f32(v));
 #endif
-    }
+  }
 
-    static void store_f16(uint16_t* p, B v) {
+  static void store_f16(uint16_t* p, B v) {
 #if defined(__AVX512F__)
-        if constexpr (W == 16) {
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow_vec_f16(v));
-            return;
-        }
+    if constexpr (W == 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow_vec_f16(v));
+      return;
+    }
 #endif
 #if defined(__F16C__)
-        if constexpr (W == 8) {
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(p), narrow_vec_f16(v));
-            return;
-        }
+    if constexpr (W == 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p), narrow_vec_f16(v));
+      return;
+    }
 #endif
 #if defined(__aarch64__)
-        if constexpr (W == 4) vst1_u16(p, narrow_vec_f16(v));
+    if constexpr (W == 4) vst1_u16(p, narrow_vec_f16(v));
 #endif
+  }
+
+  MMGPT_SIMD_ENTRY static void narrow_f16(const float* in, size_t n, uint16_t* out) {
+    size_t i = 0;
+    for (; i + W <= n; i += W) store_f16(out + i, B::load_unaligned(in + i));
+    if (i < n) {
+      alignas(64) float t[W] = {};
+      alignas(64) uint16_t o[W];
+      for (size_t j = 0; i + j < n; ++j) t[j] = in[i + j];
+      store_f16(o, B::load_aligned(t));
+      for (size_t j = 0; i + j < n; ++j) out[i + j] = o[j];
     }
+  }
 
-    MMGPT_SIMD_ENTRY static void narrow_f16(const float* in, size_t n, uint16_t* out) {
-        size_t i = 0;
-        for (; i + W <= n; i += W) store_f16(out + i, B::load_unaligned(in + i));
-        if (i < n) {
-            alignas(64) float t[W] = {};
-            alignas(64) uint16_t o[W];
-            for (size_t j = 0; i + j < n; ++j) t[j] = in[i + j];
-            store_f16(o, B::load_aligned(t));
-            for (size_t j = 0; i + j < n; ++j) out[i + j] = o[j];
-        }
+  // ------------------------------------------------------------ reductions
+  MMGPT_SIMD_ENTRY static float dot(const float* a, const float* b, size_t n) {
+    // Four accumulators hide the FMA latency.
+    B acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
+    size_t i = 0;
+    for (; i + 4 * W <= n; i += 4 * W) {
+      acc0 = xsimd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), acc0);
+      acc1 = xsimd::fma(B::load_unaligned(a + i + W), B::load_unaligned(b + i + W), acc1);
+      acc2 = xsimd::fma(B::load_unaligned(a + i + 2 * W), B::load_unaligned(b + i + 2 * W), acc2);
+      acc3 = xsimd::fma(B::load_unaligned(a + i + 3 * W), B::load_unaligned(b + i + 3 * W), acc3);
     }
+    for (; i + W <= n; i += W) acc0 = xsimd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), acc0);
+    float s = xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
+    for (; i < n; ++i) s += a[i] * b[i];
+    return s;
+  }
 
-    // ------------------------------------------------------------ reductions
-    MMGPT_SIMD_ENTRY static float dot(const float* a, const float* b, size_t n) {
-        // Four accumulators hide the FMA latency.
-        B acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
-        size_t i = 0;
-        for (; i + 4 * W <= n; i += 4 * W) {
-            acc0 = xsimd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), acc0);
-            acc1 = xsimd::fma(B::load_unaligned(a + i + W), B::load_unaligned(b + i + W), acc1);
-            acc2 = xsimd::fma(B::load_unaligned(a + i + 2 * W), B::load_unaligned(b + i + 2 * W), acc2);
-            acc3 = xsimd::fma(B::load_unaligned(a + i + 3 * W), B::load_unaligned(b + i + 3 * W), acc3);
-        }
-        for (; i + W <= n; i += W) acc0 = xsimd::fma(B::load_unaligned(a + i), B::load_unaligned(b + i), acc0);
-        float s = xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
-        for (; i < n; ++i) s += a[i] * b[i];
-        return s;
+  static float sum(const float* x, size_t n) {
+    B acc0(0.0f), acc1(0.0f);
+    size_t i = 0;
+    for (; i + 2 * W <= n; i += 2 * W) {
+      acc0 += B::load_unaligned(x + i);
+      acc1 += B::load_unaligned(x + i + W);
     }
+    for (; i + W <= n; i += W) acc0 += B::load_unaligned(x + i);
+    float s = xsimd::hadd(acc0 + acc1);
+    for (; i < n; ++i) s += x[i];
+    return s;
+  }
 
-    static float sum(const float* x, size_t n) {
-        B acc0(0.0f), acc1(0.0f);
-        size_t i = 0;
-        for (; i + 2 * W <= n; i += 2 * W) {
-            acc0 += B::load_unaligned(x + i);
-            acc1 += B::load_unaligned(x + i + W);
-        }
-        for (; i + W <= n; i += W) acc0 += B::load_unaligned(x + i);
-        float s = xsimd::hadd(acc0 + acc1);
-        for (; i < n; ++i) s += x[i];
-        return s;
+  // sum of (x[i] - mean)^2
+  static float sum_sq_dev(const float* x, float mean, size_t n) {
+    const B mv(mean);
+    B acc0(0.0f), acc1(0.0f);
+    size_t i = 0;
+    for (; i + 2 * W <= n; i += 2 * W) {
+      const B d0 = B::load_unaligned(x + i) - mv;
+      const B d1 = B::load_unaligned(x + i + W) - mv;
+      acc0 = xsimd::fma(d0, d0, acc0);
+      acc1 = xsimd::fma(d1, d1, acc1);
     }
-
-    // sum of (x[i] - mean)^2
-    static float sum_sq_dev(const float* x, float mean, size_t n) {
-        const B mv(mean);
-        B acc0(0.0f), acc1(0.0f);
-        size_t i = 0;
-        for (; i + 2 * W <= n; i += 2 * W) {
-            const B d0 = B::load_unaligned(x + i) - mv;
-            const B d1 = B::load_unaligned(x + i + W) - mv;
-            acc0 = xsimd::fma(d0, d0, acc0);
-            acc1 = xsimd::fma(d1, d1, acc1);
-        }
-        for (; i + W <= n; i += W) {
-            const B d = B::load_unaligned(x + i) - mv;
-            acc0 = xsimd::fma(d, d, acc0);
-        }
-        float s = xsimd::hadd(acc0 + acc1);
-        for (; i < n; ++i) {
-            const float d = x[i] - mean;
-            s += d * d;
-        }
-        return s;
+    for (; i + W <= n; i += W) {
+      const B d = B::load_unaligned(x + i) - mv;
+      acc0 = xsimd::fma(d, d, acc0);
     }
-
-    // ----------------------------------------------------------- elementwise
-    MMGPT_SIMD_ENTRY static void axpy(float a, const float* x, float* y, size_t n) {
-        const B av(a);
-        size_t i = 0;
-        for (; i + W <= n; i += W) (B::load_unaligned(y + i) + av * B::load_unaligned(x + i)).store_unaligned(y + i);
-        for (; i < n; ++i) y[i] += a * x[i];
+    float s = xsimd::hadd(acc0 + acc1);
+    for (; i < n; ++i) {
+      const float d = x[i] - mean;
+      s += d * d;
     }
+    return s;
+  }
 
-    MMGPT_SIMD_ENTRY static void add(float* y, const float* x, size_t n) {
-        size_t i = 0;
-        for (; i + W <= n; i += W) (B::load_unaligned(y + i) + B::load_unaligned(x + i)).store_unaligned(y + i);
-        for (; i < n; ++i) y[i] += x[i];
+  // ----------------------------------------------------------- elementwise
+  MMGPT_SIMD_ENTRY static void axpy(float a, const float* x, float* y, size_t n) {
+    const B av(a);
+    size_t i = 0;
+    for (; i + W <= n; i += W) (B::load_unaligned(y + i) + av * B::load_unaligned(x + i)).store_unaligned(y + i);
+    for (; i < n; ++i) y[i] += a * x[i];
+  }
+
+  MMGPT_SIMD_ENTRY static void add(float* y, const float* x, size_t n) {
+    size_t i = 0;
+    for (; i + W <= n; i += W) (B::load_unaligned(y + i) + B::load_unaligned(x + i)).store_unaligned(y + i);
+    for (; i < n; ++i) y[i] += x[i];
+  }
+
+  // x[i] = f(x[i]) for a vector function f; the tail is padded with `pad`.
+  template <class F>
+  static void map_inplace(float* x, size_t n, float pad, F f) {
+    size_t i = 0;
+    for (; i + W <= n; i += W) f(B::load_unaligned(x + i)).store_unaligned(x + i);
+    if (i < n) {
+      alignas(64) float buf[W];
+      for (size_t j = 0; j < W; ++j) buf[j] = i + j < n ? x[i + j] : pad;
+      f(B::load_aligned(buf)).store_aligned(buf);
+      for (size_t j = 0; i + j < n; ++j) x[i + j] = buf[j];
     }
+  }
 
-    // x[i] = f(x[i]) for a vector function f; the tail is padded with `pad`.
-    template <class F>
-    static void map_inplace(float* x, size_t n, float pad, F f) {
-        size_t i = 0;
-        for (; i + W <= n; i += W) f(B::load_unaligned(x + i)).store_unaligned(x + i);
-        if (i < n) {
-            alignas(64) float buf[W];
-            for (size_t j = 0; j < W; ++j) buf[j] = i + j < n ? x[i + j] : pad;
-            f(B::load_aligned(buf)).store_aligned(buf);
-            for (size_t j = 0; i + j < n; ++j) x[i + j] = buf[j];
-        }
-    }
+  static B gelu_erf_vec(B v) { return v * B(0.5f) * (B(1.0f) + xsimd::erf(v * B(detail::kInvSqrt2))); }
 
-    static B gelu_erf_vec(B v) {
-        return v * B(0.5f) * (B(1.0f) + xsimd::erf(v * B(detail::kInvSqrt2)));
-    }
+  static B gelu_tanh_vec(B v) {
+    const B inner = B(detail::kSqrt2OverPi) * (v + B(detail::kGeluKappa) * (v * v * v));
+    return B(0.5f) * v * (B(1.0f) + xsimd::tanh(inner));
+  }
 
-    static B gelu_tanh_vec(B v) {
-        const B inner = B(detail::kSqrt2OverPi) * (v + B(detail::kGeluKappa) * (v * v * v));
-        return B(0.5f) * v * (B(1.0f) + xsimd::tanh(inner));
-    }
+  MMGPT_SIMD_ENTRY static void gelu_erf(float* x, size_t n) { map_inplace(x, n, 0.0f, gelu_erf_vec); }
+  MMGPT_SIMD_ENTRY static void gelu_tanh(float* x, size_t n) { map_inplace(x, n, 0.0f, gelu_tanh_vec); }
 
-    MMGPT_SIMD_ENTRY static void gelu_erf(float* x, size_t n) { map_inplace(x, n, 0.0f, gelu_erf_vec); }
-    MMGPT_SIMD_ENTRY static void gelu_tanh(float* x, size_t n) { map_inplace(x, n, 0.0f, gelu_tanh_vec); }
-
-    // a / b correctly rounded, as the reference's float division. xsimd 8.1
-    // divides float batches on NEON with a reciprocal estimate and two Newton
-    // steps (up to 1 ulp off), so on AArch64 use its IEEE vector division
-    // instruction instead.
-    static B divide(B a, B b) {
+  // a / b correctly rounded, as the reference's float division. xsimd 8.1
+  // divides float batches on NEON with a reciprocal estimate and two Newton
+  // steps (up to 1 ulp off), so on AArch64 use its IEEE vector division
+  // instruction instead.
+  static B divide(B a, B b) {
 #if defined(__aarch64__)
-        if constexpr (__is_same(Arch, xsimd::neon64)) return B(vdivq_f32(a, b));
+    if constexpr (__is_same(Arch, xsimd::neon64)) return B(vdivq_f32(a, b));
 #endif
-        return a / b;
-    }
+    return a / b;
+  }
 
-    MMGPT_SIMD_ENTRY static void softmax(float* x, size_t n) {
-        if (n == 0) return;
-        constexpr float neg_inf = -__builtin_inff();
-        B mv(neg_inf);
-        size_t i = 0;
-        for (; i + W <= n; i += W) mv = xsimd::max(mv, B::load_unaligned(x + i));
-        alignas(64) float lanes[W];
-        mv.store_aligned(lanes);
-        float mx = neg_inf;
-        for (size_t j = 0; j < W; ++j) mx = lanes[j] > mx ? lanes[j] : mx;
-        for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  MMGPT_SIMD_ENTRY static void softmax(float* x, size_t n) {
+    if (n == 0) return;
+    constexpr float neg_inf = -__builtin_inff();
+    B mv(neg_inf);
+    size_t i = 0;
+    for (; i + W <= n; i += W) mv = xsimd::max(mv, B::load_unaligned(x + i));
+    alignas(64) float lanes[W];
+    mv.store_aligned(lanes);
+    float mx = neg_inf;
+    for (size_t j = 0; j < W; ++j) mx = lanes[j] > mx ? lanes[j] : mx;
+    for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
 
-        // exp(x - max) and its sum; padding with -inf contributes exp(-inf) = 0.
-        const B mxv(mx);
-        B acc(0.0f);
-        map_inplace(x, n, neg_inf, [&](B v) {
-            const B e = xsimd::exp(v - mxv);
-            acc += e;
-            return e;
-        });
-        const float total = xsimd::hadd(acc);
+    // exp(x - max) and its sum; padding with -inf contributes exp(-inf) = 0.
+    const B mxv(mx);
+    B acc(0.0f);
+    map_inplace(x, n, neg_inf, [&](B v) {
+      const B e = xsimd::exp(v - mxv);
+      acc += e;
+      return e;
+    });
+    const float total = xsimd::hadd(acc);
 
-        const B tv(total);
-        i = 0;
-        for (; i + W <= n; i += W) divide(B::load_unaligned(x + i), tv).store_unaligned(x + i);
-        for (; i < n; ++i) x[i] = x[i] / total;
-    }
+    const B tv(total);
+    i = 0;
+    for (; i + W <= n; i += W) divide(B::load_unaligned(x + i), tv).store_unaligned(x + i);
+    for (; i < n; ++i) x[i] = x[i] / total;
+  }
 
-    MMGPT_SIMD_ENTRY static void layernorm(const float* x, const float* gamma, const float* beta, float* y, size_t rows,
-                          size_t dim, float eps) {
-        if (dim == 0) return;
-        // Divisions rather than products with 1/dim: a product followed by
-        // "+ eps" may be contracted into an FMA in this ISA-flagged TU, which
-        // would round differently from the reference.
-        const float fdim = static_cast<float>(dim);
-        for (size_t r = 0; r < rows; ++r) {
-            const float* xr = x + r * dim;
-            float* yr = y + r * dim;
-            // Two passes, as in the reference: mean, then the biased variance.
-            const float mean = sum(xr, dim) / fdim;
-            const float rstd = 1.0f / __builtin_sqrtf(sum_sq_dev(xr, mean, dim) / fdim + eps);
-            const B mv(mean), rv(rstd);
-            size_t i = 0;
-            // Same operation order as the reference: ((x - mean) * rstd) * gamma + beta.
-            if (beta) {
-                for (; i + W <= dim; i += W) {
-                    const B v = (B::load_unaligned(xr + i) - mv) * rv * B::load_unaligned(gamma + i);
-                    (v + B::load_unaligned(beta + i)).store_unaligned(yr + i);
-                }
-                for (; i < dim; ++i) yr[i] = (xr[i] - mean) * rstd * gamma[i] + beta[i];
-            } else {
-                for (; i + W <= dim; i += W)
-                    ((B::load_unaligned(xr + i) - mv) * rv * B::load_unaligned(gamma + i)).store_unaligned(yr + i);
-                for (; i < dim; ++i) yr[i] = (xr[i] - mean) * rstd * gamma[i];
-            }
+  MMGPT_SIMD_ENTRY static void layernorm(const float* x, const float* gamma, const float* beta, float* y, size_t rows,
+                                         size_t dim, float eps) {
+    if (dim == 0) return;
+    // Divisions rather than products with 1/dim: a product followed by
+    // "+ eps" may be contracted into an FMA in this ISA-flagged TU, which
+    // would round differently from the reference.
+    const float fdim = static_cast<float>(dim);
+    for (size_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * dim;
+      float* yr = y + r * dim;
+      // Two passes, as in the reference: mean, then the biased variance.
+      const float mean = sum(xr, dim) / fdim;
+      const float rstd = 1.0f / __builtin_sqrtf(sum_sq_dev(xr, mean, dim) / fdim + eps);
+      const B mv(mean), rv(rstd);
+      size_t i = 0;
+      // Same operation order as the reference: ((x - mean) * rstd) * gamma + beta.
+      if (beta) {
+        for (; i + W <= dim; i += W) {
+          const B v = (B::load_unaligned(xr + i) - mv) * rv * B::load_unaligned(gamma + i);
+          (v + B::load_unaligned(beta + i)).store_unaligned(yr + i);
         }
+        for (; i < dim; ++i) yr[i] = (xr[i] - mean) * rstd * gamma[i] + beta[i];
+      } else {
+        for (; i + W <= dim; i += W)
+          ((B::load_unaligned(xr + i) - mv) * rv * B::load_unaligned(gamma + i)).store_unaligned(yr + i);
+        for (; i < dim; ++i) yr[i] = (xr[i] - mean) * rstd * gamma[i];
+      }
     }
+  }
 
-    // The panel matmuls (f32, and bf16 / f16 widened to f32), by weight type.
-    static const detail::MatmulKernels& matmul_kernels(const char* name) {
-        static const detail::MatmulKernels k = [name] {
-            detail::MatmulKernels m{name, detail::XForm::F32, {}, &detail::scalar_matmul_kernels()};
-            m.panels[static_cast<size_t>(WeightType::F32)] = &detail::f32_entry<&gemm_panels>;
-            m.panels[static_cast<size_t>(WeightType::BF16)] = &detail::half_entry<&gemm_panels_bf16>;
-            m.panels[static_cast<size_t>(WeightType::F16)] = &detail::half_entry<&gemm_panels_f16>;
-            return m;
-        }();
-        return k;
-    }
+  // The panel matmuls (f32, and bf16 / f16 widened to f32), by weight type.
+  static const detail::MatmulKernels& matmul_kernels(const char* name) {
+    static const detail::MatmulKernels k = [name] {
+      detail::MatmulKernels m{name, detail::XForm::F32, {}, &detail::scalar_matmul_kernels()};
+      m.panels[static_cast<size_t>(WeightType::F32)] = &detail::f32_entry<&gemm_panels>;
+      m.panels[static_cast<size_t>(WeightType::BF16)] = &detail::half_entry<&gemm_panels_bf16>;
+      m.panels[static_cast<size_t>(WeightType::F16)] = &detail::half_entry<&gemm_panels_f16>;
+      return m;
+    }();
+    return k;
+  }
 
-    // Everything of this instruction set but the intrinsics kernels, which
-    // its set.cpp adds where the CPU has their extensions.
-    static detail::KernelSet set(const char* name) {
-        detail::KernelSet s{name};
-        s.use(matmul_kernels(name));
-        s.attention[static_cast<size_t>(WeightType::F32)] = &attention_heads<WeightF32>;
-        s.attention[static_cast<size_t>(WeightType::BF16)] = &attention_heads<WeightBF16>;
-        s.attention[static_cast<size_t>(WeightType::F16)] = &attention_heads<WeightF16>;
-        s.matmul_cols = &matmul_cols, s.dot = &dot, s.axpy = &axpy, s.add = &add, s.layernorm = &layernorm;
-        s.gelu_erf = &gelu_erf, s.gelu_tanh = &gelu_tanh, s.softmax = &softmax, s.narrow_f16 = &narrow_f16;
-        return s;
-    }
+  // Everything of this instruction set but the intrinsics kernels, which
+  // its set.cpp adds where the CPU has their extensions.
+  static detail::KernelSet set(const char* name) {
+    detail::KernelSet s{name};
+    s.use(matmul_kernels(name));
+    s.attention[static_cast<size_t>(WeightType::F32)] = &attention_heads<WeightF32>;
+    s.attention[static_cast<size_t>(WeightType::BF16)] = &attention_heads<WeightBF16>;
+    s.attention[static_cast<size_t>(WeightType::F16)] = &attention_heads<WeightF16>;
+    s.matmul_cols = &matmul_cols, s.dot = &dot, s.axpy = &axpy, s.add = &add, s.layernorm = &layernorm;
+    s.gelu_erf = &gelu_erf, s.gelu_tanh = &gelu_tanh, s.softmax = &softmax, s.narrow_f16 = &narrow_f16;
+    return s;
+  }
 };
 
 }  // namespace mmgpt::kernels::simd

@@ -4,10 +4,10 @@
 
 namespace mmgpt::kernels::detail::x86 {
 
-bool runs_avx2();        // AVX2 + FMA + F16C
-bool runs_avx512();      // the above + AVX-512 F, BW, DQ, VL
-bool has_avx512vnni();   // VPDPBUSD
-bool has_avx512bf16();   // VDPBF16PS, VCVTNE2PS2BF16
-std::string vendor();    // "GenuineIntel", "AuthenticAMD", ...
+bool runs_avx2();       // AVX2 + FMA + F16C
+bool runs_avx512();     // the above + AVX-512 F, BW, DQ, VL
+bool has_avx512vnni();  // VPDPBUSD
+bool has_avx512bf16();  // VDPBF16PS, VCVTNE2PS2BF16
+std::string vendor();   // "GenuineIntel", "AuthenticAMD", ...
 
 }  // namespace mmgpt::kernels::detail::x86

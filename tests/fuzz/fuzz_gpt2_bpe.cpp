@@ -12,8 +12,8 @@
 #include "formats/tokenizer_files.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const mmgpt::Tokenizer tokenizer(mmgpt::read_bpe_files(
-      MMGPT_SOURCE_DIR "/data/gpt2/encoder.json", MMGPT_SOURCE_DIR "/data/gpt2/vocab.bpe"));
+  static const mmgpt::Tokenizer tokenizer(
+      mmgpt::read_bpe_files(MMGPT_SOURCE_DIR "/data/gpt2/encoder.json", MMGPT_SOURCE_DIR "/data/gpt2/vocab.bpe"));
   if (size == 0) return 0;
   const bool allow_special = data[0] & 1;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);

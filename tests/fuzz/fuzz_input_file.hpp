@@ -13,8 +13,7 @@ namespace mmgpt::fuzz {
 
 class InputFile {
  public:
-  explicit InputFile(const std::string& suffix)
-      : path_("/dev/shm/mmgpt-fuzz-" + std::to_string(::getpid()) + suffix) {}
+  explicit InputFile(const std::string& suffix) : path_("/dev/shm/mmgpt-fuzz-" + std::to_string(::getpid()) + suffix) {}
   ~InputFile() { std::remove(path_.c_str()); }
 
   // Replaces the file's contents with the input; aborts (a harness bug, not a finding) on failure.

@@ -2,8 +2,8 @@
 #include <cstdint>
 
 #include "formats/error.hpp"
-#include "fuzz_input_file.hpp"
 #include "formats/tokenizer_files.hpp"
+#include "fuzz_input_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const mmgpt::fuzz::InputFile file("-meta.pkl");

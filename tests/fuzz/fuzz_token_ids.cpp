@@ -12,7 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static constexpr uint64_t kVocab[] = {1, 65, 50257, 50304, 0x7fffffff};
   const uint64_t vocab = kVocab[data[0] % 5];
   try {
-    for (int32_t id : mmgpt::cli::parse_token_ids(std::string(reinterpret_cast<const char*>(data + 1), size - 1), vocab))
+    for (int32_t id :
+         mmgpt::cli::parse_token_ids(std::string(reinterpret_cast<const char*>(data + 1), size - 1), vocab))
       if (id < 0 || static_cast<uint64_t>(id) >= vocab) std::abort();
   } catch (const mmgpt::Error&) {
   }

@@ -37,15 +37,15 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <tbb/global_control.h>
+#include <nlohmann/json.hpp>
 
-#include "kernels/machine_limits.hpp"
 #include "engine/decode_prefetch_tuner.hpp"
 #include "engine/executor.hpp"
 #include "engine/mmgpt.hpp"
 #include "engine/sampler.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/machine_limits.hpp"
 #include "tools/cli/commands.hpp"
 #include "tools/cli/mapped_pages.hpp"
 #include "tools/cli/validate.hpp"
@@ -138,7 +138,7 @@ struct Result {
   Spread prefill_tps, decode_tps, ttft_ms;
   double decode_gbps = 0, frac_of_bw = 0, read_bw = 0, peak_rss = 0;
   double kv_bytes_per_step = 0, frac_of_bw_with_kv = 0;  // KV cache reads, mean over the decode steps
-  Spread model_bw;  // GB/s streaming the mapped model file, probed before each run
+  Spread model_bw;                                       // GB/s streaming the mapped model file, probed before each run
   double prefill_gflops = 0, frac_of_peak = 0;
   DecodePrefetchSteps prefetch_steps{};  // decode steps (one token a sequence), by prefetch hint
 };
@@ -229,7 +229,8 @@ void run_bench(const BenchArgs& a) {
         run_once(exec, caches, prompts, n);  // warm-up: pages in the weights, plans the buffers
         std::vector<double> pre, dec, ttft, mbw, frac, frac_kv;
         // KV bytes of the n steps: step s attends over p + s + 1 positions in each sequence.
-        const double kv_bytes = double(b) * double(kv_per_position) * (double(n) * double(p) + double(n) * double(n + 1) / 2);
+        const double kv_bytes =
+            double(b) * double(kv_per_position) * (double(n) * double(p) + double(n) * double(n + 1) / 2);
         const ModelFile& file = lm.model().file();
         const DecodePrefetchSteps steps_before = decode_prefetch_steps();
         for (size_t r = 0; r < a.reps; ++r) {
@@ -237,7 +238,8 @@ void run_bench(const BenchArgs& a) {
           // First a pause: right after a run (the warm-up or the previous one) the
           // probe reads less than it does a moment later, which would overstate frac_of_bw.
           std::this_thread::sleep_for(kProbeSettle);
-          mbw.push_back(limits::read_bandwidth_gbps(file.mapped_bytes(), file.file_size(), threads, 2, /*from_memory=*/true));
+          mbw.push_back(
+              limits::read_bandwidth_gbps(file.mapped_bytes(), file.file_size(), threads, 2, /*from_memory=*/true));
           const RunTimes t = run_once(exec, caches, prompts, n);
           pre.push_back(double(b * p) / t.prefill_s);
           ttft.push_back(t.ttft_s * 1e3);
@@ -275,7 +277,8 @@ void run_bench(const BenchArgs& a) {
   if (on_2mb_pages && *on_2mb_pages < 0.9 && lm.model().file().file_size() >= (uint64_t{64} << 20))
     notes.push_back(fmt("%.0f%%", *on_2mb_pages * 100) + " of " + a.model +
                     " is mapped with 2 MB pages: the page cache holds it in small pieces (a copy by `cp`, or a "
-                    "file written by an older mmgpt convert), so decode pays a TLB miss every 4 KB; `dd if=" + a.model +
+                    "file written by an older mmgpt convert), so decode pays a TLB miss every 4 KB; `dd if=" +
+                    a.model +
                     " iflag=nocache count=0` drops it from the cache, and the next run reads it in 2 MB pages");
   for (const std::string& note : notes) std::fprintf(stderr, "mmgpt bench: note: %s\n", note.c_str());
 
@@ -306,14 +309,18 @@ void run_bench(const BenchArgs& a) {
       return nlohmann::json{{"median", s.median}, {"min", s.min}, {"max", s.max}, {"samples", s.samples}};
     };
     for (const Result& r : results) {
-      nlohmann::json e{{"threads", r.threads},         {"batch", r.batch},
-                       {"prompt_tokens", r.prompt},    {"decode_tokens", r.decode},
+      nlohmann::json e{{"threads", r.threads},
+                       {"batch", r.batch},
+                       {"prompt_tokens", r.prompt},
+                       {"decode_tokens", r.decode},
                        {"prefill_tok_s", spread_json(r.prefill_tps)},
                        {"ttft_ms", spread_json(r.ttft_ms)},
-                       {"read_bw_gbps", r.read_bw},    {"peak_rss_mib", r.peak_rss},
+                       {"read_bw_gbps", r.read_bw},
+                       {"peak_rss_mib", r.peak_rss},
                        {"model_read_bw_gbps", spread_json(r.model_bw)},
                        {"model_read_bw_from_memory", limits::kCanEvictCaches},
-                       {"prefill_gflops", r.prefill_gflops}, {"prefill_frac_of_fma_peak", r.frac_of_peak}};
+                       {"prefill_gflops", r.prefill_gflops},
+                       {"prefill_frac_of_fma_peak", r.frac_of_peak}};
       if (r.decode > 0) {
         for (size_t h = 0; h < r.prefetch_steps.size(); ++h)
           if (r.prefetch_steps[h] > 0)
@@ -334,31 +341,38 @@ void run_bench(const BenchArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("model: %s (%.1fM params, %u layers, width %u); kernels: %s, quantized %s, bf16 %s, decode prefetch %s; KV cache %s; decode of "
-              "one sequence on 2+ threads: %s; %zu runs after 1 warm-up\n",
-              a.model.c_str(), params / 1e6, config.n_layer, config.n_embd, isa.c_str(),
-              std::string(kernels::quant_isa_name()).c_str(), std::string(kernels::bf16_isa_name()).c_str(),
-              describe_decode_prefetch().c_str(), a.kv_dtype.c_str(),
-              Executor::decode_team_by_default() ? "a team" : "TBB tasks per op (MMGPT_DECODE_TEAM=0)", a.reps);
-  std::printf("weights read per decode step: %.1f MB (%s on 2 MB pages), KV cache %.1f KB per position; reference read "
-              "bandwidth (%s, %zu MiB, best of 3):",
-              step_bytes / 1e6, on_2mb_pages ? fmt("%.0f%%", *on_2mb_pages * 100).c_str() : "unknown share",
-              kv_per_position / 1e3, probe_kind.c_str(), a.bw_mib);
+  std::printf(
+      "model: %s (%.1fM params, %u layers, width %u); kernels: %s, quantized %s, bf16 %s, decode prefetch %s; KV cache "
+      "%s; decode of "
+      "one sequence on 2+ threads: %s; %zu runs after 1 warm-up\n",
+      a.model.c_str(), params / 1e6, config.n_layer, config.n_embd, isa.c_str(),
+      std::string(kernels::quant_isa_name()).c_str(), std::string(kernels::bf16_isa_name()).c_str(),
+      describe_decode_prefetch().c_str(), a.kv_dtype.c_str(),
+      Executor::decode_team_by_default() ? "a team" : "TBB tasks per op (MMGPT_DECODE_TEAM=0)", a.reps);
+  std::printf(
+      "weights read per decode step: %.1f MB (%s on 2 MB pages), KV cache %.1f KB per position; reference read "
+      "bandwidth (%s, %zu MiB, best of 3):",
+      step_bytes / 1e6, on_2mb_pages ? fmt("%.0f%%", *on_2mb_pages * 100).c_str() : "unknown share",
+      kv_per_position / 1e3, probe_kind.c_str(), a.bw_mib);
   for (auto& [t, g] : bw) std::printf(" %u thread%s %.1f GB/s;", t, t == 1 ? "" : "s", g);
   std::printf("\nfp32 FMA peak (%s, measured now):", limits::best_fma_path().isa);
   for (auto& [t, g] : peak) std::printf(" %u thread%s %.1f GFLOP/s;", t, t == 1 ? "" : "s", g);
-  std::printf("\nfigures: median (min-max) over the runs; bw GB/s: streaming the mapped model file before each run%s;"
-              " frac of bw: median of each run's decode GB/s / its bw;\n"
-              "+KV: the same with the KV cache's bytes added (KV MB: read per step, mean over the steps);\n"
-              "prefill GFLOP/s: matmuls, attention and the last position's LM head at the median rate; frac of peak: of the FMA peak\n\n",
-              limits::kCanEvictCaches ? " from memory (best of 2 passes, each after evicting the file from the CPU caches)"
-                                      : " (best of 2 passes; the caches cannot be evicted on this CPU)");
-  std::printf("| threads | batch | test | prefill tok/s | prefill GFLOP/s | frac of peak | decode tok/s | TTFT ms | decode GB/s | bw GB/s | frac of bw | KV MB | frac of bw +KV | peak RSS MiB |\n");
+  std::printf(
+      "\nfigures: median (min-max) over the runs; bw GB/s: streaming the mapped model file before each run%s;"
+      " frac of bw: median of each run's decode GB/s / its bw;\n"
+      "+KV: the same with the KV cache's bytes added (KV MB: read per step, mean over the steps);\n"
+      "prefill GFLOP/s: matmuls, attention and the last position's LM head at the median rate; frac of peak: of the "
+      "FMA peak\n\n",
+      limits::kCanEvictCaches ? " from memory (best of 2 passes, each after evicting the file from the CPU caches)"
+                              : " (best of 2 passes; the caches cannot be evicted on this CPU)");
+  std::printf(
+      "| threads | batch | test | prefill tok/s | prefill GFLOP/s | frac of peak | decode tok/s | TTFT ms | decode "
+      "GB/s | bw GB/s | frac of bw | KV MB | frac of bw +KV | peak RSS MiB |\n");
   std::printf("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Result& r : results) {
     const std::string test = "pp" + std::to_string(r.prompt) + "+tg" + std::to_string(r.decode);
-    std::printf("| %u | %zu | %s | %s | %.1f | %.3f | %s | %s | %s | %s | %s | %s | %s | %.0f |\n", r.threads, r.batch, test.c_str(),
-                fmt_spread(r.prefill_tps, "%.1f").c_str(), r.prefill_gflops, r.frac_of_peak,
+    std::printf("| %u | %zu | %s | %s | %.1f | %.3f | %s | %s | %s | %s | %s | %s | %s | %.0f |\n", r.threads, r.batch,
+                test.c_str(), fmt_spread(r.prefill_tps, "%.1f").c_str(), r.prefill_gflops, r.frac_of_peak,
                 r.decode ? fmt_spread(r.decode_tps, "%.1f").c_str() : "-", fmt_spread(r.ttft_ms, "%.1f").c_str(),
                 r.decode ? fmt("%.1f", r.decode_gbps).c_str() : "-", fmt_spread(r.model_bw, "%.1f").c_str(),
                 r.decode ? fmt("%.3f", r.frac_of_bw).c_str() : "-",
@@ -389,8 +403,9 @@ void add_bench(CLI::App& app) {
       ->check(count_list(1, uint64_t{1} << 20));
   cmd->add_option("-n,--n-gen", a->n, "decode steps per run (default 128; 0 = prefill only)")
       ->check(count(0, uint64_t{1} << 20));
-  cmd->add_option("-t,--threads", a->threads_list, "thread counts, comma-separated, each at most the CPUs "
-                                                   "available (default: all of them)")
+  cmd->add_option("-t,--threads", a->threads_list,
+                  "thread counts, comma-separated, each at most the CPUs "
+                  "available (default: all of them)")
       ->check(count_list(1, UINT32_MAX))
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {

@@ -84,9 +84,7 @@ void add_convert(CLI::App& app) {
                   "element type of the LM head (lm_head.weight, or wte when tied): " + weight_type_names() +
                       " (default: --dtype)")
       ->check(CLI::IsMember(dtype_names()));
-  cmd->callback([o]() {
-    print_summary(*o, convert_checkpoint(*o));
-  });
+  cmd->callback([o]() { print_summary(*o, convert_checkpoint(*o)); });
 }
 
 }  // namespace mmgpt::cli

@@ -70,8 +70,7 @@ void print_stats(const LanguageModel& lm, double load_s, double ttft_s, const st
   std::fprintf(stderr, "prefill       %8.2f ms  %10.1f tokens/s\n", t.prefill_seconds * 1e3,
                t.prefill_seconds > 0 ? prompt_tokens / t.prefill_seconds : 0.0);
   std::fprintf(stderr, "decode        %8.2f ms  %10.1f tokens/s  (%zu tokens, %zu steps)\n", t.decode_seconds * 1e3,
-               t.decode_seconds > 0 ? (generated - results.size()) / t.decode_seconds : 0.0, generated,
-               t.decode_steps);
+               t.decode_seconds > 0 ? (generated - results.size()) / t.decode_seconds : 0.0, generated, t.decode_steps);
   std::fprintf(stderr, "first token   %8.2f ms\n", ttft_s * 1e3);
   // Decode steps (one token a sequence), by hint.
   const std::string by_hint = describe_decode_prefetch_steps(decode_prefetch_steps());
@@ -185,8 +184,9 @@ void add_generate(CLI::App& app) {
   auto* greedy = cmd->add_flag("--greedy", a->greedy, "always pick the most likely token");
   auto* temp = cmd->add_option("--temperature", a->sampling.temperature, "sampling temperature (> 0; default 0.8)")
                    ->check(real(0, true, INFINITY, true, " (--greedy for argmax decoding)"));
-  auto* topk = cmd->add_option("--top-k", a->sampling.top_k, "sample among the K most likely tokens (0 = all; default 200)")
-                   ->check(count(0, UINT32_MAX));
+  auto* topk =
+      cmd->add_option("--top-k", a->sampling.top_k, "sample among the K most likely tokens (0 = all; default 200)")
+          ->check(count(0, UINT32_MAX));
   auto* topp = cmd->add_option("--top-p", a->sampling.top_p,
                                "sample among the most likely tokens whose probabilities add up to P (0 < P <= 1)")
                    ->check(real(0, true, 1, false));

@@ -62,21 +62,31 @@ nlohmann::json to_json(const ModelFile& f) {
   j["decode_prefetch"] = std::string(kernels::decode_prefetch_setting());
   j["format_version"] = f.version();
   j["file_bytes"] = f.file_size();
-  j["config"] = {{"n_layer", c.n_layer},        {"n_head", c.n_head},
-                 {"n_embd", c.n_embd},          {"n_ff", c.n_ff},
-                 {"n_ctx", c.n_ctx},            {"vocab_size", c.vocab_size},
-                 {"norm_eps", c.norm_eps},      {"qkv_bias", c.qkv_bias},
-                 {"linear_bias", c.linear_bias}, {"norm_bias", c.norm_bias},
-                 {"tied_lm_head", c.tied_lm_head}, {"gelu", c.gelu == GeluKind::Erf ? "erf" : "tanh"},
+  j["config"] = {{"n_layer", c.n_layer},
+                 {"n_head", c.n_head},
+                 {"n_embd", c.n_embd},
+                 {"n_ff", c.n_ff},
+                 {"n_ctx", c.n_ctx},
+                 {"vocab_size", c.vocab_size},
+                 {"norm_eps", c.norm_eps},
+                 {"qkv_bias", c.qkv_bias},
+                 {"linear_bias", c.linear_bias},
+                 {"norm_bias", c.norm_bias},
+                 {"tied_lm_head", c.tied_lm_head},
+                 {"gelu", c.gelu == GeluKind::Erf ? "erf" : "tanh"},
                  {"pos_embedding", "learned"}};
   const TokenizerData& t = f.tokenizer();
-  j["tokenizer"] = {{"kind", tokenizer_name(t.kind)}, {"tokens", t.tokens.size()}, {"merges", t.merges.size()},
-                    {"eos_id", t.eos_id}};
+  j["tokenizer"] = {
+      {"kind", tokenizer_name(t.kind)}, {"tokens", t.tokens.size()}, {"merges", t.merges.size()}, {"eos_id", t.eos_id}};
   nlohmann::json tensors = nlohmann::json::array();
   uint64_t params = 0;
   for (const TensorView& v : f.tensors()) {
-    tensors.push_back({{"name", v.name}, {"dtype", dtype_name(v.dtype)}, {"layout", layout_name(v.layout)},
-                       {"shape", v.shape}, {"offset", v.offset}, {"bytes", v.nbytes}});
+    tensors.push_back({{"name", v.name},
+                       {"dtype", dtype_name(v.dtype)},
+                       {"layout", layout_name(v.layout)},
+                       {"shape", v.shape},
+                       {"offset", v.offset},
+                       {"bytes", v.nbytes}});
     params += v.numel();
   }
   j["parameters"] = params;
@@ -99,10 +109,11 @@ void print_text(const ModelFile& f) {
   for (const TensorView& v : f.tensors()) params += v.numel();
   std::printf("file          %s (%llu bytes, format version %u)\n", f.path().c_str(),
               static_cast<unsigned long long>(f.file_size()), f.version());
-  std::printf("kernels       %s, quantized %s, bf16 %s, decode prefetch %s (chosen for this CPU; "
-              "MMGPT_ISA=scalar|avx2|avx512|neon and MMGPT_DECODE_PREFETCH=nta|t0|none force them)\n",
-              std::string(kernels::isa_name()).c_str(), std::string(kernels::quant_isa_name()).c_str(),
-              std::string(kernels::bf16_isa_name()).c_str(), describe_decode_prefetch().c_str());
+  std::printf(
+      "kernels       %s, quantized %s, bf16 %s, decode prefetch %s (chosen for this CPU; "
+      "MMGPT_ISA=scalar|avx2|avx512|neon and MMGPT_DECODE_PREFETCH=nta|t0|none force them)\n",
+      std::string(kernels::isa_name()).c_str(), std::string(kernels::quant_isa_name()).c_str(),
+      std::string(kernels::bf16_isa_name()).c_str(), describe_decode_prefetch().c_str());
   std::printf("model         GPT: %u layers, %u heads, width %u, MLP width %u, context %u, vocabulary %u\n", c.n_layer,
               c.n_head, c.n_embd, c.n_ff, c.n_ctx, c.vocab_size);
   std::printf("              %llu parameters, layer-norm eps %g, GELU %s, LM head %s\n",
@@ -113,8 +124,8 @@ void print_text(const ModelFile& f) {
   if (t.kind == TokenizerKind::None)
     std::printf("tokenizer     none (the model runs on token ids)\n");
   else
-    std::printf("tokenizer     %s, %zu tokens, %zu merges, end-of-text id %lld\n", tokenizer_name(t.kind), t.tokens.size(),
-                t.merges.size(), static_cast<long long>(t.eos_id));
+    std::printf("tokenizer     %s, %zu tokens, %zu merges, end-of-text id %lld\n", tokenizer_name(t.kind),
+                t.tokens.size(), t.merges.size(), static_cast<long long>(t.eos_id));
   std::printf("tensors       %zu: %s\n", f.tensors().size(), dtype_summary(f).c_str());
   for (const TensorView& v : f.tensors())
     std::printf("  %-28s %-4s %-10s %-16s %12llu bytes @ %llu\n", v.name.c_str(), dtype_name(v.dtype).c_str(),

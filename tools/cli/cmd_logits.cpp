@@ -30,7 +30,7 @@ void add_logits(CLI::App& app) {
     refuse_overwriting(a->out, "-o", a->model, "the model file");
     const std::vector<int32_t> ids = parse_token_ids(a->ids, lm.config().vocab_size);
     const std::vector<float> logits = lm.logits(ids);  // refuses more ids than the context length
-    AtomicFile out(a->out);  // never a partial file, never a clobbered one on failure
+    AtomicFile out(a->out);                            // never a partial file, never a clobbered one on failure
     out.write(logits.data(), logits.size() * sizeof(float));
     out.commit();
   });

@@ -10,8 +10,8 @@
 #include <sstream>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <tbb/global_control.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/mmgpt.hpp"
 #include "formats/error.hpp"
@@ -181,7 +181,8 @@ void add_perplexity(CLI::App& app) {
       ->each([a](const std::string&) { a->stride_given = true; });
   cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(thread_count());
   add_kv_dtype_option(cmd, a->kv_dtype);
-  cmd->add_flag("--no-special", a->no_special, "encode \"<|endoftext|>\" in the text as plain text, not the special token");
+  cmd->add_flag("--no-special", a->no_special,
+                "encode \"<|endoftext|>\" in the text as plain text, not the special token");
   cmd->add_option("--kl-base", a->kl_base,
                   "also run this model (e.g. the f32 original of a quantized model) on the same windows and report "
                   "its perplexity and the KL divergence of the next-token distributions from it")

@@ -62,8 +62,8 @@ void add_tokenize(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("tokenize", "print the token ids of a text, space-separated, on one line");
   cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required()->check(non_empty("path"));
   auto* p = cmd->add_option("-p,--prompt", a->text, "the text");
-  auto* f = cmd->add_option("-f,--file", a->file, "read the text from this file (its exact bytes)")
-                ->check(non_empty("path"));
+  auto* f =
+      cmd->add_option("-f,--file", a->file, "read the text from this file (its exact bytes)")->check(non_empty("path"));
   p->excludes(f);
   cmd->add_flag("--no-special", a->no_special, "treat <|endoftext|> in the text as plain text, not the special token");
   cmd->callback([a, p, f]() {

@@ -41,8 +41,7 @@ std::string check_count(const std::string& s, uint64_t lo, uint64_t hi) {
 CLI::Validator non_empty(const char* what) {
   const std::string w = what;
   return CLI::Validator(
-      [w](std::string& s) { return s.empty() ? "empty " + w + " (an unset shell variable?)" : std::string(); },
-      "");
+      [w](std::string& s) { return s.empty() ? "empty " + w + " (an unset shell variable?)" : std::string(); }, "");
 }
 
 CLI::Validator count(uint64_t lo, uint64_t hi) {
@@ -101,7 +100,8 @@ CLI::Validator count_list(uint64_t lo, uint64_t hi) {
           const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
           if (item.empty()) return "'" + s + "' has an empty entry" + expected;
           const std::optional<uint64_t> v = whole_number(item);
-          if (!v || *v < lo || *v > hi) return "'" + item + "' in '" + s + "' is not a whole number in " + range_text(lo, hi);
+          if (!v || *v < lo || *v > hi)
+            return "'" + item + "' in '" + s + "' is not a whole number in " + range_text(lo, hi);
           if (comma == std::string::npos) return {};
           start = comma + 1;
         }

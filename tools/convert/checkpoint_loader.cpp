@@ -53,8 +53,9 @@ std::string find_checkpoint_file(const std::string& input) {
     if (it->is_regular_file(ec) && is_checkpoint_extension(it->path())) found.push_back(it->path().string());
   if (ec) throw Error(input + ": cannot list directory: " + ec.message());
   if (found.empty())
-    throw Error(input + ": no checkpoint in this directory (expected model.safetensors, pytorch_model.bin, "
-                        "or a single *.pt, *.pth, *.bin or *.safetensors file)");
+    throw Error(input +
+                ": no checkpoint in this directory (expected model.safetensors, pytorch_model.bin, "
+                "or a single *.pt, *.pth, *.bin or *.safetensors file)");
   if (found.size() > 1) {
     std::sort(found.begin(), found.end());
     throw Error(input + ": " + std::to_string(found.size()) +
@@ -114,8 +115,9 @@ StateDict find_state_dict(const pickle::Value& root, const std::string& file, st
     std::vector<std::string> keys;
     for (const auto& [k, v] : root.entries)
       if (k && k->is_str()) keys.push_back("'" + k->text + "'");
-    throw Error(file + ": no model weights found: the top-level dict holds no tensors and no dict of tensors under "
-                       "'model', 'state_dict' or 'model_state_dict' (its keys: " +
+    throw Error(file +
+                ": no model weights found: the top-level dict holds no tensors and no dict of tensors under "
+                "'model', 'state_dict' or 'model_state_dict' (its keys: " +
                 (keys.empty() ? std::string("none") : name_list(keys)) + ")");
   }
 
@@ -145,7 +147,8 @@ void strip_wrapper_prefixes(StateDict& weights, const std::string& file) {
         }
     }
     if (!seen.insert(name).second)
-      throw Error(file + ": tensor '" + original + "' duplicates '" + name + "' once the _orig_mod./module. prefixes are removed");
+      throw Error(file + ": tensor '" + original + "' duplicates '" + name +
+                  "' once the _orig_mod./module. prefixes are removed");
   }
 }
 

@@ -26,9 +26,9 @@ Container detect_container(const std::string& file);
 struct LoadedCheckpoint {
   std::string file;
   Container container = Container::Safetensors;
-  StateDict weights;             // tensors only, wrapper prefixes stripped
-  pickle::ValuePtr root;         // torch files: the unpickled top-level object (nanoGPT's model_args lives here)
-  std::string weights_key;       // "" when the weights are the root dict, else the key they sat under
+  StateDict weights;                 // tensors only, wrapper prefixes stripped
+  pickle::ValuePtr root;             // torch files: the unpickled top-level object (nanoGPT's model_args lives here)
+  std::string weights_key;           // "" when the weights are the root dict, else the key they sat under
   std::vector<std::string> skipped;  // non-tensor entries of the weights dict that were left out
 };
 

@@ -1,20 +1,20 @@
 #include "tools/convert/converter.hpp"
 
 #include <cmath>
-#include <limits>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
 
 #include "core/weight_type.hpp"
 #include "formats/error.hpp"
-#include "formats/mmgpt_file.hpp"
-#include "tools/convert/checkpoint_loader.hpp"
 #include "formats/file_util.hpp"
-#include "tools/convert/layout.hpp"
+#include "formats/mmgpt_file.hpp"
 #include "formats/mmgpt_file_rules.hpp"
 #include "formats/tokenizer_files.hpp"
+#include "tools/convert/checkpoint_loader.hpp"
+#include "tools/convert/layout.hpp"
 
 namespace mmgpt {
 
@@ -62,8 +62,10 @@ std::optional<FoundTokenizer> choose_tokenizer(const ConvertOptions& opt, const 
     const std::string dir = bundled_data_dir();
     if (!dir.empty()) {
       const std::string encoder = join_path(dir, "gpt2/encoder.json"), bpe = join_path(dir, "gpt2/vocab.bpe");
-      notes.push_back("no tokenizer files beside the checkpoint: using the bundled GPT-2 BPE tokenizer (nanoGPT's "
-                      "default for a vocabulary of " + std::to_string(config.vocab_size) + ")");
+      notes.push_back(
+          "no tokenizer files beside the checkpoint: using the bundled GPT-2 BPE tokenizer (nanoGPT's "
+          "default for a vocabulary of " +
+          std::to_string(config.vocab_size) + ")");
       return FoundTokenizer{read_bpe_files(encoder, bpe), encoder + " + " + bpe};
     }
     notes.push_back("this build has no bundled GPT-2 tokenizer (MMGPT_DATA_DIR unset)");
@@ -122,7 +124,8 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
   std::set<std::string> dtypes;
   for (const TensorSpec& spec : required_tensors(model.config)) {
     auto it = by_name.find(spec.name);
-    if (it == by_name.end()) throw Error("internal: layout " + std::string(layout_name(kind)) + " did not produce " + spec.name);
+    if (it == by_name.end())
+      throw Error("internal: layout " + std::string(layout_name(kind)) + " did not produce " + spec.name);
     const HostTensor& t = **it->second;
     if (t.shape != spec.shape || t.data.size() != t.numel())
       throw Error("internal: " + spec.name + " has shape " + shape_str(t.shape) + ", the format wants " +

@@ -36,10 +36,10 @@ struct ConvertSummary {
   std::string tokenizer_source;  // file(s) the tokenizer came from; empty when none
   ModelConfig config;
   TokenizerKind tokenizer_kind = TokenizerKind::None;
-  size_t tokenizer_size = 0;     // tokens in the vocabulary (0 without a tokenizer)
+  size_t tokenizer_size = 0;       // tokens in the vocabulary (0 without a tokenizer)
   std::vector<std::string> notes;  // assumptions and choices the user should know about, one sentence each
-  size_t tensors = 0;            // tensors written
-  uint64_t bytes = 0;            // tensor data bytes written
+  size_t tensors = 0;              // tensors written
+  uint64_t bytes = 0;              // tensor data bytes written
 };
 
 // Throws mmgpt::Error (one line naming the file and field) on any problem;

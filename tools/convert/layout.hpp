@@ -24,11 +24,11 @@ LayoutKind parse_layout_name(const std::string& name);
 LayoutKind detect_layout(const StateDict& weights, const std::string& file);
 
 struct LayoutInput {
-  std::string file;                       // the checkpoint, for messages
+  std::string file;  // the checkpoint, for messages
   const StateDict* weights = nullptr;
-  const pickle::Value* root = nullptr;    // torch files: the top-level object (nanoGPT's model_args), else null
-  std::string directory;                  // the checkpoint's directory (HF config.json)
-  uint32_t n_head = 0;                    // --n-head, 0 when not given
+  const pickle::Value* root = nullptr;  // torch files: the top-level object (nanoGPT's model_args), else null
+  std::string directory;                // the checkpoint's directory (HF config.json)
+  uint32_t n_head = 0;                  // --n-head, 0 when not given
 };
 
 struct MappedModel {

@@ -32,14 +32,15 @@ LayoutKind detect_layout(const StateDict& weights, const std::string& file) {
     if (qkv->shape[0] == d && qkv->shape[1] == 3 * d) return LayoutKind::HfGpt2;
     if (qkv->shape[0] == 3 * d && qkv->shape[1] == d && !prefix.empty()) return LayoutKind::NanoGpt;
     throw Error(file + ": tensor '" + prefix + "h.0.attn.c_attn.weight' has shape " + shape_str(qkv->shape) +
-                ", neither [d, 3d] (hf-gpt2) nor [3d, d] (nanogpt) for the width d = " + std::to_string(d) +
-                " of '" + prefix + "wte.weight'");
+                ", neither [d, 3d] (hf-gpt2) nor [3d, d] (nanogpt) for the width d = " + std::to_string(d) + " of '" +
+                prefix + "wte.weight'");
   }
   std::vector<std::string> first;
   for (size_t i = 0; i < weights.entries.size() && i < 5; ++i) first.push_back(weights.entries[i].first);
-  throw Error(file + ": unrecognised checkpoint layout (no hf-gpt2, nanogpt or llms-from-scratch tensor names; "
-                     "it has " + std::to_string(weights.entries.size()) + " tensors, starting with " +
-              name_list(first, 5) + ")");
+  throw Error(file +
+              ": unrecognised checkpoint layout (no hf-gpt2, nanogpt or llms-from-scratch tensor names; "
+              "it has " +
+              std::to_string(weights.entries.size()) + " tensors, starting with " + name_list(first, 5) + ")");
 }
 
 MappedModel map_layout(LayoutKind kind, const LayoutInput& in) {

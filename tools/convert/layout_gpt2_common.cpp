@@ -30,9 +30,9 @@ Gpt2Shapes read_gpt2_shapes(const TensorTaker& taker, const StateDict& weights, 
 namespace {
 
 struct Source {
-  std::string name;              // in the checkpoint
-  std::string canonical;         // in the .mmgpt file
-  std::vector<uint64_t> shape;   // as stored in the checkpoint
+  std::string name;             // in the checkpoint
+  std::string canonical;        // in the .mmgpt file
+  std::vector<uint64_t> shape;  // as stored in the checkpoint
   bool transpose = false;
 };
 
@@ -43,7 +43,9 @@ void map_gpt2_tensors(TensorTaker& taker, const Gpt2Naming& naming, MappedModel&
   const std::string& p = naming.prefix;
   const uint64_t d = c.n_embd, ff = c.n_ff, v = c.vocab_size;
   std::vector<Source> sources;
-  auto vec = [&](const std::string& src, const std::string& dst, uint64_t n) { sources.push_back({src, dst, {n}, false}); };
+  auto vec = [&](const std::string& src, const std::string& dst, uint64_t n) {
+    sources.push_back({src, dst, {n}, false});
+  };
   // A matrix whose canonical shape is [rows, cols] ([out, in]).
   auto mat = [&](const std::string& src, const std::string& dst, uint64_t rows, uint64_t cols) {
     if (naming.conv1d)

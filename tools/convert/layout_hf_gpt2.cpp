@@ -30,8 +30,7 @@ void apply_config_json(const std::string& path, const Gpt2Shapes& shapes, uint32
   if (j.contains("model_type") && j["model_type"] != "gpt2")
     throw Error(path + ": model_type is " + j["model_type"].dump() + ", layout hf-gpt2 converts only \"gpt2\"");
   // Variants that change the arithmetic the engine implements.
-  if (j.value("scale_attn_weights", true) != true)
-    throw Error(path + ": scale_attn_weights false is not supported");
+  if (j.value("scale_attn_weights", true) != true) throw Error(path + ": scale_attn_weights false is not supported");
   if (j.value("scale_attn_by_inverse_layer_idx", false) != false)
     throw Error(path + ": scale_attn_by_inverse_layer_idx true is not supported");
 
@@ -55,7 +54,8 @@ void apply_config_json(const std::string& path, const Gpt2Shapes& shapes, uint32
 
   c.n_head = json_u32(j, "n_head", path);
   if (n_head_option && n_head_option != c.n_head)
-    throw Error(path + ": n_head is " + std::to_string(c.n_head) + " but --n-head says " + std::to_string(n_head_option));
+    throw Error(path + ": n_head is " + std::to_string(c.n_head) + " but --n-head says " +
+                std::to_string(n_head_option));
 
   if (j.contains("layer_norm_epsilon")) {
     const json& e = j["layer_norm_epsilon"];
@@ -110,8 +110,9 @@ MappedModel map_hf_gpt2(const LayoutInput& in) {
     if (!in.n_head)
       throw Error(in.file + ": no config.json beside the checkpoint, so the head count is unknown: give --n-head");
     c.n_head = in.n_head;
-    out.notes.push_back("no config.json beside the checkpoint: n_head from --n-head, layer norm eps 1e-5 and the "
-                        "tanh GELU (GPT-2's defaults) assumed");
+    out.notes.push_back(
+        "no config.json beside the checkpoint: n_head from --n-head, layer norm eps 1e-5 and the "
+        "tanh GELU (GPT-2's defaults) assumed");
   }
   return out;
 }

@@ -24,8 +24,9 @@ MappedModel map_llms_from_scratch(const LayoutInput& in) {
   c.n_layer = count_layers(*in.weights, "trf_blocks.", in.file);
 
   if (!in.n_head)
-    throw Error(in.file + ": --n-head is required for llms-from-scratch checkpoints: head count cannot be inferred "
-                          "from shapes");
+    throw Error(in.file +
+                ": --n-head is required for llms-from-scratch checkpoints: head count cannot be inferred "
+                "from shapes");
   if (c.n_embd % in.n_head != 0)
     throw Error(in.file + ": --n-head " + std::to_string(in.n_head) + " does not divide the model width " +
                 std::to_string(c.n_embd));

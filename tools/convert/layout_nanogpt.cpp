@@ -36,8 +36,8 @@ MappedModel map_nanogpt(const LayoutInput& in) {
   MappedModel out;
   ModelConfig& c = out.config;
   shapes.apply_to(c);
-  c.norm_eps = 1e-5f;        // nanoGPT's LayerNorm uses F.layer_norm's default
-  c.gelu = GeluKind::Erf;    // nn.GELU() without approximate='tanh'
+  c.norm_eps = 1e-5f;      // nanoGPT's LayerNorm uses F.layer_norm's default
+  c.gelu = GeluKind::Erf;  // nn.GELU() without approximate='tanh'
 
   bool bias = in.weights->has("transformer.h.0.attn.c_attn.bias");
   const pickle::Value* args = in.root ? in.root->get("model_args") : nullptr;
@@ -63,8 +63,7 @@ MappedModel map_nanogpt(const LayoutInput& in) {
   c.qkv_bias = c.linear_bias = c.norm_bias = bias;
 
   map_gpt2_tensors(taker, naming, out);
-  if (!c.n_head)
-    throw Error(in.file + ": the head count is unknown (no model_args['n_head']): give --n-head");
+  if (!c.n_head) throw Error(in.file + ": the head count is unknown (no model_args['n_head']): give --n-head");
   return out;
 }
 

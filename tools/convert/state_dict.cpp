@@ -39,8 +39,7 @@ TensorTaker::TensorTaker(const StateDict& weights, std::string file, std::string
 
 const HostTensor& TensorTaker::peek(const std::string& name) const {
   auto it = index_.find(name);
-  if (it == index_.end())
-    throw Error(file_ + ": tensor '" + name + "' required by layout " + layout_ + " is missing");
+  if (it == index_.end()) throw Error(file_ + ": tensor '" + name + "' required by layout " + layout_ + " is missing");
   return *weights_.entries[it->second].second;
 }
 
@@ -55,8 +54,7 @@ void TensorTaker::require(const std::vector<std::string>& names) const {
 
 TensorPtr TensorTaker::take(const std::string& name, const std::vector<uint64_t>& shape) {
   auto it = index_.find(name);
-  if (it == index_.end())
-    throw Error(file_ + ": tensor '" + name + "' required by layout " + layout_ + " is missing");
+  if (it == index_.end()) throw Error(file_ + ": tensor '" + name + "' required by layout " + layout_ + " is missing");
   const TensorPtr& t = weights_.entries[it->second].second;
   if (t->shape != shape)
     throw Error(file_ + ": tensor '" + name + "' has shape " + shape_str(t->shape) + ", layout " + layout_ +
@@ -92,7 +90,8 @@ uint32_t count_layers(const StateDict& weights, std::string_view prefix, const s
     if (ok)
       for (size_t i = pos; i < end; ++i) n = n * 10 + uint64_t(key[i] - '0');
     if (!ok || n >= kMaxLayers)
-      throw Error(file + ": tensor '" + key + "' does not carry a valid layer index after '" + std::string(prefix) + "'");
+      throw Error(file + ": tensor '" + key + "' does not carry a valid layer index after '" + std::string(prefix) +
+                  "'");
     found.insert(n);
   }
   if (found.empty()) throw Error(file + ": no layer tensors ('" + std::string(prefix) + "0.…') found");

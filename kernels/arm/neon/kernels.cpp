@@ -3,8 +3,8 @@
 #if !defined(__aarch64__)
 #error "arm/neon/kernels.cpp is for aarch64 only"
 #endif
-#include "kernels/simd/kernels_simd.hpp"
 #include "kernels/arm/neon/neon.hpp"
+#include "kernels/simd/kernels_simd.hpp"
 
 namespace mmgpt::kernels::detail {
 

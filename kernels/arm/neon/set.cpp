@@ -14,39 +14,39 @@ namespace {
 
 bool has_dotprod() {
 #if defined(__linux__)
-    return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+  return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
 #else
-    return false;
+  return false;
 #endif
 }
 
 bool has_bf16() {
 #if defined(__linux__) && defined(HWCAP2_BF16)
-    return (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
+  return (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
 #else
-    return false;
+  return false;
 #endif
 }
 
 const KernelSet* set(bool bf16dot) {
-    static const KernelSet widen =
-        neon_base_set().use(has_dotprod() ? neon_dotprod_quant_kernels() : neon_quant_kernels());
-    if (!bf16dot || !has_bf16()) return &widen;
-    static const KernelSet dot = KernelSet(widen).use(neon_bf16_bf16dot_kernels());
-    return &dot;
+  static const KernelSet widen =
+      neon_base_set().use(has_dotprod() ? neon_dotprod_quant_kernels() : neon_quant_kernels());
+  if (!bf16dot || !has_bf16()) return &widen;
+  static const KernelSet dot = KernelSet(widen).use(neon_bf16_bf16dot_kernels());
+  return &dot;
 }
 
 void runnable(std::vector<const QuantKernels*>& quant, std::vector<const MatmulKernels*>& bf16dot) {
-    quant.push_back(&neon_quant_kernels());
-    if (has_dotprod()) quant.push_back(&neon_dotprod_quant_kernels());
-    if (has_bf16()) bf16dot.push_back(&neon_bf16_bf16dot_kernels());
+  quant.push_back(&neon_quant_kernels());
+  if (has_dotprod()) quant.push_back(&neon_dotprod_quant_kernels());
+  if (has_bf16()) bf16dot.push_back(&neon_bf16_bf16dot_kernels());
 }
 
 }  // namespace
 
 const Isa& neon_isa() {
-    static const Isa isa{"neon", &set, &runnable};
-    return isa;
+  static const Isa isa{"neon", &set, &runnable};
+  return isa;
 }
 
 }  // namespace mmgpt::kernels::detail

@@ -27,26 +27,26 @@ namespace {
 // arguments of the NEON intrinsics must be constants.
 template <int N, class F>
 inline __attribute__((always_inline)) void static_for(F&& f) {
-    [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }(
-        std::make_integer_sequence<int, N>{});
+  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }
+  (std::make_integer_sequence<int, N>{});
 }
 
 // Rows r of the tile to y + r * ldy, columns [0, ncols) (ncols < 4C only at
 // the matrix edge); y and bias (or null) at the tile's first column.
 template <size_t R, size_t C>
 void finish(const float32x4_t (&acc)[R][C], float* y, size_t ldy, size_t ncols, const float* bias, Epilogue e) {
-    for (size_t r = 0; r < R; ++r) {
-        float v[C * 4];
-        for (size_t c = 0; c < C; ++c) vst1q_f32(v + c * 4, acc[r][c]);
-        if (bias)
-            for (size_t i = 0; i < ncols; ++i) v[i] = v[i] + bias[i];
-        if (e.act != Activation::None) quant_gelu(e.act, v, ncols);
-        float* dst = y + r * ldy;
-        if (e.accumulate)
-            for (size_t i = 0; i < ncols; ++i) dst[i] = dst[i] + v[i];
-        else
-            std::memcpy(dst, v, ncols * sizeof(float));
-    }
+  for (size_t r = 0; r < R; ++r) {
+    float v[C * 4];
+    for (size_t c = 0; c < C; ++c) vst1q_f32(v + c * 4, acc[r][c]);
+    if (bias)
+      for (size_t i = 0; i < ncols; ++i) v[i] = v[i] + bias[i];
+    if (e.act != Activation::None) quant_gelu(e.act, v, ncols);
+    float* dst = y + r * ldy;
+    if (e.accumulate)
+      for (size_t i = 0; i < ncols; ++i) dst[i] = dst[i] + v[i];
+    else
+      std::memcpy(dst, v, ncols * sizeof(float));
+  }
 }
 
 }  // namespace

@@ -7,20 +7,20 @@ namespace mmgpt::kernels::detail {
 namespace {
 
 const KernelSet* set(bool /*bf16dot: AVX2 has none*/) {
-    if (!x86::runs_avx2()) return nullptr;
-    static const KernelSet s = avx2_base_set().use(avx2_quant_kernels());
-    return &s;
+  if (!x86::runs_avx2()) return nullptr;
+  static const KernelSet s = avx2_base_set().use(avx2_quant_kernels());
+  return &s;
 }
 
 void runnable(std::vector<const QuantKernels*>& quant, std::vector<const MatmulKernels*>&) {
-    if (x86::runs_avx2()) quant.push_back(&avx2_quant_kernels());
+  if (x86::runs_avx2()) quant.push_back(&avx2_quant_kernels());
 }
 
 }  // namespace
 
 const Isa& avx2_isa() {
-    static const Isa isa{"avx2", &set, &runnable};
-    return isa;
+  static const Isa isa{"avx2", &set, &runnable};
+  return isa;
 }
 
 }  // namespace mmgpt::kernels::detail

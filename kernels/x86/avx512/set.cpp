@@ -9,25 +9,25 @@ namespace mmgpt::kernels::detail {
 namespace {
 
 const KernelSet* set(bool bf16dot) {
-    if (!x86::runs_avx512()) return nullptr;
-    static const KernelSet widen =
-        avx512_base_set().use(x86::has_avx512vnni() ? avx512vnni_quant_kernels() : avx2_quant_kernels());
-    if (!bf16dot || !x86::has_avx512bf16()) return &widen;
-    static const KernelSet dot = KernelSet(widen).use(avx512bf16_bf16dot_kernels());
-    return &dot;
+  if (!x86::runs_avx512()) return nullptr;
+  static const KernelSet widen =
+      avx512_base_set().use(x86::has_avx512vnni() ? avx512vnni_quant_kernels() : avx2_quant_kernels());
+  if (!bf16dot || !x86::has_avx512bf16()) return &widen;
+  static const KernelSet dot = KernelSet(widen).use(avx512bf16_bf16dot_kernels());
+  return &dot;
 }
 
 void runnable(std::vector<const QuantKernels*>& quant, std::vector<const MatmulKernels*>& bf16dot) {
-    if (!x86::runs_avx512()) return;
-    if (x86::has_avx512vnni()) quant.push_back(&avx512vnni_quant_kernels());
-    if (x86::has_avx512bf16()) bf16dot.push_back(&avx512bf16_bf16dot_kernels());
+  if (!x86::runs_avx512()) return;
+  if (x86::has_avx512vnni()) quant.push_back(&avx512vnni_quant_kernels());
+  if (x86::has_avx512bf16()) bf16dot.push_back(&avx512bf16_bf16dot_kernels());
 }
 
 }  // namespace
 
 const Isa& avx512_isa() {
-    static const Isa isa{"avx512", &set, &runnable};
-    return isa;
+  static const Isa isa{"avx512", &set, &runnable};
+  return isa;
 }
 
 }  // namespace mmgpt::kernels::detail
