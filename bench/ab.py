@@ -4,7 +4,7 @@ binary under two environments (a mechanism switched off by its variable).
 
     python3 bench/ab.py --a OLD/mmgpt --b NEW/mmgpt -m 124M-f32.mmgpt -m 124M-q4_0.mmgpt \\
         --pairs 3 -- -p 512 -n 128 -t 1,2 -r 3
-    python3 bench/ab.py --a build/mmgpt --b build/mmgpt --b-env MMGPT_DECODE_TEAM=0 -m M.mmgpt -- ...
+    python3 bench/ab.py --a build/mmgpt --b build/mmgpt --b-env MMGPT_DECODE_PREFETCH=none -m M.mmgpt -- ...
 
 Each pair runs A and B back to back on every model, the order alternating
 from pair to pair, so a host that speeds up or slows down favours neither.

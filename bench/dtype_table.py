@@ -104,17 +104,17 @@ def table(shape, runs):
 def limits(runs):
     fma = collections.defaultdict(list)
     probe = collections.defaultdict(list)
-    share, n_rounds, reps, hints = [], set(), set(), collections.Counter()
+    share, n_rounds, reps, hints = [], set(), set(), set()
     for rounds in runs.values():
         n_rounds.add(len(rounds))
         for d in rounds:
             reps.add(d['repetitions'])
+            hints.add(d.get('decode_prefetch') or '?')
             share.append(d['model_share_on_2mb_pages'])
             for t, v in d['fma_peak_gflops_by_threads'].items():
                 fma[int(t)].append(v)
             for r in d['results']:
                 probe[r['threads']] += r['model_read_bw_gbps']['samples']
-                hints.update(r.get('decode_steps_by_prefetch') or {})
     lines = ['Runs: %s round(s) of %s timed run(s) per cell.' % (
         '/'.join(map(str, sorted(n_rounds))), '/'.join(map(str, sorted(reps))))]
     for t in sorted(fma):
@@ -122,8 +122,7 @@ def limits(runs):
             t, '' if t == 1 else 's', min(fma[t]), max(fma[t]), min(probe[t]), max(probe[t]),
             statistics.median(probe[t])))
     lines.append('Model files on 2 MB pages: %.0f-%.0f%%.' % (100 * min(share), 100 * max(share)))
-    if hints:
-        lines.append('Decode steps by prefetch hint: ' + ', '.join('%s %d' % kv for kv in sorted(hints.items())) + '.')
+    lines.append('Decode prefetch: %s.' % ', '.join(sorted(hints)))
     return lines
 
 

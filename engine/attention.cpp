@@ -87,10 +87,4 @@ void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, 
       tbb::simple_partitioner());
 }
 
-void causal_attention_heads(const float* qkv, float* out, size_t base, size_t layer, size_t h0, size_t h1,
-                            size_t n_head, KVCache& cache, float* scores) {
-  append_kv(qkv, 0, base, layer, h0, h1, n_head, cache);
-  attend(qkv, out, 0, base, layer, h0, h1, n_head, cache, scores);
-}
-
 }  // namespace mmgpt

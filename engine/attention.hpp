@@ -16,12 +16,4 @@ namespace mmgpt {
 void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, size_t layer, size_t n_head,
                       KVCache& cache);
 
-// Heads [h0, h1)'s share of causal_attention for a single new token at
-// position base (the decode team splits a step's attention into blocks of
-// heads): appends their keys and values to `cache`, then writes their
-// outputs of out. scores: (h1 - h0) * (base + 1) floats of scratch. The same
-// result as causal_attention.
-void causal_attention_heads(const float* qkv, float* out, size_t base, size_t layer, size_t h0, size_t h1,
-                            size_t n_head, KVCache& cache, float* scores);
-
 }  // namespace mmgpt

@@ -2,11 +2,9 @@
 // n items in `parts` consecutive blocks as even as integers allow: block b is
 // [even_split_begin(n, parts, b), even_split_begin(n, parts, b + 1)), sizes
 // differing by at most one, no block empty while parts <= n. One formula for
-// the decode team's blocks of parts (stage_team.cpp), the attention tasks'
-// blocks of heads (attention.cpp) and the KV cache's groups of heads
-// (kv_cache.hpp): so a thread's heads are one group of a cache made for as
-// many threads, whose keys it then reads as one stream. Written once, so the
-// three cannot drift apart (which would cost speed, not correctness).
+// the attention tasks' blocks of heads (attention.cpp) and the KV cache's
+// groups of heads (kv_cache.hpp), so a thread's heads are one group of a
+// cache made for as many threads, whose keys it then reads as one stream.
 #include <cstddef>
 
 namespace mmgpt {

@@ -27,7 +27,6 @@ struct SequenceStep {
 class Executor {
  public:
   explicit Executor(std::shared_ptr<const Model> model);
-  ~Executor();  // ends a prefetch comparison of its decode steps (decode_prefetch_tuner.hpp)
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
@@ -47,29 +46,11 @@ class Executor {
   // bit-identical to running each sequence alone.
   std::span<const float> run(std::span<const SequenceStep> steps);
 
-  // A decode step of one sequence (one new token) on more than one thread
-  // runs its operations as a team (engine/stage_team.hpp) of `members`
-  // threads instead of forking and joining TBB tasks per operation: 0 (the
-  // default) means one member per thread of the budget (--threads) where
-  // some matmul is large enough to split (matmul_packed's rule,
-  // kernels::panel_range_grain), 1 turns the team off, more forces a team of
-  // that many. MMGPT_DECODE_TEAM=0 in the environment turns it off too.
-  // Results are the same bit for bit either way.
-  //
-  // Such a step (one sequence, one token) is also timed for the decode
-  // kernels' prefetch hint while its setting is auto
-  // (engine/decode_prefetch_tuner.hpp): which hint runs changes no result.
-  void set_decode_team(size_t members) { decode_team_ = members; }
-  // Whether new Executors run decode as a team (false when MMGPT_DECODE_TEAM=0).
-  static bool decode_team_by_default();
-
  private:
   float* buffer(int id) { return reinterpret_cast<float*>(arena_.data() + plan_->offsets[id]); }
+  // One operation of the graph over every row of the step; each kernel
+  // splits its own work over the threads (TBB tasks).
   void run_op(const Op& op, std::span<const SequenceStep> steps, size_t tokens, size_t logit_rows);
-  // Members of the team for a step, or 1 for the plain op-by-op run; sets
-  // team_parts_, team_grain_ and team_quantizes_ for run_team.
-  size_t team_members(std::span<const SequenceStep> steps, size_t tokens);
-  void run_team(const SequenceStep& step, size_t members);
 
   std::shared_ptr<const Model> model_;
   Graph graph_;
@@ -80,18 +61,6 @@ class Executor {
   };
   std::vector<Line> arena_storage_;
   std::span<std::byte> arena_;
-  size_t decode_team_ = 0;
-  bool all_packed_ = false;            // every matmul's weight in the panel layout: the team runs them by panels
-  std::vector<uint32_t> team_parts_;   // per op: parts of its stage (0: a layer norm folded into the next matmul)
-  std::vector<size_t> team_grain_;     // per matmul op: panels per part
-  std::vector<Line> team_rows_;        // per member: its own copy of a folded layer norm's output row
-  std::vector<bool> norm_feeds_next_;  // per op: a layer norm read only by the matmul after it
-  // Per op: its stage's parts also write their output in q8 blocks, which the
-  // quantized matmul after it reads instead of quantizing the row itself.
-  std::vector<bool> team_quantizes_;
-  std::vector<int8_t> team_q_;  // that row's q8 blocks: quants, scales, sums
-  std::vector<float> team_scale_;
-  std::vector<int32_t> team_sum_;
 };
 
 }  // namespace mmgpt

@@ -20,12 +20,7 @@
 // elsewhere. On AMD T0 is no better; on Intel the non-temporal hint holds
 // decode far below the memory's rate. So the decode loops are instantiated
 // for each hint and each call picks one (with_decode_hint).
-//
-// Nor is one choice right at every moment on one machine: when another
-// tenant shares the core, the same decode can run faster with no software
-// prefetch at all, and slower when the core is its own. So the engine times
-// decode steps and switches between the vendor's hint and None
-// (engine/decode_prefetch_tuner.hpp); MMGPT_DECODE_PREFETCH fixes one.
+// MMGPT_DECODE_PREFETCH fixes one (none: the hardware prefetchers alone).
 //
 // The measurements behind these choices, and the slower variants
 // (prefetching into L2, other distances), are in docs/kernels.md, "Decode:

@@ -97,15 +97,15 @@ bool parse_decode_prefetch(std::string_view name, DecodePrefetch& out) {
   return false;
 }
 
-// The hint in use and whether the engine may move it (auto).
+// The hint in use and whether it is the vendor's (auto).
 struct DecodePrefetchState {
   std::atomic<DecodePrefetch> hint;
-  std::atomic<bool> tuned;
+  std::atomic<bool> by_cpu;
 };
 
 // MMGPT_DECODE_PREFETCH=nta|t0|none fixes the decode kernels' prefetch hint,
-// "auto" (or unset) leaves it to the engine, starting from the vendor's;
-// another value is ignored with a warning, as MMGPT_ISA's.
+// "auto" (or unset) takes the vendor's; another value is ignored with a
+// warning, as MMGPT_ISA's.
 DecodePrefetchState& decode_prefetch_state() {
   static DecodePrefetchState state = [] {
     const DecodePrefetch by_cpu = decode_prefetch_for_vendor(cpu_vendor());
@@ -190,27 +190,27 @@ DecodePrefetch decode_prefetch() { return detail::decode_prefetch_state().hint.l
 std::string_view decode_prefetch_name() { return detail::name_of(decode_prefetch()); }
 std::string_view decode_prefetch_name(DecodePrefetch h) { return detail::name_of(h); }
 
-bool decode_prefetch_auto() { return detail::decode_prefetch_state().tuned.load(std::memory_order_relaxed); }
+std::string_view decode_prefetch_setting() {
+  return detail::decode_prefetch_state().by_cpu.load(std::memory_order_relaxed) ? "auto" : decode_prefetch_name();
+}
 
-std::string_view decode_prefetch_setting() { return decode_prefetch_auto() ? "auto" : decode_prefetch_name(); }
+std::string describe_decode_prefetch() {
+  if (decode_prefetch_setting() != "auto") return std::string(decode_prefetch_name());
+  return "auto (" + std::string(decode_prefetch_name()) + ", this CPU's default)";
+}
 
 bool force_decode_prefetch(std::string_view name) {
   detail::DecodePrefetchState& s = detail::decode_prefetch_state();
   DecodePrefetch h;
   if (name == "auto") {
     s.hint.store(decode_prefetch_for_vendor(cpu_vendor()), std::memory_order_relaxed);
-    s.tuned.store(true, std::memory_order_relaxed);
+    s.by_cpu.store(true, std::memory_order_relaxed);
     return true;
   }
   if (!detail::parse_decode_prefetch(name, h)) return false;
-  s.tuned.store(false, std::memory_order_relaxed);
+  s.by_cpu.store(false, std::memory_order_relaxed);
   s.hint.store(h, std::memory_order_relaxed);
   return true;
-}
-
-void use_decode_prefetch(DecodePrefetch h) {
-  detail::DecodePrefetchState& s = detail::decode_prefetch_state();
-  if (s.tuned.load(std::memory_order_relaxed)) s.hint.store(h, std::memory_order_relaxed);
 }
 
 bool force_isa(std::string_view name, bool bf16dot) {

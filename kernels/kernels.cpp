@@ -112,15 +112,6 @@ PanelProduct::PanelProduct(const float* x, const void* wp, WeightType type, cons
   }
 }
 
-PanelProduct::PanelProduct(const QuantizedRows& xq, const void* wp, WeightType type, const float* bias, float* y,
-                           size_t M, size_t K, size_t N, Epilogue e)
-    : wp_(wp), type_(type), bias_(bias), y_(y), M_(M), K_(K), N_(N), e_(e) {
-  x_.q8 = xq;
-  if (detail::active_set().matmul[static_cast<size_t>(type)]->x != detail::XForm::Q8Blocks ||
-      xq.blocks != quant_blocks(K))
-    throw std::invalid_argument("PanelProduct: q8 rows need q8_0 / q4_0 weights and quant_blocks(K) blocks a row");
-}
-
 void PanelProduct::run(size_t p0, size_t p1) const {
   if (M_ == 0 || p0 >= p1) return;
   const detail::MatmulKernels& k = *detail::active_set().matmul[static_cast<size_t>(type_)];

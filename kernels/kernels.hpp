@@ -54,32 +54,20 @@ void matmul_packed(const float* x, const void* wp, WeightType type, const float*
                    size_t N, Epilogue e = {});
 // How matmul_packed splits the panels of an M-row product for `threads`
 // threads: ranges of this many panels (the last one shorter), an even number,
-// each with enough work to be worth a task. The engine's decode team splits
-// its matmuls the same way; one range means the product is not worth
-// splitting.
+// each with enough work to be worth a task.
 size_t panel_range_grain(size_t M, size_t K, size_t N, size_t threads);
-// The product of matmul_packed for a caller that splits it over threads
-// itself (the engine's decode team, engine/stage_team.hpp). The constructor
-// prepares x on the calling thread, as matmul_packed does before it forks:
-// quantized to q8 blocks (q8_0 / q4_0) or rounded to bf16 (bf16 weights on a
-// bf16 dot-product set), into buffers of that thread which the next product
-// made on it reuses. run(p0, p1) then computes the output columns of panels
-// [p0, p1) of panels() (panel_layout.hpp), from any thread, while the
-// product lives. Results are matmul_packed's bit for bit however the panels
-// are split; 16-bit weights are stored in pairs of panels, so ranges that
-// start at even panels stream best. matmul_packed is one of these whose
-// ranges run on TBB.
+// The product of matmul_packed, split by its caller. The constructor
+// prepares x on the calling thread: quantized to q8 blocks (q8_0 / q4_0) or
+// rounded to bf16 (bf16 weights on a bf16 dot-product set), into buffers of
+// that thread which the next product made on it reuses. run(p0, p1) then
+// computes the output columns of panels [p0, p1) of panels()
+// (panel_layout.hpp), from any thread, while the product lives. Results are
+// matmul_packed's bit for bit however the panels are split; matmul_packed is
+// one of these whose ranges run on TBB.
 class PanelProduct {
  public:
   PanelProduct(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
                size_t N, Epilogue e = {});
-  // The same product over x already in q8 blocks (q8_0 / q4_0 weights only):
-  // quantize_rows' output for x, which the caller keeps alive and unchanged
-  // while the product lives. Quantization is per block of 32, so a row
-  // quantized in pieces that start on block boundaries is the same bytes
-  // (the decode team's producers, engine/executor.cpp).
-  PanelProduct(const QuantizedRows& xq, const void* wp, WeightType type, const float* bias, float* y, size_t M,
-               size_t K, size_t N, Epilogue e = {});
   size_t panels() const { return panel_count(N_); }
   void run(size_t p0, size_t p1) const;
 

@@ -14,7 +14,6 @@
 #include "engine/executor.hpp"
 #include "engine/huge_page_buffer.hpp"
 #include "engine/mmgpt.hpp"
-#include "engine/stage_team.hpp"
 #include "engine_test_model.hpp"
 #include "formats/error.hpp"
 
@@ -394,21 +393,20 @@ TEST_CASE("even split: consecutive blocks covering the items, sizes within one, 
     }
 }
 
-TEST_CASE("a decode team member's heads are one group of a cache made for as many threads") {
-  // The team's attention stage has min(n_head, members) parts; member m's
-  // heads are its part's (stage_team.hpp). The cache's groups must be the
-  // same heads, or a member's keys are not one stream (kv_cache.hpp).
+TEST_CASE("attention's blocks of heads for a decode step are the groups of a cache made for as many threads") {
+  // causal_attention splits a token's heads into min(n_head, threads) blocks
+  // (even_split_begin); the cache's groups must be the same heads, or a
+  // block's keys are not one run of each cache block (kv_cache.hpp).
   for (uint32_t n_head : {1u, 3u, 5u, 12u, 16u, 25u})
     for (size_t threads = 1; threads <= 20; ++threads) {
       CAPTURE(n_head);
       CAPTURE(threads);
-      const size_t parts = std::min<size_t>(n_head, threads);
+      const size_t blocks = std::min<size_t>(n_head, threads);
       KVCache cache(test::small_config(1, n_head, 8 * n_head, 8, 50), WeightType::F32, threads);
-      REQUIRE(cache.groups() == parts);
-      for (size_t part = 0; part < parts; ++part) {
-        const auto [h0, h1] = stage_own_block(n_head, parts, part);
-        CHECK(h0 == cache.group_begin(part));
-        CHECK(h1 == cache.group_begin(part + 1));
+      REQUIRE(cache.groups() == blocks);
+      for (size_t g = 0; g < blocks; ++g) {
+        CHECK(even_split_begin(n_head, blocks, g) == cache.group_begin(g));
+        CHECK(even_split_begin(n_head, blocks, g + 1) == cache.group_begin(g + 1));
       }
     }
 }
@@ -500,13 +498,6 @@ TEST_CASE("attention gives the same bits whatever the KV cache's groups and the 
             causal_attention(qkv.data() + (prefill + s) * 3 * d, out.data() + (prefill + s) * d, 1, prefill + s, l,
                              n_head, cache);
         }
-        // One step split as the decode team splits it: a block of heads each.
-        std::vector<float> scores(n_head * (prefill + steps + 1)), team_out(d);
-        causal_attention_heads(qkv.data() + (prefill + steps - 1) * 3 * d, team_out.data(), prefill + steps - 1, 1, 0,
-                               2, n_head, cache, scores.data());
-        causal_attention_heads(qkv.data() + (prefill + steps - 1) * 3 * d, team_out.data(), prefill + steps - 1, 1, 2,
-                               n_head, n_head, cache, scores.data());
-        CHECK(std::memcmp(team_out.data(), out.data() + (prefill + steps - 1) * d, d * sizeof(float)) == 0);
         if (want.empty()) want = out;
         CHECK(std::memcmp(want.data(), out.data(), out.size() * sizeof(float)) == 0);
       }

@@ -122,8 +122,7 @@ TEST_CASE("decode prefetch hint: non-temporal on AMD and off x86, T0 on other x8
   CHECK(k::decode_prefetch_for_vendor("GenuineIntel") == DecodePrefetch::T0);
   CHECK(k::decode_prefetch_for_vendor("CentaurHauls") == DecodePrefetch::T0);
   if (std::getenv("MMGPT_DECODE_PREFETCH") == nullptr) {
-    // Unset: auto, starting from the vendor's hint (only the engine moves it).
-    CHECK(k::decode_prefetch_auto());
+    // Unset: auto, the vendor's hint.
     CHECK(k::decode_prefetch_setting() == "auto");
     CHECK(k::decode_prefetch() == k::decode_prefetch_for_vendor(k::cpu_vendor()));
   }
@@ -137,31 +136,25 @@ TEST_CASE("decode prefetch hint: non-temporal on AMD and off x86, T0 on other x8
   CHECK(k::force_decode_prefetch("t0"));
   CHECK(k::decode_prefetch() == DecodePrefetch::T0);
   CHECK(k::decode_prefetch_name() == "t0");
-  CHECK_FALSE(k::decode_prefetch_auto());
   CHECK(k::decode_prefetch_setting() == "t0");
+  CHECK(k::describe_decode_prefetch() == "t0");
   for (const char* bad : {"", "NTA", "t1", "t0 ", "Auto", "off"}) {
     CAPTURE(bad);
     CHECK_FALSE(k::force_decode_prefetch(bad));
     CHECK(k::decode_prefetch_name() == "t0");  // a refused name changes nothing
     CHECK(k::decode_prefetch_setting() == "t0");
   }
-  // A fixed hint: the tuner's calls change nothing.
-  k::use_decode_prefetch(DecodePrefetch::None);
-  CHECK(k::decode_prefetch() == DecodePrefetch::T0);
   CHECK(k::force_decode_prefetch("none"));
   CHECK(k::decode_prefetch() == DecodePrefetch::None);
   CHECK(k::decode_prefetch_setting() == "none");
   CHECK(k::force_decode_prefetch("nta"));
   CHECK(k::decode_prefetch() == DecodePrefetch::Nta);
   CHECK(k::decode_prefetch_name() == "nta");
-  // Auto: the vendor's hint again, which the tuner may move; the setting stays auto.
+  // Auto: the vendor's hint again.
   CHECK(k::force_decode_prefetch("auto"));
-  CHECK(k::decode_prefetch_auto());
-  CHECK(k::decode_prefetch() == k::decode_prefetch_for_vendor(k::cpu_vendor()));
-  k::use_decode_prefetch(DecodePrefetch::None);
-  CHECK(k::decode_prefetch() == DecodePrefetch::None);
   CHECK(k::decode_prefetch_setting() == "auto");
-  CHECK(k::decode_prefetch_name() == "none");
+  CHECK(k::decode_prefetch() == k::decode_prefetch_for_vendor(k::cpu_vendor()));
+  CHECK(k::describe_decode_prefetch() == "auto (" + std::string(k::decode_prefetch_name()) + ", this CPU's default)");
 }
 
 TEST_CASE(

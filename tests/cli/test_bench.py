@@ -29,17 +29,6 @@ if rc != 0:
 # Small probe buffer and few runs: this checks the plumbing, not the speed.
 FAST = ('--bw-mib', '32', '-r', '2')
 
-# --- MMGPT_DECODE_TEAM=0: decode by TBB tasks per operation, said in the JSON and the table
-rc, out, _ = run('bench', '-m', model, '-p', '4', '-n', '2', '-t', '2', *FAST, '--json', env={'MMGPT_DECODE_TEAM': '0'})
-try:
-    team0 = json.loads(out).get('decode_team')
-except ValueError:
-    team0 = 'no JSON'
-check('MMGPT_DECODE_TEAM=0: JSON says decode_team false', rc == 0 and team0 is False, str(team0))
-rc, out, _ = run('bench', '-m', model, '-p', '4', '-n', '2', '-t', '2', *FAST, env={'MMGPT_DECODE_TEAM': '0'})
-check('MMGPT_DECODE_TEAM=0: the table header says TBB tasks per op',
-      rc == 0 and 'on 2+ threads: TBB tasks per op' in out, out[:300])
-
 # --- JSON: every combination, the expected fields, sane values
 rc, out, err = run('bench', '-m', model, '-p', '4,8', '-n', '4', '-t', '1,2', '-b', '1,3', *FAST, '--json')
 try:
@@ -58,7 +47,6 @@ if j is not None:
     want_bytes = 4 * (sum(stored(k, t) for k, t in sd.items() if k != 'lm_head.weight') - CTX * D + D)
     check('weight bytes per decode step count every weight once, one wpe row',
           j.get('weight_bytes_per_decode_step') == want_bytes, f"{j.get('weight_bytes_per_decode_step')} != {want_bytes}")
-    check('decode runs as a team by default', j.get('decode_team') is True, str(j.get('decode_team')))
     bw = j.get('read_bandwidth_probe', {})
     check('bandwidth probe per thread count, positive',
           sorted(bw.get('gbps_by_threads', {})) == ['1', '2'] and all(v > 0 for v in bw['gbps_by_threads'].values())

@@ -164,19 +164,19 @@ check('dtype_table.py on a folder without results says so', rc != 0 and 'no SHAP
 # --- ab.py: alternated pairs of whole bench runs, B's medians over A's
 q4_model = os.path.join(out, 'models', '2x2x32-q4_0.mmgpt')
 ab_json = os.path.join(W, 'ab.json')
-rc, table, err = sh(PY, os.path.join(BENCH, 'ab.py'), '--a', MM, '--b', MM, '--b-env', 'MMGPT_DECODE_TEAM=0',
+rc, table, err = sh(PY, os.path.join(BENCH, 'ab.py'), '--a', MM, '--b', MM, '--b-env', 'MMGPT_DECODE_PREFETCH=none',
                     '-m', q4_model, '--pairs', '2', '--json', ab_json, '--', '-p', '1,4', '-n', '2', '-t', '1', '-r', '1',
                     '--bw-mib', '16')
 rows = [l for l in table.splitlines() if l.startswith('| 2x2x32-q4_0.mmgpt ')]
 check('ab.py: a row per measure (pp4, tg2, tg2 after pp4), each with its ratio and range',
       rc == 0 and sorted(l.split(' | ')[3] for l in rows) == ['pp4', 'tg2', 'tg2 after pp4']
       and all(len(l.split(' | ')) == 8 and '-' in l.split(' | ')[7] for l in rows), table + err)
-check("ab.py names each side and B's environment", 'B: ' + MM + ' MMGPT_DECODE_TEAM=0' in table, table)
+check("ab.py names each side and B's environment", 'B: ' + MM + ' MMGPT_DECODE_PREFETCH=none' in table, table)
 log = json.load(open(ab_json))
 check('ab.py alternates the order from pair to pair',
       [(e['pair'], e['side']) for e in log] == [(0, 'a'), (0, 'b'), (1, 'b'), (1, 'a')], str(log)[:300])
-check("ab.py's B runs see B's environment", all(e['result']['decode_team'] == (e['side'] == 'a') for e in log),
-      str([(e['side'], e['result'].get('decode_team')) for e in log]))
+check("ab.py's B runs see B's environment", all((e['result']['decode_prefetch'] == 'none') == (e['side'] == 'b') for e in log),
+      str([(e['side'], e['result'].get('decode_prefetch')) for e in log]))
 rc, _, err = sh(PY, os.path.join(BENCH, 'ab.py'), '--a', os.path.join(W, 'none'), '--b', MM, '-m', q4_model,
                 '--pairs', '1', '--', '-p', '4', '-n', '1', '-t', '1', '-r', '1', '--bw-mib', '16')
 check('ab.py names the run that failed', rc != 0 and 'ab.py:' in err and 'none' in err, err)

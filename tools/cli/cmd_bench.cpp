@@ -40,7 +40,6 @@
 #include <tbb/global_control.h>
 #include <nlohmann/json.hpp>
 
-#include "engine/decode_prefetch_tuner.hpp"
 #include "engine/executor.hpp"
 #include "engine/mmgpt.hpp"
 #include "engine/sampler.hpp"
@@ -140,7 +139,6 @@ struct Result {
   double kv_bytes_per_step = 0, frac_of_bw_with_kv = 0;  // KV cache reads, mean over the decode steps
   Spread model_bw;                                       // GB/s streaming the mapped model file, probed before each run
   double prefill_gflops = 0, frac_of_peak = 0;
-  DecodePrefetchSteps prefetch_steps{};  // decode steps (one token a sequence), by prefetch hint
 };
 
 // One timed run: prefill then decode, b sequences together.
@@ -232,7 +230,6 @@ void run_bench(const BenchArgs& a) {
         const double kv_bytes =
             double(b) * double(kv_per_position) * (double(n) * double(p) + double(n) * double(n + 1) / 2);
         const ModelFile& file = lm.model().file();
-        const DecodePrefetchSteps steps_before = decode_prefetch_steps();
         for (size_t r = 0; r < a.reps; ++r) {
           // The limit, measured now: the machine's load moves both figures together.
           // First a pause: right after a run (the warm-up or the previous one) the
@@ -264,8 +261,6 @@ void run_bench(const BenchArgs& a) {
           res.frac_of_bw_with_kv = spread(frac_kv).median;
         }
         res.peak_rss = peak_rss_mib();
-        const DecodePrefetchSteps steps_after = decode_prefetch_steps();
-        for (size_t h = 0; h < res.prefetch_steps.size(); ++h) res.prefetch_steps[h] = steps_after[h] - steps_before[h];
         results.push_back(std::move(res));
       }
   }
@@ -294,7 +289,7 @@ void run_bench(const BenchArgs& a) {
     j["decode_prefetch"] = std::string(kernels::decode_prefetch_setting());
     j["weight_bytes_per_decode_step"] = step_bytes;
     j["kv_dtype"] = a.kv_dtype;
-    j["decode_team"] = Executor::decode_team_by_default();
+    j["decode_team"] = false;  // decode runs op by op like every step; the key stays for readers of older output
     j["kv_bytes_per_position"] = kv_per_position;
     j["model_share_on_2mb_pages"] = on_2mb_pages ? nlohmann::json(*on_2mb_pages) : nlohmann::json(nullptr);
     j["repetitions"] = a.reps;
@@ -322,10 +317,6 @@ void run_bench(const BenchArgs& a) {
                        {"prefill_gflops", r.prefill_gflops},
                        {"prefill_frac_of_fma_peak", r.frac_of_peak}};
       if (r.decode > 0) {
-        for (size_t h = 0; h < r.prefetch_steps.size(); ++h)
-          if (r.prefetch_steps[h] > 0)
-            e["decode_steps_by_prefetch"][std::string(kernels::decode_prefetch_name(kernels::DecodePrefetch(h)))] =
-                r.prefetch_steps[h];
         e["decode_tok_s"] = spread_json(r.decode_tps);
         e["decode_weight_gbps"] = r.decode_gbps;
         e["decode_frac_of_bw"] = r.frac_of_bw;
@@ -343,12 +334,10 @@ void run_bench(const BenchArgs& a) {
   }
   std::printf(
       "model: %s (%.1fM params, %u layers, width %u); kernels: %s, quantized %s, bf16 %s, decode prefetch %s; KV cache "
-      "%s; decode of "
-      "one sequence on 2+ threads: %s; %zu runs after 1 warm-up\n",
+      "%s; %zu runs after 1 warm-up\n",
       a.model.c_str(), params / 1e6, config.n_layer, config.n_embd, isa.c_str(),
       std::string(kernels::quant_isa_name()).c_str(), std::string(kernels::bf16_isa_name()).c_str(),
-      describe_decode_prefetch().c_str(), a.kv_dtype.c_str(),
-      Executor::decode_team_by_default() ? "a team" : "TBB tasks per op (MMGPT_DECODE_TEAM=0)", a.reps);
+      kernels::describe_decode_prefetch().c_str(), a.kv_dtype.c_str(), a.reps);
   std::printf(
       "weights read per decode step: %.1f MB (%s on 2 MB pages), KV cache %.1f KB per position; reference read "
       "bandwidth (%s, %zu MiB, best of 3):",
@@ -378,16 +367,6 @@ void run_bench(const BenchArgs& a) {
                 r.decode ? fmt("%.3f", r.frac_of_bw).c_str() : "-",
                 r.decode ? fmt("%.1f", r.kv_bytes_per_step / 1e6).c_str() : "-",
                 r.decode ? fmt("%.3f", r.frac_of_bw_with_kv).c_str() : "-", r.peak_rss);
-  }
-  if (kernels::decode_prefetch_auto()) {
-    // Which hint the timed decode steps ran with, per row (the table's order).
-    std::printf("\ndecode steps by prefetch hint (auto), per row:");
-    for (const Result& r : results) {
-      if (r.decode == 0) continue;
-      std::printf(" %ut pp%zu+tg%zu: %s;", r.threads, r.prompt, r.decode,
-                  describe_decode_prefetch_steps(r.prefetch_steps).c_str());
-    }
-    std::printf("\n");
   }
 }
 

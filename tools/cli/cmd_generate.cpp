@@ -14,7 +14,6 @@
 
 #include <tbb/global_control.h>
 
-#include "engine/decode_prefetch_tuner.hpp"
 #include "engine/mmgpt.hpp"
 #include "kernels/kernels.hpp"
 #include "tools/cli/commands.hpp"
@@ -73,9 +72,7 @@ void print_stats(const LanguageModel& lm, double load_s, double ttft_s, const st
                t.decode_seconds > 0 ? (generated - results.size()) / t.decode_seconds : 0.0, generated, t.decode_steps);
   std::fprintf(stderr, "first token   %8.2f ms\n", ttft_s * 1e3);
   // Decode steps (one token a sequence), by hint.
-  const std::string by_hint = describe_decode_prefetch_steps(decode_prefetch_steps());
-  std::fprintf(stderr, "prefetch      %s%s%s\n", describe_decode_prefetch().c_str(), by_hint.empty() ? "" : ": steps ",
-               by_hint.c_str());
+  std::fprintf(stderr, "prefetch      %s\n", kernels::describe_decode_prefetch().c_str());
   std::fprintf(stderr, "peak RSS      %8.1f MiB\n", usage.ru_maxrss / 1024.0);
   std::fprintf(stderr, "weights       %8.1f MiB mapped, %.1f MiB resident\n", f.file_size() / 1048576.0,
                f.resident_bytes() / 1048576.0);

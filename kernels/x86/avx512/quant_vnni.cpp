@@ -35,10 +35,8 @@
 #endif
 #include <immintrin.h>
 
-#include <array>
 #include <cstring>
 #include <limits>
-#include <vector>
 
 #include "kernels/decode_prefetch.hpp"
 #include "kernels/kernels.hpp"
@@ -242,45 +240,6 @@ template <bool Q4, size_t R, DecodePrefetch H>
   finish<R, 1>(acc, o);
 }
 
-// q4_0 decode without software prefetch: decode_tile<true, 1, None>'s integer
-// sums and float steps (so its result bit for bit), in fewer instructions:
-// one unit (two blocks and their line of scales) a step at constant offsets
-// from a pointer, x's bytes broadcast inside VPDPBUSD, each block's
-// -8 * sum_x read from `x_offset`: about half decode_tile's instructions a
-// block, so the out-of-order window, the only thing that runs ahead of the
-// arithmetic without a prefetch, holds twice the bytes in flight. With a
-// prefetch per line the lines are in the cache when loaded and decode_tile
-// reads them faster, so only the None instantiation uses this
-// (docs/kernels.md, "Decode: prefetching ahead, and the hint per CPU").
-[[gnu::always_inline]] inline void decode_tile_q4_units(const QuantizedRows& x, const int32_t* x_offset,
-                                                        const uint8_t* panel, size_t Kb, const Out& o) {
-  constexpr size_t kBlock = 256, kUnit = 2 * kBlock + 64;  // quant_layout.hpp
-  const __m512i lo_mask = _mm512_set1_epi8(0x0F), hi_mask = _mm512_set1_epi8(static_cast<char>(0xF0));
-  __m512 acc = _mm512_setzero_ps();
-  auto block = [&](const uint8_t* q, const uint8_t* scales, size_t b) __attribute__((always_inline)) {
-    const int8_t* xq = x.q + b * kQuantBlock;
-    __m512i lo = _mm512_set1_epi32(x_offset[b]), hi = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (size_t c = 0; c < 4; ++c) {
-      const __m512i v = _mm512_loadu_si512(q + c * 64);
-      lo = dpbusd_x4(lo, _mm512_and_si512(v, lo_mask), xq + c * 8);
-      hi = dpbusd_x4(hi, _mm512_and_si512(v, hi_mask), xq + c * 8 + 4);
-    }
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
-    const __m512i isum = _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(x.scale[b])), acc);
-  };
-  const uint8_t* unit = panel;
-  size_t b = 0;
-  for (; b + 2 <= Kb; b += 2, unit += kUnit) {
-    block(unit, unit + 2 * kBlock, b);
-    block(unit + kBlock, unit + 2 * kBlock + 32, b + 1);
-  }
-  if (b < Kb) block(unit, unit + 2 * kBlock, b);  // an odd block count: the last unit's first half
-  __m512 out[1][1] = {{acc}};
-  finish<1, 1>(out, o);
-}
-
 template <bool Q4, size_t P>
 void tile_rows(size_t rows, const QuantizedRows& x, size_t m, const Panels& pn, const Out& o) {
   static_assert(MR == 6, "the cases below cover rows 1 .. 6");
@@ -327,16 +286,6 @@ void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, f
   if (M <= MR) {
     with_decode_hint([&](auto hint) {
       constexpr DecodePrefetch H = decltype(hint)::value;
-      if constexpr (Q4 && H == DecodePrefetch::None) {
-        if (M == 1) {
-          std::array<int32_t, 1024> on_stack;  // -8 * sum_x per block
-          std::vector<int32_t> on_heap;
-          int32_t* x_offset = Kb <= on_stack.size() ? on_stack.data() : (on_heap.resize(Kb), on_heap.data());
-          for (size_t b = 0; b < Kb; ++b) x_offset[b] = -8 * x.sum[b];
-          for (size_t p = p0; p < p1; ++p) decode_tile_q4_units(x, x_offset, wp + p * stride, Kb, out(0, p, 1));
-          return;
-        }
-      }
       for (size_t p = p0; p < p1; ++p) decode_rows<Q4, H>(M, x, wp + p * stride, Kb, out(0, p, 1));
     });
     return;
