@@ -26,7 +26,8 @@
 // (widen_simd.hpp). Widening is exact, so a 16-bit matrix gives bit for bit
 // the result of the f32 kernel on its widened values. In a GEMM of three
 // tiles of rows or more, each block of k-steps of a tile's panels is widened
-// once into an f32 buffer that every tile of rows then reads (micro_wide):
+// once into f32 panels that every tile of rows then reads as the f32 GEMM
+// reads its panels (micro_linear):
 // widening in the tile costs two more uops on the FMA ports for every 12 FMAs
 // (bf16: VPMOVZXWD + VPSLLD; f16: VCVTPH2PS is two on Intel).
 #include <cstddef>
@@ -195,38 +196,46 @@ struct PanelGemm {
     finish<R, NP>(acc, o);
   }
 
-  // The k-steps [k0, k1) of NP panels from p, widened to f32 into `wide`:
-  // k-step k's 16 * NP weights at wide + (k - k0) * 16 * NP.
+  // The k-steps [k0, k1) of NP panels from p, widened into `wide` as NP f32
+  // panels of k1 - k0 k-steps: panel j's k-step k at
+  // wide + (j * (k1 - k0) + k - k0) * 16, as micro_linear reads them.
   template <size_t NP>
   static void widen_block(const WE* wp, size_t N, size_t K, size_t p, size_t k0, size_t k1, float* wide) {
-    constexpr size_t V = NP * VP;
     PanelSteps st[NP];
 #pragma GCC unroll 8
     for (size_t j = 0; j < NP; ++j) st[j] = panel_steps_of<WE>(N, K, p + j);
-    for (size_t k = k0; k < k1; ++k, wide += V * W)
+    for (size_t k = k0; k < k1; ++k)
 #pragma GCC unroll 8
       for (size_t j = 0; j < NP; ++j) {
         const WE* at = wp + st[j].at(K, k);
+        float* to = wide + (j * (k1 - k0) + (k - k0)) * kPanelWidth;
 #pragma GCC unroll 8
-        for (size_t v = 0; v < VP; ++v) load_weights<WT, B>(at + v * W).store_aligned(wide + (j * VP + v) * W);
+        for (size_t v = 0; v < VP; ++v) load_weights<WT, B>(at + v * W).store_aligned(to + v * W);
       }
   }
 
-  // micro over a block widened by widen_block: the same FMAs in the same
-  // order (so the same bits), f32 loads from a buffer the caches hold.
+  // micro over f32 panels whose k-steps follow one another, 16 floats each:
+  // panel j's k-step k at w + j * pstride + k * 16. An f32 matrix's panels are so
+  // (panel_layout.hpp: its paired lines are consecutive k-steps), and so is a
+  // block widen_block wrote. One k-step an iteration from one pointer a
+  // panel: the GEMM's loop for f32 and widened 16-bit weights. The same
+  // FMAs in the same order as micro, so the same bits.
   template <size_t R, size_t NP>
-  static void micro_wide(const float* x, size_t ldx, const float* wide, size_t k0, size_t k1, const float* part_in,
-                         float* part_out, size_t ldp, const Out& o) {
+  static void micro_linear(const float* x, size_t ldx, const float* w, size_t pstride, size_t k0, size_t k1,
+                           const float* part_in, float* part_out, size_t ldp, const Out& o) {
     constexpr size_t V = NP * VP;
     B acc[R][V];
 #pragma GCC unroll 8
     for (size_t i = 0; i < R; ++i)
 #pragma GCC unroll 8
       for (size_t j = 0; j < V; ++j) acc[i][j] = part_in ? B::load_unaligned(part_in + i * ldp + j * W) : B(0.0f);
-    for (size_t k = k0; k < k1; ++k, wide += V * W) {
+    w += k0 * kPanelWidth;
+    for (size_t k = k0; k < k1; ++k, w += kPanelWidth) {
       B wv[V];
 #pragma GCC unroll 8
-      for (size_t j = 0; j < V; ++j) wv[j] = B::load_aligned(wide + j * W);
+      for (size_t p = 0; p < NP; ++p)
+#pragma GCC unroll 8
+        for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = B::load_unaligned(w + p * pstride + v * W);
 #pragma GCC unroll 8
       for (size_t i = 0; i < R; ++i) {
         const B xb(x[i * ldx + k]);
@@ -245,16 +254,16 @@ struct PanelGemm {
   }
 
   template <size_t NP>
-  static void micro_wide_rows(size_t rows, const float* x, size_t ldx, const float* wide, size_t k0, size_t k1,
-                              const float* part_in, float* part_out, size_t ldp, const Out& o) {
+  static void micro_linear_rows(size_t rows, const float* x, size_t ldx, const float* w, size_t pstride, size_t k0,
+                                size_t k1, const float* part_in, float* part_out, size_t ldp, const Out& o) {
     static_assert(MR == 6, "the cases below cover rows 1 .. 6");
     switch (rows) {
-      case 6: micro_wide<6, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
-      case 5: micro_wide<5, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
-      case 4: micro_wide<4, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
-      case 3: micro_wide<3, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
-      case 2: micro_wide<2, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
-      case 1: micro_wide<1, NP>(x, ldx, wide, k0, k1, part_in, part_out, ldp, o); break;
+      case 6: micro_linear<6, NP>(x, ldx, w, pstride, k0, k1, part_in, part_out, ldp, o); break;
+      case 5: micro_linear<5, NP>(x, ldx, w, pstride, k0, k1, part_in, part_out, ldp, o); break;
+      case 4: micro_linear<4, NP>(x, ldx, w, pstride, k0, k1, part_in, part_out, ldp, o); break;
+      case 3: micro_linear<3, NP>(x, ldx, w, pstride, k0, k1, part_in, part_out, ldp, o); break;
+      case 2: micro_linear<2, NP>(x, ldx, w, pstride, k0, k1, part_in, part_out, ldp, o); break;
+      case 1: micro_linear<1, NP>(x, ldx, w, pstride, k0, k1, part_in, part_out, ldp, o); break;
       default: break;
     }
   }
@@ -275,8 +284,9 @@ struct PanelGemm {
   }
 
   // run() for 16-bit weights and kWidenMinRows rows or more: the same blocks,
-  // each block of k-steps of a tile's panels widened once (widen_block) for
-  // every tile of rows (micro_wide). Not inlined into run(): GCC's inlining
+  // each block of k-steps of a tile's panels widened once (widen_block) into
+  // f32 panels that the f32 GEMM's loop (micro_linear) multiplies for every
+  // tile of rows. Not inlined into run(): GCC's inlining
   // of the whole GEMM shifts with any change to it, so this path stays out
   // of line and leaves the code of the decode and f32 paths in run() as it
   // is.
@@ -304,10 +314,12 @@ struct PanelGemm {
             float* part = b.blocked ? scratch + (m - mc0) * ldp + (p - p0) * kPanelWidth : nullptr;
             const Out o{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth,
                         bias ? bias + col : nullptr, e};
-            np == P ? micro_wide_rows<P>(rows, x + m * K, K, wide.data(), kc0, kc1, first ? nullptr : part,
-                                         last ? nullptr : part, ldp, o)
-                    : micro_wide_rows<1>(rows, x + m * K, K, wide.data(), kc0, kc1, first ? nullptr : part,
-                                         last ? nullptr : part, ldp, o);
+            // The block's k-steps from 0, x's from kc0.
+            const size_t kb = kc1 - kc0, pstride = kb * kPanelWidth;
+            np == P ? micro_linear_rows<P>(rows, x + m * K + kc0, K, wide.data(), pstride, 0, kb,
+                                           first ? nullptr : part, last ? nullptr : part, ldp, o)
+                    : micro_linear_rows<1>(rows, x + m * K + kc0, K, wide.data(), pstride, 0, kb,
+                                           first ? nullptr : part, last ? nullptr : part, ldp, o);
             m += rows;
           }
           p += np;
@@ -371,10 +383,17 @@ struct PanelGemm {
             float* part = b.blocked ? scratch + (m - mc0) * ldp + (p - p0) * kPanelWidth : nullptr;
             const float* in = first ? nullptr : part;
             float* keep = last ? nullptr : part;
-            if (np == P)
+            if constexpr (sizeof(WE) == 4) {  // f32 panels: consecutive k-steps (micro_linear)
+              const float* w = wp + p * kPanelWidth * K;
+              if (np == P)
+                micro_linear_rows<P>(rows, x + m * K, K, w, kPanelWidth * K, kc0, kc1, in, keep, ldp, out(m, p, P));
+              else
+                micro_linear_rows<1>(rows, x + m * K, K, w, kPanelWidth * K, kc0, kc1, in, keep, ldp, out(m, p, 1));
+            } else if (np == P) {
               micro_rows<P>(rows, x + m * K, K, wp, N, K, p, kc0, kc1, in, keep, ldp, out(m, p, P));
-            else
+            } else {
               micro_rows<1>(rows, x + m * K, K, wp, N, K, p, kc0, kc1, in, keep, ldp, out(m, p, 1));
+            }
             m += rows;
           }
           p += np;
