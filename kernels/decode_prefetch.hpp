@@ -74,11 +74,9 @@ template <class F>
   f(std::integral_constant<DecodePrefetch, DecodePrefetch::Nta>{});
 }
 
-// How a tile that streams its weights prefetches them: not at all, a fixed
-// distance ahead within each panel (the AVX2 quantized kernels' small
-// batches, a single row tile that reads the weights once), or as decode
-// does (above; the other kernels' small batches too).
-enum class Ahead { None, InPanel, Decode };
+// Whether a tile prefetches its weights as decode does (above: decode and
+// the small batches whose single row tile reads the weights once) or not.
+enum class Ahead { None, Decode };
 
 }  // namespace
 }  // namespace mmgpt::kernels::detail

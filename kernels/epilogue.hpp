@@ -14,4 +14,17 @@ struct Epilogue {
   bool accumulate = false;  // y += result (a residual add) instead of y = result
 };
 
+namespace detail {
+
+// Where a kernel's register tile of results goes, and how it is finished.
+struct TileOut {
+  float* y;           // row m, first column of the tile
+  size_t ldy;         // N
+  size_t ncols;       // valid columns of the tile (fewer than it holds only at the matrix edge)
+  const float* bias;  // at the tile's first column, or null
+  Epilogue e;
+};
+
+}  // namespace detail
+
 }  // namespace mmgpt::kernels

@@ -6,6 +6,8 @@
 // - every quantized kernel set the CPU runs (AVX-512 VNNI, AVX2, NEON with and
 //   without the dot product) gives bit for bit the scalar reference's
 //   quantized activations and products, on awkward shapes, with every epilogue;
+//   so does the x86 sets' matmul (simd/quant_tile.hpp) over operations
+//   emulated lane by lane (quant_tile_emulated.hpp), on any host;
 // - the scalar reference is the exact block sum it claims to be, and its error
 //   against the f32 product is within the bound that quantizing both sides
 //   implies;
@@ -23,6 +25,7 @@
 #include "core/half.hpp"
 #include "kernels/registry.hpp"
 #include "kernels_testing.hpp"
+#include "quant_tile_emulated.hpp"
 
 namespace k = mmgpt::kernels;
 namespace kd = mmgpt::kernels::detail;
@@ -63,6 +66,13 @@ Quantized quantize_with(const kd::QuantKernels& qk, const std::vector<float>& x,
   r.rows_count = M;
   qk.quantize_rows(x.data(), M, K, r.q.data(), r.scale.data(), r.sum.data());
   return r;
+}
+
+// The sets this CPU runs, then the x86 tiles over emulated operations.
+std::vector<const kd::QuantKernels*> quant_sets() {
+  auto sets = kd::runnable_quant_kernels();
+  for (const kd::QuantKernels* e : kd::emulated_quant_kernels()) sets.push_back(e);
+  return sets;
 }
 
 const std::vector<size_t> kKs = {1, 3, 31, 32, 33, 64, 95, 100, 257, 768};
@@ -215,7 +225,7 @@ TEST_CASE("a NaN or infinite activation makes that row's products NaN in every s
     auto ref = kt::quant_gemm(kd::scalar_quant_kernels(), t);
     std::vector<float> want(M * N);
     ref(ref_q.rows(), p.data(), nullptr, want.data(), M, K, N, 0, mmgpt::panel_count(N), {});
-    for (const kd::QuantKernels* qk : kd::runnable_quant_kernels()) {
+    for (const kd::QuantKernels* qk : quant_sets()) {
       CAPTURE(std::string(qk->matmul.name));
       const Quantized xq = quantize_with(*qk, x, M, K);
       auto gemm = kt::quant_gemm(*qk, t);
@@ -286,7 +296,7 @@ TEST_CASE("the scalar reference is the exact block sum, within the quantization 
 
 TEST_CASE(
     "every quantized kernel set equals the scalar reference bit for bit (a fused GELU within its bound), every shape") {
-  const auto sets = kd::runnable_quant_kernels();
+  const auto sets = quant_sets();
   const Epilogue epilogues[] = {
       {Activation::None, false}, {Activation::None, true}, {Activation::GeluTanh, false}, {Activation::GeluErf, true}};
   int compared = 0;
@@ -353,9 +363,8 @@ TEST_CASE(
   // their range into the panels that follow: ranges that start and end
   // anywhere, over matrices of 13 and 17 panels, with K giving an odd number
   // of blocks (a unit's second block missing) and an even one. Under each
-  // prefetch hint: each is its own instantiation (and q4_0 without prefetch
-  // its own loop on AVX-512).
-  const auto sets = kd::runnable_quant_kernels();
+  // prefetch hint: each is its own instantiation.
+  const auto sets = quant_sets();
   for (DecodePrefetch hint : {DecodePrefetch::Nta, DecodePrefetch::T0, DecodePrefetch::None}) {
     const kt::DecodePrefetchGuard fixed(k::decode_prefetch_name(hint));
     const Epilogue epilogues[] = {{Activation::None, false}, {Activation::None, true}};
@@ -400,7 +409,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("decode of a row longer than 1024 blocks (AVX-512 q4_0 keeps its per-block offsets on the heap)") {
+TEST_CASE("decode of a row longer than 1024 blocks") {
   const size_t K = 1025 * 32 + 7, N = 33;  // 1026 blocks, the last partial
   for (DecodePrefetch hint : {DecodePrefetch::Nta, DecodePrefetch::None}) {
     const kt::DecodePrefetchGuard fixed(k::decode_prefetch_name(hint));
@@ -414,7 +423,7 @@ TEST_CASE("decode of a row longer than 1024 blocks (AVX-512 q4_0 keeps its per-b
       std::vector<float> want(N);
       pick(kd::scalar_quant_kernels())(xq.rows(), p.data(), nullptr, want.data(), 1, K, N, 0, mmgpt::panel_count(N),
                                        {});
-      for (const kd::QuantKernels* qk : kd::runnable_quant_kernels()) {
+      for (const kd::QuantKernels* qk : quant_sets()) {
         std::vector<float> got(N);
         pick (*qk)(xq.rows(), p.data(), nullptr, got.data(), 1, K, N, 0, mmgpt::panel_count(N), {});
         CAPTURE(std::string(qk->matmul.name));

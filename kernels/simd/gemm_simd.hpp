@@ -63,13 +63,7 @@ struct PanelGemm {
   static constexpr size_t kWidenMinRows = 3 * MR;
   static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
 
-  struct Out {
-    float* y;           // first output of the tile
-    size_t ldy;         // y row stride
-    size_t ncols;       // valid columns (< 16 * panels only in the last tile)
-    const float* bias;  // at the tile's first column, or null
-    Epilogue e;
-  };
+  using Out = detail::TileOut;
 
   static B activate(B v, Activation a) {
     switch (a) {

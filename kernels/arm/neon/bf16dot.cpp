@@ -58,20 +58,10 @@ constexpr size_t MR = 4;
   z[3] = vreinterpretq_bf16_u16(vzip2q_u16(a1, b1));
 }
 
-// Where a tile's results go: row m0 and first column of y (row stride N),
-// valid columns (fewer than 16 * panels only at the matrix edge), the bias at
-// that column or null.
-struct Out {
-  float* y;
-  size_t ldy, ncols;
-  const float* bias;
-  Epilogue e;
-};
-
 // R rows of x (row stride ldx) against panels p .. p + P - 1 of the packed
 // W[N, K], all K. Decode prefetches the stream ahead (decode_prefetch.hpp).
 template <size_t R, size_t P, bool Decode, DecodePrefetch H = DecodePrefetch::Nta>
-void tile(const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K, size_t p, const Out& o) {
+void tile(const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K, size_t p, const TileOut& o) {
   float32x4_t acc[R][4 * P];
   for (size_t r = 0; r < R; ++r)
     for (size_t c = 0; c < 4 * P; ++c) acc[r][c] = vdupq_n_f32(0.0f);
@@ -119,7 +109,7 @@ void tile(const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K,
 // tile<rows, 1, false> for rows in 1 .. R.
 template <size_t R = MR>
 void tile_rows(size_t rows, const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K, size_t p,
-               const Out& o) {
+               const TileOut& o) {
   if constexpr (R > 0) {
     if (rows == R) return tile<R, 1, false>(x, ldx, wp, N, K, p, o);
     tile_rows<R - 1>(rows, x, ldx, wp, N, K, p, o);
@@ -133,7 +123,7 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
   auto out = [&](size_t m, size_t p, size_t np) {
     const size_t col = p * kPanelWidth, left = N - col;
     const size_t ncols = left < np * kPanelWidth ? left : np * kPanelWidth;
-    return Out{y + m * N + col, N, ncols, bias ? bias + col : nullptr, e};
+    return TileOut{y + m * N + col, N, ncols, bias ? bias + col : nullptr, e};
   };
   if (M == 1) {
     // Decode: a pair of panels at a time, whose lines alternate in memory

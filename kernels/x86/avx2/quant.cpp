@@ -14,12 +14,8 @@
 //   q4_0: the nibbles (q + 8, 0..15) are unsigned already: VPMADDUBSW(nib, xb)
 //         pairs are at most 2 * 15 * 127 = 3810, so all 8 of a block add up
 //         in int16 (<= 30480 < 2^15) and one VPMADDWD per block widens them;
-//         the block accumulator starts at -8 * sum_x, so it ends at isum.
-// Float part per block, as the reference (scalar/quant.cpp):
-//   acc = fma(float(isum), f16->f32(dw) * dx, acc)
-// (exact int->float, exact f16->f32, dw * dx rounded to f32, one FMA per
-// block in order), so without activation the output is bit for bit the
-// reference's. GELU: quant_gelu (registry.hpp) on the finished tile.
+//         the block's int32 sum, less 8 * sum_x, is its isum.
+// The tiles, their blockings and the float part: simd/quant_tile.hpp.
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
 #error "x86/avx2/quant.cpp must be compiled with -mavx2 -mfma -mf16c"
 #endif
@@ -28,295 +24,131 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/decode_prefetch.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/registry.hpp"
+#include "kernels/simd/quant_tile.hpp"
 #include "kernels/x86/avx2/avx2.hpp"
 
 namespace mmgpt::kernels::detail {
 namespace {
 
-// Prefill microkernel: MR rows x 1 panel (2 ymm per row): 6 int32 + 6 f32
-// accumulators, 2 weight vectors and the constants fill the 16 ymm registers.
-constexpr size_t MR = 3;
-// Decode streams one panel at a time, so the matrix is read front to back as
-// one stream (a panel holds its scales beside its quants, quant_layout.hpp),
-// each line prefetched kDecodeAheadBytes ahead (decode_prefetch.hpp): one
-// stream keeps closer to the memory's rate than two panels at once
-// (docs/kernels.md, "The panel layout"). Prefill with a single row tile
-// (M <= MR) reads the weights once: prefetched kPrefetchQuant ahead within
-// each panel.
-constexpr size_t kPrefetchQuant = 2048;
-constexpr size_t kActivationL2Budget = 256 * 1024;
+// The operations quant_tile.hpp's matmul is written over. A panel line is
+// two ymm (rows 0..7 and 8..15); MR rows x 1 panel in a prefill tile: 6 int32
+// + 6 f32 accumulators, 2 weight vectors and the constants fill the 16 ymm.
+struct Ops {
+  using F = __m256;
+  static constexpr size_t kLanes = 8, kVectorsPerPanel = 2, kMR = 3, kNP = 1;
+  // Decode ran faster so, per type (docs/kernels.md, "The scales' line").
+  template <bool Q4>
+  static constexpr bool kPrefetchScalesLast = Q4;
 
-inline __m256i bcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
-struct Out {
-  float* y;           // row m, first column of the tile
-  size_t ldy;         // N
-  size_t ncols;       // valid columns (< 16 * panels only at the matrix edge)
-  const float* bias;  // at the tile's first column, or null
-  Epilogue e;
-};
-
-// v = acc + bias; v = gelu(v); y = accumulate ? y + v : v. Full tiles in
-// registers; a partial one (matrix edge) the same float operations per element.
-template <size_t R, size_t V>
-[[gnu::always_inline]] inline void finish(__m256 (&acc)[R][V], const Out& o) {
-  constexpr size_t C = V * 8;
-  if (o.ncols == C && o.e.act == Activation::None) {
-#pragma GCC unroll 8
-    for (size_t i = 0; i < R; ++i)
-#pragma GCC unroll 8
-      for (size_t v = 0; v < V; ++v) {
-        float* dst = o.y + i * o.ldy + v * 8;
-        __m256 r = acc[i][v];
-        if (o.bias) r = _mm256_add_ps(r, _mm256_loadu_ps(o.bias + v * 8));
-        if (o.e.accumulate) r = _mm256_add_ps(_mm256_loadu_ps(dst), r);
-        _mm256_storeu_ps(dst, r);
-      }
-    return;
-  }
-  alignas(32) float buf[R * C];
-  for (size_t i = 0; i < R; ++i)
-    for (size_t v = 0; v < V; ++v) _mm256_store_ps(buf + i * C + v * 8, acc[i][v]);
-  for (size_t i = 0; i < R; ++i) {
-    float* row = buf + i * C;
-    if (o.bias)
-      for (size_t c = 0; c < o.ncols; ++c) row[c] = row[c] + o.bias[c];
-    quant_gelu(o.e.act, row, o.ncols);
-    float* dst = o.y + i * o.ldy;
-    for (size_t c = 0; c < o.ncols; ++c) dst[c] = o.e.accumulate ? dst[c] + row[c] : row[c];
-  }
-}
-
-struct Panels {
-  const uint8_t* w;  // first panel of the tile
-  size_t stride;     // bytes between panels (a panel is one stream: quants and scales, quant_layout.hpp)
-  size_t Kb;
-};
-
-template <bool Q4, size_t R, size_t P, Ahead Prefetch, DecodePrefetch H = DecodePrefetch::Nta>
-[[gnu::always_inline]] inline void tile(const QuantizedRows& x, size_t m, const Panels& pn, const Out& o) {
-  constexpr size_t V = 2 * P;  // ymm per row
-  constexpr WeightType T = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
-  const size_t Kb = pn.Kb, Kp = Kb * kQuantBlock;
-  const __m256i ones = _mm256_set1_epi16(1), nib = _mm256_set1_epi8(0x0F);
-  // Prefetches for the line of panel j at byte `at` of the panel.
-  auto prefetch_line = [&](size_t j, size_t at) __attribute__((always_inline)) {
-    const uint8_t* panel = pn.w + j * pn.stride;
-    if constexpr (Prefetch == Ahead::InPanel)
-      _mm_prefetch(reinterpret_cast<const char*>(panel + at) + kPrefetchQuant, _MM_HINT_T0);
-    if constexpr (Prefetch == Ahead::Decode) prefetch_decode<H>(panel, at);
+  struct Nibbles {
+    __m256i lo, hi;
+  };
+  struct X8 {  // q8_0: 4 bytes of x in every lane, and their absolute values
+    __m256i x, ax;
+  };
+  struct X4 {  // q4_0: the 4 bytes of the low nibbles' k, and of the high ones'
+    __m256i lo, hi;
+  };
+  struct Q4Acc {  // the 8 nibble products of a block, summed in int16
+    __m256i s16;
   };
 
-  __m256 acc[R][V];
-#pragma GCC unroll 8
-  for (size_t i = 0; i < R; ++i)
-#pragma GCC unroll 8
-    for (size_t v = 0; v < V; ++v) acc[i][v] = _mm256_setzero_ps();
+  static __m256i bcast4(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+  }
 
-  for (size_t b = 0; b < Kb; ++b) {
-    __m256i isum[R][V];
-    const size_t qoff = quant_block_offset(T, b), soff = quant_scale_offset(T, b);
-    const uint8_t* wb = pn.w + qoff;
-    if (b % 2 == 0)  // the line of scales of this unit is part of the stream too
-#pragma GCC unroll 4
-      for (size_t j = 0; j < P; ++j) prefetch_line(j, soff);
+  template <bool Q4, size_t V>
+  [[gnu::always_inline]] static auto load(const uint8_t* p) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     if constexpr (Q4) {
-      __m256i s16[R][V];
-#pragma GCC unroll 8
-      for (size_t i = 0; i < R; ++i)
-#pragma GCC unroll 8
-        for (size_t v = 0; v < V; ++v) s16[i][v] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (size_t c = 0; c < 4; ++c) {
-        __m256i lo[V], hi[V];
-#pragma GCC unroll 8
-        for (size_t v = 0; v < V; ++v) {
-          const uint8_t* src = wb + (v / 2) * pn.stride + c * 64 + (v % 2) * 32;
-          if (v % 2 == 0) prefetch_line(v / 2, qoff + c * 64);
-          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-          lo[v] = _mm256_and_si256(w, nib);
-          hi[v] = _mm256_and_si256(_mm256_srli_epi16(w, 4), nib);
-        }
-#pragma GCC unroll 8
-        for (size_t i = 0; i < R; ++i) {
-          const int8_t* xq = x.q + (m + i) * Kp + b * kQuantBlock + c * 8;
-          const __m256i xlo = bcast4(xq), xhi = bcast4(xq + 4);
-#pragma GCC unroll 8
-          for (size_t v = 0; v < V; ++v)
-            s16[i][v] = _mm256_add_epi16(
-                s16[i][v], _mm256_add_epi16(_mm256_maddubs_epi16(lo[v], xlo), _mm256_maddubs_epi16(hi[v], xhi)));
-        }
-      }
-#pragma GCC unroll 8
-      for (size_t i = 0; i < R; ++i) {
-        const __m256i init = _mm256_set1_epi32(-8 * x.sum[(m + i) * Kb + b]);
-#pragma GCC unroll 8
-        for (size_t v = 0; v < V; ++v) isum[i][v] = _mm256_add_epi32(init, _mm256_madd_epi16(s16[i][v], ones));
-      }
+      const __m256i nib = _mm256_set1_epi8(0x0F);
+      return Nibbles{_mm256_and_si256(w, nib), _mm256_and_si256(_mm256_srli_epi16(w, 4), nib)};
     } else {
+      return w;
+    }
+  }
+  template <bool Q4, size_t V, size_t R>
+  [[gnu::always_inline]] static auto bcast(const int8_t* xq) {
+    if constexpr (Q4) {
+      return X4{bcast4(xq), bcast4(xq + 4)};
+    } else {
+      const __m256i x = bcast4(xq);
+      return X8{x, _mm256_sign_epi8(x, x)};
+    }
+  }
+  template <bool Q4, size_t V>
+  [[gnu::always_inline]] static auto begin(int32_t) {
+    if constexpr (Q4)
+      return Q4Acc{_mm256_setzero_si256()};
+    else
+      return _mm256_setzero_si256();
+  }
+  // q4_0: nibble pairs <= 2 * 15 * 127, so a block's 8 lines add up in int16.
+  [[gnu::always_inline]] static void step_q4(Q4Acc& a, const Nibbles& w, const X4& x) {
+    a.s16 =
+        _mm256_add_epi16(a.s16, _mm256_add_epi16(_mm256_maddubs_epi16(w.lo, x.lo), _mm256_maddubs_epi16(w.hi, x.hi)));
+  }
+  // q8_0: |x| * sign(w, x) = x * w, pairs within int16, then into int32.
+  [[gnu::always_inline]] static void step_q8(__m256i& a, __m256i w, const X8& x) {
+    const __m256i pr = _mm256_maddubs_epi16(x.ax, _mm256_sign_epi8(w, x.x));
+    a = _mm256_add_epi32(a, _mm256_madd_epi16(pr, _mm256_set1_epi16(1)));
+  }
+  template <bool Q4, size_t V, class A, class W, class X>
+  [[gnu::always_inline]] static void step(A& a, const W& w, const X& x) {
+    if constexpr (Q4)
+      step_q4(a, w, x);
+    else
+      step_q8(a, w, x);
+  }
+  template <bool Q4, size_t V, class A>
+  [[gnu::always_inline]] static __m256i end(const A& a, int32_t sum_x) {
+    if constexpr (Q4)  // the nibbles are q + 8: sum q x = sum n x - 8 sum x
+      return _mm256_add_epi32(_mm256_set1_epi32(-8 * sum_x), _mm256_madd_epi16(a.s16, _mm256_set1_epi16(1)));
+    else
+      return a;
+  }
+
+  static F scales(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static F set1(float v) { return _mm256_set1_ps(v); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F cvt(__m256i v) { return _mm256_cvtepi32_ps(v); }
+  static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+
+  // v = acc + bias; v = gelu(v); y = accumulate ? y + v : v. Full tiles in
+  // registers; a partial one (matrix edge) the same float operations per element.
+  template <size_t R, size_t V>
+  [[gnu::always_inline]] static void finish(F (&acc)[R][V], const TileOut& o) {
+    constexpr size_t C = V * 8;
+    if (o.ncols == C && o.e.act == Activation::None) {
 #pragma GCC unroll 8
       for (size_t i = 0; i < R; ++i)
 #pragma GCC unroll 8
-        for (size_t v = 0; v < V; ++v) isum[i][v] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (size_t g = 0; g < 8; ++g) {
-        __m256i w[V];
-#pragma GCC unroll 8
         for (size_t v = 0; v < V; ++v) {
-          const uint8_t* src = wb + (v / 2) * pn.stride + g * 64 + (v % 2) * 32;
-          if (v % 2 == 0) prefetch_line(v / 2, qoff + g * 64);
-          w[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+          float* dst = o.y + i * o.ldy + v * 8;
+          __m256 r = acc[i][v];
+          if (o.bias) r = _mm256_add_ps(r, _mm256_loadu_ps(o.bias + v * 8));
+          if (o.e.accumulate) r = _mm256_add_ps(_mm256_loadu_ps(dst), r);
+          _mm256_storeu_ps(dst, r);
         }
-#pragma GCC unroll 8
-        for (size_t i = 0; i < R; ++i) {
-          const __m256i xb = bcast4(x.q + (m + i) * Kp + b * kQuantBlock + g * 4);
-          const __m256i xa = _mm256_sign_epi8(xb, xb);
-#pragma GCC unroll 8
-          for (size_t v = 0; v < V; ++v) {
-            const __m256i pr = _mm256_maddubs_epi16(xa, _mm256_sign_epi8(w[v], xb));
-            isum[i][v] = _mm256_add_epi32(isum[i][v], _mm256_madd_epi16(pr, ones));
-          }
-        }
-      }
+      return;
     }
-#pragma GCC unroll 8
-    for (size_t v = 0; v < V; ++v) {
-      const __m256 dw = _mm256_cvtph_ps(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(pn.w + (v / 2) * pn.stride + soff + (v % 2) * 16)));
-#pragma GCC unroll 8
-      for (size_t i = 0; i < R; ++i) {
-        const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(x.scale[(m + i) * Kb + b]));
-        acc[i][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][v]), d, acc[i][v]);
-      }
+    alignas(32) float buf[R * C];
+    for (size_t i = 0; i < R; ++i)
+      for (size_t v = 0; v < V; ++v) _mm256_store_ps(buf + i * C + v * 8, acc[i][v]);
+    for (size_t i = 0; i < R; ++i) {
+      float* row = buf + i * C;
+      if (o.bias)
+        for (size_t c = 0; c < o.ncols; ++c) row[c] = row[c] + o.bias[c];
+      quant_gelu(o.e.act, row, o.ncols);
+      float* dst = o.y + i * o.ldy;
+      for (size_t c = 0; c < o.ncols; ++c) dst[c] = o.e.accumulate ? dst[c] + row[c] : row[c];
     }
   }
-  finish<R, V>(acc, o);
-}
-
-// q4_0 decode: one row of x against one panel, all K, with tile<true, 1, 1,
-// Ahead::Decode>'s arithmetic in its order (so its result bit for bit), but
-// walked one unit (two blocks and their line of scales) a step at constant
-// offsets from a pointer instead of computing both offsets every block: fewer
-// instructions a block, so the out-of-order window runs further ahead of the
-// arithmetic. It is the faster under every prefetch hint; q8_0 walked so is
-// slower, so it decodes with the tile (docs/kernels.md, "Decode: prefetching
-// ahead, and the hint per CPU", and "Tried and not kept").
-template <DecodePrefetch H>
-[[gnu::always_inline]] inline void decode_tile_q4(const QuantizedRows& x, const uint8_t* panel, size_t Kb,
-                                                  const Out& o) {
-  constexpr size_t kBlock = 256, kUnit = 2 * kBlock + 64;  // quant_layout.hpp
-  const __m256i ones = _mm256_set1_epi16(1), nib = _mm256_set1_epi8(0x0F);
-  __m256 acc[1][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}};
-  auto block = [&](const uint8_t* q, const uint8_t* scales, size_t b) __attribute__((always_inline)) {
-    const int8_t* xq = x.q + b * kQuantBlock;
-    __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 4
-    for (size_t c = 0; c < 4; ++c) {
-      prefetch_decode<H>(q, c * 64);
-      const __m256i xlo = bcast4(xq + c * 8), xhi = bcast4(xq + c * 8 + 4);
-#pragma GCC unroll 2
-      for (size_t v = 0; v < 2; ++v) {
-        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c * 64 + v * 32));
-        const __m256i lo = _mm256_and_si256(w, nib), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), nib);
-        s16[v] =
-            _mm256_add_epi16(s16[v], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo), _mm256_maddubs_epi16(hi, xhi)));
-      }
-    }
-    const __m256i init = _mm256_set1_epi32(-8 * x.sum[b]);
-#pragma GCC unroll 2
-    for (size_t v = 0; v < 2; ++v) {
-      const __m256i isum = _mm256_add_epi32(init, _mm256_madd_epi16(s16[v], ones));
-      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + v * 16)));
-      const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(x.scale[b]));
-      acc[0][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[0][v]);
-    }
-  };
-  const uint8_t* unit = panel;
-  size_t b = 0;
-  for (; b + 2 <= Kb; b += 2, unit += kUnit) {
-    prefetch_decode<H>(unit, 2 * kBlock);  // the unit's line of scales is in the stream too
-    block(unit, unit + 2 * kBlock, b);
-    block(unit + kBlock, unit + 2 * kBlock + 32, b + 1);
-  }
-  if (b < Kb) {  // an odd block count: the last unit's first half
-    prefetch_decode<H>(unit, 2 * kBlock);
-    block(unit, unit + 2 * kBlock, b);
-  }
-  finish<1, 2>(acc, o);
-}
-
-template <bool Q4, Ahead Prefetch>
-void tile_rows(size_t rows, const QuantizedRows& x, size_t m, const Panels& pn, const Out& o) {
-  static_assert(MR == 3, "the cases below cover rows 1 .. 3");
-  switch (rows) {
-    case 3: tile<Q4, 3, 1, Prefetch>(x, m, pn, o); break;
-    case 2: tile<Q4, 2, 1, Prefetch>(x, m, pn, o); break;
-    case 1: tile<Q4, 1, 1, Prefetch>(x, m, pn, o); break;
-    default: break;
-  }
-}
-
-template <bool Q4>
-void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
-                 size_t p0, size_t p1, Epilogue e) {
-  if (M == 0 || p0 >= p1) return;
-  const WeightType t = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
-  const size_t Kb = quant_blocks(K);
-  const size_t stride = quant_panel_bytes(t, Kb);
-  auto panels = [&](size_t p) { return Panels{wp + p * stride, stride, Kb}; };
-  auto out = [&](size_t m, size_t p, size_t np) {
-    const size_t col = p * kPanelWidth, left = N - col;
-    return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr, e};
-  };
-
-  if (M == 1) {  // decode: memory-bound, one prefetched stream
-    with_decode_hint([&](auto hint) {
-      constexpr DecodePrefetch H = decltype(hint)::value;
-      for (size_t p = p0; p < p1; ++p) {
-        if constexpr (Q4)
-          decode_tile_q4<H>(x, wp + p * stride, Kb, out(0, p, 1));
-        else
-          tile<Q4, 1, 1, Ahead::Decode, H>(x, 0, panels(p), out(0, p, 1));
-      }
-    });
-    return;
-  }
-
-  // Prefill: L2-sized row blocks of activations; each panel sweeps them.
-  const size_t Kp = Kb * kQuantBlock;
-  size_t mc = kActivationL2Budget / (Kp ? Kp : 1) / MR * MR;
-  if (mc < MR) mc = MR;
-  const bool stream = M <= MR;
-  for (size_t mc0 = 0; mc0 < M; mc0 += mc) {
-    const size_t mc1 = M - mc0 < mc ? M : mc0 + mc;
-    for (size_t p = p0; p < p1; ++p)
-      for (size_t m = mc0; m < mc1;) {
-        const size_t rows = mc1 - m < MR ? mc1 - m : MR;
-        if (stream)
-          tile_rows<Q4, Ahead::InPanel>(rows, x, m, panels(p), out(m, p, 1));
-        else
-          tile_rows<Q4, Ahead::None>(rows, x, m, panels(p), out(m, p, 1));
-        m += rows;
-      }
-  }
-}
-
-void gemm_panels_q8_0(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K,
-                      size_t N, size_t p0, size_t p1, Epilogue e) {
-  gemm_panels<false>(x, wp, bias, y, M, K, N, p0, p1, e);
-}
-
-void gemm_panels_q4_0(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K,
-                      size_t N, size_t p0, size_t p1, Epilogue e) {
-  gemm_panels<true>(x, wp, bias, y, M, K, N, p0, p1, e);
-}
+};
 
 inline float hmax(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -385,7 +217,8 @@ void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, 
 
 const QuantKernels& avx2_quant_kernels() {
   static const QuantKernels k =
-      quant_kernels<&gemm_panels_q8_0, &gemm_panels_q4_0>("avx2", &quantize_rows, &scalar_quant_kernels().matmul);
+      quant_kernels<&quant_tile::gemm_panels<Ops, false>, &quant_tile::gemm_panels<Ops, true>>(
+          "avx2", &quantize_rows, &scalar_quant_kernels().matmul);
   return k;
 }
 

@@ -95,7 +95,7 @@ template <size_t R, size_t P>
 // the packed W[N, K] at wp, all K.
 template <size_t R, size_t P, Ahead Prefetch, DecodePrefetch H = DecodePrefetch::Nta>
 [[gnu::always_inline]] inline void tile(const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K, size_t p,
-                                        const Out& o) {
+                                        const TileOut& o) {
   const __m512i idx = _mm512_load_si512(kInterleave);
   __m512 acc[R][P];
 #pragma GCC unroll 16
@@ -219,7 +219,7 @@ void decode_panels(const uint16_t* x, const uint16_t* wp, size_t K, size_t N, si
 // tile<rows, ...> for rows in 1 .. R.
 template <size_t P, Ahead Prefetch, DecodePrefetch H = DecodePrefetch::Nta, size_t R = MR>
 void tile_rows(size_t rows, const uint16_t* x, size_t ldx, const uint16_t* wp, size_t N, size_t K, size_t p,
-               const Out& o) {
+               const TileOut& o) {
   if constexpr (R > 0) {
     if (rows == R) return tile<R, P, Prefetch, H>(x, ldx, wp, N, K, p, o);
     tile_rows<P, Prefetch, H, R - 1>(rows, x, ldx, wp, N, K, p, o);
@@ -232,7 +232,8 @@ void gemm_panels(const uint16_t* x, const uint16_t* wp, const float* bias, float
   const size_t Kp = bf16dot_row_elems(K);
   auto out = [&](size_t m, size_t p, size_t np) {
     const size_t col = p * kPanelWidth, left = N - col;
-    return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr, e};
+    return TileOut{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr,
+                   e};
   };
 
   // Decode (one row) on one thread runs on FMAs (decode_panels), on more

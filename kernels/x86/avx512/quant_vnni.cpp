@@ -14,14 +14,8 @@
 // the quantized activations), so after its 8 VPDPBUSD it holds isum exactly
 // (|intermediate| <= 32 * 255 * 127 < 2^31).
 //
-// Float part, per block, exactly the reference's arithmetic (scalar/quant.cpp):
-//   acc = fma(float(isum), f16->f32(dw) * dx, acc)
-// VCVTDQ2PS is exact (|isum| < 2^24), VCVTPH2PS is exact, the product dw * dx
-// is rounded to f32 as in the reference, and there is one FMA per block in
-// block order. So without an activation the result is bit for bit the
-// reference's, whatever the tile shape, blocking or thread split.
-//
-// The tile's epilogue (bias, GELU, accumulate): tile_finish.hpp.
+// The tiles, their blockings and the float part: simd/quant_tile.hpp; the
+// tile's epilogue (bias, GELU, accumulate): tile_finish.hpp.
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512VNNI__) || \
     !defined(__F16C__) || !defined(__FMA__)
 #error \
@@ -38,121 +32,14 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/decode_prefetch.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/registry.hpp"
+#include "kernels/simd/quant_tile.hpp"
 #include "kernels/x86/avx512/avx512.hpp"
 #include "kernels/x86/avx512/tile_finish.hpp"
 
 namespace mmgpt::kernels::detail {
 namespace {
-
-// Prefill microkernel: MR rows x NP panels (32 output columns) per tile:
-// 12 int32 block accumulators + 12 f32 accumulators + the weight vectors of a
-// k-group stay in the 32 zmm registers.
-constexpr size_t MR = 6;
-constexpr size_t NP = 2;
-// Decode streams one panel at a time: the matrix is then read front to back
-// as a single stream (a panel holds its scales beside its quants,
-// quant_layout.hpp), each line prefetched kDecodeAheadBytes further on
-// (decode_prefetch.hpp): one stream keeps closer to the memory's rate than
-// several panels at once (docs/kernels.md, "The panel layout" and "Quantized
-// panels with their scales inline").
-// Rows of quantized activations kept in L2 while a panel pair sweeps them.
-constexpr size_t kActivationL2Budget = 256 * 1024;
-
-// 4 activation bytes as one int32 broadcast to all 16 lanes.
-inline __m512i bcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
-struct Panels {
-  const uint8_t* w;  // first panel of the tile
-  size_t stride;     // bytes between panels (a panel is one stream: quants and scales, quant_layout.hpp)
-  size_t Kb;
-};
-
-// R rows (from row m of x) against P consecutive panels, all K; Q4 selects q4_0.
-template <bool Q4, size_t R, size_t P>
-[[gnu::always_inline]] inline void tile(const QuantizedRows& x, size_t m, const Panels& pn, const Out& o) {
-  constexpr WeightType T = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
-  constexpr int32_t kOffset = Q4 ? 8 : 128;
-  const size_t Kb = pn.Kb, Kp = Kb * kQuantBlock;
-  const __m512i nib = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
-
-  __m512 acc[R][P];
-#pragma GCC unroll 8
-  for (size_t i = 0; i < R; ++i)
-#pragma GCC unroll 4
-    for (size_t j = 0; j < P; ++j) acc[i][j] = _mm512_setzero_ps();
-
-  for (size_t b = 0; b < Kb; ++b) {
-    __m512i isum[R][P];
-#pragma GCC unroll 8
-    for (size_t i = 0; i < R; ++i) {
-      const __m512i init = _mm512_set1_epi32(-kOffset * x.sum[(m + i) * Kb + b]);
-#pragma GCC unroll 4
-      for (size_t j = 0; j < P; ++j) isum[i][j] = init;
-    }
-    const size_t soff = quant_scale_offset(T, b);
-    const uint8_t* wb = pn.w + quant_block_offset(T, b);
-    if constexpr (Q4) {
-      // Chunk c: low nibbles are k 8c .. 8c+3, high nibbles k 8c+4 .. 8c+7.
-#pragma GCC unroll 4
-      for (size_t c = 0; c < 4; ++c) {
-        __m512i lo[P], hi[P];
-#pragma GCC unroll 4
-        for (size_t j = 0; j < P; ++j) {
-          const uint8_t* src = wb + j * pn.stride + c * 64;
-          const __m512i v = _mm512_loadu_si512(src);
-          lo[j] = _mm512_and_si512(v, nib);
-          hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-        }
-#pragma GCC unroll 8
-        for (size_t i = 0; i < R; ++i) {
-          const int8_t* xq = x.q + (m + i) * Kp + b * kQuantBlock + c * 8;
-          const __m512i xlo = bcast4(xq), xhi = bcast4(xq + 4);
-#pragma GCC unroll 4
-          for (size_t j = 0; j < P; ++j) {
-            isum[i][j] = _mm512_dpbusd_epi32(isum[i][j], lo[j], xlo);
-            isum[i][j] = _mm512_dpbusd_epi32(isum[i][j], hi[j], xhi);
-          }
-        }
-      }
-    } else {
-      // Group g: k 4g .. 4g+3.
-#pragma GCC unroll 8
-      for (size_t g = 0; g < 8; ++g) {
-        __m512i wv[P];
-#pragma GCC unroll 4
-        for (size_t j = 0; j < P; ++j) {
-          const uint8_t* src = wb + j * pn.stride + g * 64;
-          wv[j] = _mm512_xor_si512(_mm512_loadu_si512(src), flip);
-        }
-#pragma GCC unroll 8
-        for (size_t i = 0; i < R; ++i) {
-          const __m512i xb = bcast4(x.q + (m + i) * Kp + b * kQuantBlock + g * 4);
-#pragma GCC unroll 4
-          for (size_t j = 0; j < P; ++j) isum[i][j] = _mm512_dpbusd_epi32(isum[i][j], wv[j], xb);
-        }
-      }
-    }
-    // acc = fma(float(isum), dw * dx, acc), as the reference.
-#pragma GCC unroll 4
-    for (size_t j = 0; j < P; ++j) {
-      const __m512 dw =
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pn.w + j * pn.stride + soff)));
-#pragma GCC unroll 8
-      for (size_t i = 0; i < R; ++i) {
-        const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(x.scale[(m + i) * Kb + b]));
-        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][j]), d, acc[i][j]);
-      }
-    }
-  }
-  finish<R, P>(acc, o);
-}
 
 // VPDPBUSD with 4 bytes of x broadcast from memory to every lane as its
 // signed operand ({1to16}): one instruction where the intrinsics give two
@@ -163,165 +50,112 @@ typedef int32_t int32_may_alias __attribute__((may_alias));
   return acc;
 }
 
-// Decode and small batches (M <= MR): the R rows of x against one panel, all K,
-// the panel's lines read in memory order and each prefetched
-// kDecodeAheadBytes ahead under the decode hint (past the panel's end that is
-// the next panel, which is read next), so the matrix is one stream. q4_0
-// takes its high nibbles as 16 * (q + 8) by a mask, into an accumulator of
-// their own that is shifted down by 4 at the end of the block (exact: a sum
-// of multiples of 16), one instruction a line fewer than shift and mask. The
-// integer sums are the same, so the result is tile<Q4, R, 1>'s bit for bit.
-// With more than one row x's bytes are broadcast inside VPDPBUSD
-// (dpbusd_x4), an instruction fewer a row and line where the rows multiply
-// the arithmetic; one row keeps the broadcasts in registers, the faster with
-// a prefetch per line (docs/kernels.md, "Decode: prefetching ahead, and the
-// hint per CPU", and "Small batches stream like decode").
-template <bool Q4, size_t R, DecodePrefetch H>
-[[gnu::always_inline]] inline void decode_tile(const QuantizedRows& x, const uint8_t* panel, size_t Kb, const Out& o) {
-  constexpr WeightType T = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
-  constexpr int32_t kOffset = Q4 ? 8 : 128;
-  const size_t Kp = Kb * kQuantBlock;
-  const __m512i lo_mask = _mm512_set1_epi8(0x0F), hi_mask = _mm512_set1_epi8(static_cast<char>(0xF0));
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  auto line = [&](size_t at) __attribute__((always_inline)) {
-    prefetch_decode<H>(panel, at);
-    return _mm512_loadu_si512(panel + at);
+// The operations quant_tile.hpp's matmul is written over. A panel line is one
+// zmm. Prefill tiles are MR rows x NP panels (32 columns): 12 int32 block
+// accumulators + 12 f32 accumulators + the weight vectors of a line stay in
+// the 32 zmm registers.
+//
+// A tile one panel wide (decode, small batches, the last panel of prefill)
+// has registers to spare and few products per load, so there q4_0 takes its
+// high nibbles as 16 * (q + 8) by a mask, into an accumulator of their own
+// that is shifted down by 4 at the end of the block (exact: a sum of
+// multiples of 16), an instruction a line fewer than shift and mask; and with
+// more than one row x's bytes are broadcast inside VPDPBUSD (dpbusd_x4), an
+// instruction fewer a row and line. The integer sums are the same either way
+// (docs/kernels.md, "Small batches stream like decode").
+struct Ops {
+  using F = __m512;
+  static constexpr size_t kLanes = 16, kVectorsPerPanel = 1, kMR = 6, kNP = 2;
+  // Decode ran faster so (docs/kernels.md, "The scales' line").
+  template <bool Q4>
+  static constexpr bool kPrefetchScalesLast = true;
+
+  struct Nibbles {  // V == 1: lo = n, hi = 16 n; else lo and hi = n
+    __m512i lo, hi;
+  };
+  struct Split {  // q4_0, V == 1: sum of n x (less 8 sum_x), and of 16 n x
+    __m512i lo, hi;
+  };
+  struct X4 {
+    __m512i lo, hi;
   };
 
-  __m512 acc[R][1];
-#pragma GCC unroll 8
-  for (size_t i = 0; i < R; ++i) acc[i][0] = _mm512_setzero_ps();
-  for (size_t b = 0; b < Kb; ++b) {
-    const size_t qoff = quant_block_offset(T, b), soff = quant_scale_offset(T, b);
-    __m512i lo[R], hi[R];
-#pragma GCC unroll 8
-    for (size_t i = 0; i < R; ++i) {
-      lo[i] = _mm512_set1_epi32(-kOffset * x.sum[i * Kb + b]);
-      hi[i] = _mm512_setzero_si512();
-    }
-    if constexpr (Q4) {
-#pragma GCC unroll 4
-      for (size_t c = 0; c < 4; ++c) {
-        const __m512i v = line(qoff + c * 64);
-        const __m512i vlo = _mm512_and_si512(v, lo_mask), vhi = _mm512_and_si512(v, hi_mask);
-#pragma GCC unroll 8
-        for (size_t i = 0; i < R; ++i) {
-          const int8_t* xq = x.q + i * Kp + b * kQuantBlock + c * 8;
-          if constexpr (R == 1) {
-            lo[i] = _mm512_dpbusd_epi32(lo[i], vlo, bcast4(xq));
-            hi[i] = _mm512_dpbusd_epi32(hi[i], vhi, bcast4(xq + 4));
-          } else {
-            lo[i] = dpbusd_x4(lo[i], vlo, xq);
-            hi[i] = dpbusd_x4(hi[i], vhi, xq + 4);
-          }
-        }
-      }
+  static __m512i bcast4(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+  }
+  // From memory inside VPDPBUSD: one panel wide with more than one row.
+  template <size_t V, size_t R>
+  static constexpr bool kFromMemory = V == 1 && R > 1;
+
+  template <bool Q4, size_t V>
+  [[gnu::always_inline]] static auto load(const uint8_t* p) {
+    const __m512i w = _mm512_loadu_si512(p);
+    if constexpr (!Q4) {  // w + 128, unsigned for VPDPBUSD
+      return _mm512_xor_si512(w, _mm512_set1_epi8(static_cast<char>(0x80)));
+    } else if constexpr (V == 1) {
+      return Nibbles{_mm512_and_si512(w, _mm512_set1_epi8(0x0F)),
+                     _mm512_and_si512(w, _mm512_set1_epi8(static_cast<char>(0xF0)))};
     } else {
-#pragma GCC unroll 8
-      for (size_t g = 0; g < 8; ++g) {
-        const __m512i w = _mm512_xor_si512(line(qoff + g * 64), flip);
-#pragma GCC unroll 8
-        for (size_t i = 0; i < R; ++i) {
-          const int8_t* xq = x.q + i * Kp + b * kQuantBlock + g * 4;
-          lo[i] = R == 1 ? _mm512_dpbusd_epi32(lo[i], w, bcast4(xq)) : dpbusd_x4(lo[i], w, xq);
-        }
-      }
-    }
-    if (b % 2 == 0) prefetch_decode<H>(panel, soff);  // the unit's line of scales is in the stream too
-    // acc = fma(float(isum), dw * dx, acc), as the reference.
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + soff)));
-#pragma GCC unroll 8
-    for (size_t i = 0; i < R; ++i) {
-      const __m512i isum = Q4 ? _mm512_add_epi32(lo[i], _mm512_srai_epi32(hi[i], 4)) : lo[i];
-      acc[i][0] =
-          _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(x.scale[i * Kb + b])), acc[i][0]);
+      const __m512i nib = _mm512_set1_epi8(0x0F);
+      return Nibbles{_mm512_and_si512(w, nib), _mm512_and_si512(_mm512_srli_epi16(w, 4), nib)};
     }
   }
-  finish<R, 1>(acc, o);
-}
-
-template <bool Q4, size_t P>
-void tile_rows(size_t rows, const QuantizedRows& x, size_t m, const Panels& pn, const Out& o) {
-  static_assert(MR == 6, "the cases below cover rows 1 .. 6");
-  switch (rows) {
-    case 6: tile<Q4, 6, P>(x, m, pn, o); break;
-    case 5: tile<Q4, 5, P>(x, m, pn, o); break;
-    case 4: tile<Q4, 4, P>(x, m, pn, o); break;
-    case 3: tile<Q4, 3, P>(x, m, pn, o); break;
-    case 2: tile<Q4, 2, P>(x, m, pn, o); break;
-    case 1: tile<Q4, 1, P>(x, m, pn, o); break;
-    default: break;
+  template <bool Q4, size_t V, size_t R>
+  [[gnu::always_inline]] static auto bcast(const int8_t* xq) {
+    if constexpr (kFromMemory<V, R>)
+      return xq;
+    else if constexpr (Q4)
+      return X4{bcast4(xq), bcast4(xq + 4)};
+    else
+      return bcast4(xq);
   }
-}
-
-template <bool Q4, DecodePrefetch H>
-void decode_rows(size_t rows, const QuantizedRows& x, const uint8_t* panel, size_t Kb, const Out& o) {
-  static_assert(MR == 6, "the cases below cover rows 1 .. 6");
-  switch (rows) {
-    case 6: decode_tile<Q4, 6, H>(x, panel, Kb, o); break;
-    case 5: decode_tile<Q4, 5, H>(x, panel, Kb, o); break;
-    case 4: decode_tile<Q4, 4, H>(x, panel, Kb, o); break;
-    case 3: decode_tile<Q4, 3, H>(x, panel, Kb, o); break;
-    case 2: decode_tile<Q4, 2, H>(x, panel, Kb, o); break;
-    case 1: decode_tile<Q4, 1, H>(x, panel, Kb, o); break;
-    default: break;
+  // The weights are offset to unsigned (q8_0: w + 128; q4_0: q + 8): the
+  // accumulator starts at -offset * sum_x, so it ends at isum.
+  template <bool Q4, size_t V>
+  [[gnu::always_inline]] static auto begin(int32_t sum_x) {
+    const __m512i init = _mm512_set1_epi32(-(Q4 ? 8 : 128) * sum_x);
+    if constexpr (Q4 && V == 1)
+      return Split{init, _mm512_setzero_si512()};
+    else
+      return init;
   }
-}
-
-template <bool Q4>
-void gemm_panels(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
-                 size_t p0, size_t p1, Epilogue e) {
-  if (M == 0 || p0 >= p1) return;
-  const WeightType t = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
-  const size_t Kb = quant_blocks(K);
-  const size_t stride = quant_panel_bytes(t, Kb);
-  auto panels = [&](size_t p) { return Panels{wp + p * stride, stride, Kb}; };
-  auto out = [&](size_t m, size_t p, size_t np) {
-    const size_t col = p * kPanelWidth, left = N - col;
-    return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr, e};
-  };
-
-  // Decode and small batches: a single row tile reads the weights once,
-  // panel by panel in memory order under the decode hint.
-  if (M <= MR) {
-    with_decode_hint([&](auto hint) {
-      constexpr DecodePrefetch H = decltype(hint)::value;
-      for (size_t p = p0; p < p1; ++p) decode_rows<Q4, H>(M, x, wp + p * stride, Kb, out(0, p, 1));
-    });
-    return;
-  }
-
-  // Prefill: row blocks of quantized activations that fit L2; within one,
-  // each panel pair (L1/L2-resident) sweeps all its rows in MR-row tiles.
-  const size_t Kp = Kb * kQuantBlock;
-  size_t mc = kActivationL2Budget / (Kp ? Kp : 1) / MR * MR;
-  if (mc < MR) mc = MR;
-  for (size_t mc0 = 0; mc0 < M; mc0 += mc) {
-    const size_t mc1 = M - mc0 < mc ? M : mc0 + mc;
-    for (size_t p = p0; p < p1;) {
-      const size_t np = p + NP <= p1 ? NP : 1;
-      for (size_t m = mc0; m < mc1;) {
-        const size_t rows = mc1 - m < MR ? mc1 - m : MR;
-        if (np == NP)
-          tile_rows<Q4, NP>(rows, x, m, panels(p), out(m, p, NP));
-        else
-          tile_rows<Q4, 1>(rows, x, m, panels(p), out(m, p, 1));
-        m += rows;
-      }
-      p += np;
+  static __m512i dot(__m512i a, __m512i w, __m512i x) { return _mm512_dpbusd_epi32(a, w, x); }
+  static __m512i dot(__m512i a, __m512i w, const int8_t* x) { return dpbusd_x4(a, w, x); }
+  static __m512i lo(const X4& x) { return x.lo; }
+  static __m512i hi(const X4& x) { return x.hi; }
+  static const int8_t* lo(const int8_t* x) { return x; }
+  static const int8_t* hi(const int8_t* x) { return x + 4; }
+  template <bool Q4, size_t V, class A, class W, class X>
+  [[gnu::always_inline]] static void step(A& a, const W& w, const X& x) {
+    if constexpr (!Q4) {
+      a = dot(a, w, x);
+    } else if constexpr (V == 1) {
+      a.lo = dot(a.lo, w.lo, lo(x));
+      a.hi = dot(a.hi, w.hi, hi(x));
+    } else {
+      a = dot(dot(a, w.lo, lo(x)), w.hi, hi(x));
     }
   }
-}
+  template <bool Q4, size_t V, class A>
+  [[gnu::always_inline]] static __m512i end(const A& a, int32_t) {
+    if constexpr (Q4 && V == 1)
+      return _mm512_add_epi32(a.lo, _mm512_srai_epi32(a.hi, 4));
+    else
+      return a;
+  }
 
-void gemm_panels_q8_0(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K,
-                      size_t N, size_t p0, size_t p1, Epilogue e) {
-  gemm_panels<false>(x, wp, bias, y, M, K, N, p0, p1, e);
-}
-
-void gemm_panels_q4_0(const QuantizedRows& x, const uint8_t* wp, const float* bias, float* y, size_t M, size_t K,
-                      size_t N, size_t p0, size_t p1, Epilogue e) {
-  gemm_panels<true>(x, wp, bias, y, M, K, N, p0, p1, e);
-}
+  static F scales(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static F set1(float v) { return _mm512_set1_ps(v); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F cvt(__m512i v) { return _mm512_cvtepi32_ps(v); }
+  static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  template <size_t R, size_t V>
+  [[gnu::always_inline]] static void finish(F (&acc)[R][V], const TileOut& o) {
+    detail::finish<R, V>(acc, o);
+  }
+};
 
 // quantize_block_q8 (core/quant_layout.cpp), 32 values in two zmm:
 // amax = max |x| and a non-finite check (|x| >= inf or unordered), then
@@ -366,7 +200,8 @@ void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, 
 
 const QuantKernels& avx512vnni_quant_kernels() {
   static const QuantKernels k =
-      quant_kernels<&gemm_panels_q8_0, &gemm_panels_q4_0>("avx512vnni", &quantize_rows, &scalar_quant_kernels().matmul);
+      quant_kernels<&quant_tile::gemm_panels<Ops, false>, &quant_tile::gemm_panels<Ops, true>>(
+          "avx512vnni", &quantize_rows, &scalar_quant_kernels().matmul);
   return k;
 }
 

@@ -23,14 +23,6 @@
 namespace mmgpt::kernels::detail {
 namespace {
 
-struct Out {
-  float* y;           // row m, first column of the tile
-  size_t ldy;         // N
-  size_t ncols;       // valid columns of the tile (< 16 * panels only at the matrix edge)
-  const float* bias;  // at the tile's first column, or null
-  Epilogue e;
-};
-
 inline __mmask16 col_mask(size_t ncols, size_t j) {
   const size_t c0 = j * kPanelWidth;
   if (ncols >= c0 + kPanelWidth) return 0xFFFF;
@@ -39,7 +31,7 @@ inline __mmask16 col_mask(size_t ncols, size_t j) {
 
 // v = acc + bias; v = gelu(v); y = accumulate ? y + v : v, for R rows x P panels.
 template <size_t R, size_t P>
-[[gnu::always_inline]] inline void finish(__m512 (&acc)[R][P], const Out& o) {
+[[gnu::always_inline]] inline void finish(__m512 (&acc)[R][P], const TileOut& o) {
   __mmask16 mask[P];
 #pragma GCC unroll 4
   for (size_t j = 0; j < P; ++j) mask[j] = col_mask(o.ncols, j);
