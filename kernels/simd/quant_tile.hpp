@@ -120,8 +120,10 @@ template <class Ops, bool Q4, size_t R, size_t P, Ahead Prefetch, DecodePrefetch
         for (size_t v = 0; v < V; ++v) Ops::template step<Q4, V>(isum[i][v], w[v], xb);
       }
     }
-    if constexpr (Prefetch == Ahead::Decode && Ops::template kPrefetchScalesLast<Q4>) prefetch_scales(b, soff);
-      // acc = fma(float(isum), dw * dx, acc), as the reference.
+    if constexpr (Prefetch == Ahead::Decode && Ops::template kPrefetchScalesLast<Q4>) {
+      prefetch_scales(b, soff);
+    }
+    // acc = fma(float(isum), dw * dx, acc), as the reference.
 #pragma GCC unroll 8
     for (size_t v = 0; v < V; ++v) {
       const F dw = Ops::scales(pn.w + (v / VP) * pn.stride + soff + (v % VP) * kScaleBytes);

@@ -38,7 +38,8 @@ namespace {
 struct Ops {
   using F = __m256;
   static constexpr size_t kLanes = 8, kVectorsPerPanel = 2, kMR = 3, kNP = 1;
-  // Decode ran faster so, per type (docs/kernels.md, "The scales' line").
+  // Decode prefetches a unit's scales after its first block's quants for q4_0,
+  // before them for q8_0 (docs/kernels.md, "The scales' line").
   template <bool Q4>
   static constexpr bool kPrefetchScalesLast = Q4;
 

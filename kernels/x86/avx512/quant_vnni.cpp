@@ -66,7 +66,8 @@ typedef int32_t int32_may_alias __attribute__((may_alias));
 struct Ops {
   using F = __m512;
   static constexpr size_t kLanes = 16, kVectorsPerPanel = 1, kMR = 6, kNP = 2;
-  // Decode ran faster so (docs/kernels.md, "The scales' line").
+  // Decode prefetches a unit's scales after its first block's quants
+  // (docs/kernels.md, "The scales' line").
   template <bool Q4>
   static constexpr bool kPrefetchScalesLast = true;
 
