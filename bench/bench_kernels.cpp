@@ -13,6 +13,10 @@
 //   frac_of_peak  GFLOP/s / fp32 FMA peak     (matmul with M > 1: compute-bound GEMM)
 //   frac_of_bw    GB/s / read bandwidth        (M = 1 GEMV and streaming kernels: memory-bound;
 //                 the GEMV cycles through 256 MiB of weight copies so it reads from DRAM)
+//   frac_of_int8_peak  GOP/s / int8 dot-product peak  (q8_0/q4_0 matmul with M > 1)
+// matmul_openblas rows run the same products through OpenBLAS's sgemm
+// (bench/openblas.hpp; skipped where libopenblas.so.0 is missing), with as
+// many threads; the line before the table says which OpenBLAS core ran.
 // The streaming kernels' small operands live in cache, so their frac_of_bw
 // may exceed 1: it says how far they are from being limited by DRAM.
 #include <algorithm>
@@ -33,6 +37,7 @@
 #include "engine/kv_cache.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/machine_limits.hpp"
+#include "openblas.hpp"
 
 namespace k = mmgpt::kernels;
 
@@ -42,6 +47,8 @@ namespace {
 struct Limits {
   double bw_gbps = 0;      // read bandwidth, all kernel threads, huge-page anonymous memory
   double peak_gflops = 0;  // fp32 FMA peak, all kernel threads
+  double int8_gops = 0;    // int8 dot-product peak, all kernel threads (0: no probe for this CPU)
+  unsigned threads = 1;    // the kernels' threads (OpenBLAS is given as many)
 } g_limits;
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {
@@ -68,18 +75,20 @@ using Clock = std::chrono::steady_clock;
 
 // The fractions are plain counters computed from our own wall-clock time of
 // the timing loop (Google Benchmark's rate counters would print them as "/s").
-void set_rates(benchmark::State& state, Clock::time_point loop_start, double flops, double bytes,
-               Bound bound = Bound::Memory) {
+// Returns the loop's seconds.
+double set_rates(benchmark::State& state, Clock::time_point loop_start, double flops, double bytes,
+                 Bound bound = Bound::Memory) {
   using benchmark::Counter;
   const double seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
   const double iters = static_cast<double>(state.iterations());
   if (flops > 0) state.counters["GFLOP"] = Counter(flops * 1e-9, Counter::kIsIterationInvariantRate);
   state.counters["GB"] = Counter(bytes * 1e-9, Counter::kIsIterationInvariantRate);
-  if (seconds <= 0) return;
+  if (seconds <= 0) return seconds;
   if (bound == Bound::Compute && g_limits.peak_gflops > 0)
     state.counters["frac_of_peak"] = flops * 1e-9 * iters / seconds / g_limits.peak_gflops;
   if (bound == Bound::Memory && g_limits.bw_gbps > 0)
     state.counters["frac_of_bw"] = bytes * 1e-9 * iters / seconds / g_limits.bw_gbps;
+  return seconds;
 }
 
 // A GEMV (M = 1) reads each weight once per call, so to measure what decode
@@ -117,6 +126,30 @@ void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, 
   set_rates(state, start, 2.0 * M * K * N, 4.0 * (M * K + N * K + N + M * N), M == 1 ? Bound::Memory : Bound::Compute);
 }
 
+// The same product by OpenBLAS's cblas_sgemm (bench/openblas.hpp), W row-major
+// as BLAS takes it, without the bias; flops and bytes counted as bench_matmul
+// counts them, so the rows compare directly.
+void bench_openblas(benchmark::State& state, size_t M, size_t K, size_t N) {
+  const auto& blas = mmgpt::bench::OpenBlas::get();
+  blas.set_threads(static_cast<int>(g_limits.threads));
+  const auto x = random_floats(M * K, 1);
+  const size_t wn = N * K;
+  const size_t copies = M == 1 ? std::max<size_t>(1, ((size_t{256} << 20) / sizeof(float) + wn - 1) / wn) : 1;
+  std::vector<float> w = random_floats(wn, 2);
+  w.resize(wn * copies);
+  for (size_t c = 1; c < copies; ++c) std::copy(w.begin(), w.begin() + wn, w.begin() + c * wn);
+  std::vector<float> y(M * N);
+  size_t next = 0;
+  const Clock::time_point start = Clock::now();
+  for (auto _ : state) {
+    blas.x_wt(x.data(), w.data() + next * wn, y.data(), int(M), int(K), int(N));
+    next = next + 1 == copies ? 0 : next + 1;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_rates(state, start, 2.0 * M * K * N, 4.0 * (M * K + N * K + N + M * N), M == 1 ? Bound::Memory : Bound::Compute);
+}
+
 // Block-quantized weights (q8_0 / q4_0) through the public matmul_packed,
 // which quantizes x to q8 blocks and runs the dispatched quantized kernel set;
 // the bf16 and f16 panels of the same shape for comparison. GB counts the bytes the
@@ -147,8 +180,13 @@ void bench_matmul_typed(benchmark::State& state, std::string isa, mmgpt::WeightT
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  set_rates(state, start, 2.0 * M * K * N, double(wbytes) + 4.0 * (M * K + N + M * N),
-            M == 1 ? Bound::Memory : Bound::Compute);
+  const double seconds = set_rates(state, start, 2.0 * M * K * N, double(wbytes) + 4.0 * (M * K + N + M * N),
+                                   M == 1 ? Bound::Memory : Bound::Compute);
+  // Quantized prefill runs int8 dot products: read it against their peak too.
+  const bool quant = t == mmgpt::WeightType::Q8_0 || t == mmgpt::WeightType::Q4_0;
+  if (quant && M > 1 && g_limits.int8_gops > 0 && seconds > 0)
+    state.counters["frac_of_int8_peak"] =
+        2.0 * M * K * N * 1e-9 * double(state.iterations()) / seconds / g_limits.int8_gops;
 }
 
 void bench_layernorm(benchmark::State& state, std::string isa, size_t rows, size_t dim) {
@@ -233,6 +271,9 @@ void register_all(const std::string& isa, std::initializer_list<size_t> widths, 
         const std::string name =
             "matmul/" + isa + "/M=" + std::to_string(M) + "/K=" + std::to_string(s.K) + "/N=" + std::to_string(s.N);
         reg(name, [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, true); });
+        if (isa != "scalar" && mmgpt::bench::OpenBlas::get().ok())  // side by side with the dispatched kernels
+          reg("matmul_openblas" + name.substr(7 + isa.size()),
+              [=](benchmark::State& st) { bench_openblas(st, M, s.K, s.N); });
         if (d == 768)  // the row-major kernel of older files, for comparison
           reg("matmul_rowmajor" + name.substr(6),
               [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, false); });
@@ -295,14 +336,20 @@ int main(int argc, char** argv) {
     g_limits.bw_gbps = lim::read_bandwidth_gbps(buf, threads, 3);
   }
   g_limits.peak_gflops = lim::fma_peak_gflops(threads);
+  g_limits.int8_gops = lim::int8_dot_peak_gops(threads);
+  g_limits.threads = threads;
   std::fprintf(stderr,
                "limits (%u threads, measured now): read bandwidth %.1f GB/s (%s, %zu MiB, best of 3); "
-               "fp32 FMA peak %.1f GFLOP/s (%s)\n",
+               "fp32 FMA peak %.1f GFLOP/s (%s); int8 dot-product peak %.1f GOP/s (%s)\n",
                threads, g_limits.bw_gbps, "anonymous, MADV_HUGEPAGE", lim::probe_bytes() >> 20, g_limits.peak_gflops,
-               lim::best_fma_path().isa);
+               lim::best_fma_path().isa, g_limits.int8_gops, lim::int8_dot_path().isa);
+  const auto& blas = mmgpt::bench::OpenBlas::get();
+  std::fprintf(stderr, "%s\n", blas.describe().c_str());
   benchmark::AddCustomContext("limit_read_bw_GBps", std::to_string(g_limits.bw_gbps));
   benchmark::AddCustomContext("limit_fma_peak_GFLOPs", std::to_string(g_limits.peak_gflops));
+  benchmark::AddCustomContext("limit_int8_dot_peak_GOPs", std::to_string(g_limits.int8_gops));
   benchmark::AddCustomContext("limit_threads", std::to_string(threads));
+  benchmark::AddCustomContext("openblas", blas.describe());
 
   const std::string dispatched{k::isa_name()};
   register_all(dispatched, {768, 1024, 1280, 1600}, {1, 128, 512});

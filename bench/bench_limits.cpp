@@ -1,13 +1,14 @@
 // The machine's own limits, measured in this run: read bandwidth with 1 and N
 // threads (N = all hardware threads), from anonymous huge-page memory and
-// from a page-cache-backed file mapping, and peak fp32 FMA throughput per core
+// from a page-cache-backed file mapping, peak fp32 FMA throughput and peak
+// int8 dot-product throughput (the quantized kernels' instructions) per core
 // and on all cores. Every other figure in bench/ is read against these.
 //
 //   bench_limits                          # 1 GiB buffers
 //   MMGPT_BENCH_BW_MIB=256 bench_limits   # smaller buffers (keep well past the LLC)
 //
 // Counters: GB=x/s (1e9 bytes read per second, mean), best_GB/s; GFLOP/s (2 flops per FMA, mean),
-// best_GFLOP/s and its per-thread share.
+// best_GFLOP/s and its per-thread share; for int8, GOP/s (2 ops per byte product) likewise.
 // Google Benchmark repeats each case; ask for --benchmark_repetitions=5 to see spread.
 #include <chrono>
 #include <cstdio>
@@ -45,18 +46,21 @@ void bench_read(benchmark::State& state, lim::ReadBuffer::Kind kind, unsigned th
   state.SetLabel(buf.describe());
 }
 
-void bench_fma(benchmark::State& state, unsigned threads) {
+// A peak probe: probe(threads) returns the best rate of one short pass, in
+// `unit` (GFLOP/s or GOP/s); label names the instructions timed.
+template <class Probe>
+void bench_peak(benchmark::State& state, unsigned threads, const std::string& unit, const char* label, Probe probe) {
   double best = 0, sum = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    const double g = lim::fma_peak_gflops(threads, 0.1, 1);
+    const double g = probe(threads);
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     best = std::max(best, g), sum += g;
   }
-  state.counters["GFLOP/s"] = sum / double(state.iterations());  // mean over iterations
-  state.counters["GFLOP/s_per_thread"] = best / threads;
-  state.counters["best_GFLOP/s"] = best;
-  state.SetLabel(lim::best_fma_path().isa);
+  state.counters[unit] = sum / double(state.iterations());  // mean over iterations
+  state.counters[unit + "_per_thread"] = best / threads;
+  state.counters["best_" + unit] = best;
+  state.SetLabel(label);
 }
 
 }  // namespace
@@ -75,10 +79,23 @@ int main(int argc, char** argv) {
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond)
         ->Iterations(5);
-    benchmark::RegisterBenchmark(("fma_peak/fp32" + th).c_str(), [t](benchmark::State& s) { bench_fma(s, t); })
+    benchmark::RegisterBenchmark(("fma_peak/fp32" + th).c_str(),
+                                 [t](benchmark::State& s) {
+                                   bench_peak(s, t, "GFLOP/s", lim::best_fma_path().isa,
+                                              [](unsigned n) { return lim::fma_peak_gflops(n, 0.1, 1); });
+                                 })
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond)
         ->Iterations(5);
+    if (lim::int8_dot_path().run)
+      benchmark::RegisterBenchmark(("dot_peak/int8" + th).c_str(),
+                                   [t](benchmark::State& s) {
+                                     bench_peak(s, t, "GOP/s", lim::int8_dot_path().isa,
+                                                [](unsigned n) { return lim::int8_dot_peak_gops(n, 0.1, 1); });
+                                   })
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(5);
     if (n == 1) break;
   }
   benchmark::Initialize(&argc, argv);

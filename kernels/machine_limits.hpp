@@ -1,7 +1,8 @@
 #pragma once
 // The machine's own limits, measured in the process that reports figures
 // against them: read bandwidth from memory (buffers far past the last-level
-// cache) and peak fp32 FMA throughput. Header-only so that the Google
+// cache), peak fp32 FMA throughput and peak int8 dot-product throughput.
+// Header-only so that the Google
 // Benchmark programs in bench/ and `mmgpt bench` (tools/cli) share one
 // measurement without a library of their own.
 //
@@ -319,16 +320,18 @@ inline FmaPath best_fma_path() {
   return {"generic", 4, detail::fma_chains_generic};
 }
 
-// Peak fp32 GFLOP/s (2 flops per FMA) with `threads` threads, each running its
-// own chains for about `seconds`; best of `passes`.
-inline double fma_peak_gflops(unsigned threads, double seconds = 0.2, int passes = 3) {
+namespace detail {
+
+// Best rate, in units of 1e9 per second, of `threads` threads each calling
+// run(iters) once, where one call does work_per_iter * iters units; iters is
+// calibrated on one thread so a call takes about `seconds`. Best of `passes`.
+template <class R>
+double peak_rate(R (*run)(uint64_t), double work_per_iter, unsigned threads, double seconds, int passes) {
   threads = std::max(1u, threads);
-  const FmaPath path = best_fma_path();
-  // Calibrate the iteration count on one thread so a pass takes about `seconds`.
   uint64_t iters = 1 << 16;
   for (;;) {
     const auto t0 = std::chrono::steady_clock::now();
-    detail::sink.fetch_xor(static_cast<uint64_t>(path.run(iters)));
+    sink.fetch_xor(static_cast<uint64_t>(run(iters)));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s > seconds / 4 || iters > (uint64_t{1} << 40)) {
       iters = static_cast<uint64_t>(iters * (seconds / std::max(s, 1e-6)));
@@ -336,15 +339,118 @@ inline double fma_peak_gflops(unsigned threads, double seconds = 0.2, int passes
     }
     iters *= 4;
   }
-  const double flops_per_thread = 2.0 * path.lanes * 12 * double(iters);
   double best = 0;
   for (int pass = 0; pass < passes; ++pass) {
-    const double s = detail::timed_parallel(threads, [&](unsigned) {
-      detail::sink.fetch_xor(static_cast<uint64_t>(path.run(iters)), std::memory_order_relaxed);
-    });
-    best = std::max(best, flops_per_thread * threads / s * 1e-9);
+    const double s = timed_parallel(
+        threads, [&](unsigned) { sink.fetch_xor(static_cast<uint64_t>(run(iters)), std::memory_order_relaxed); });
+    best = std::max(best, work_per_iter * double(iters) * threads / s * 1e-9);
   }
   return best;
+}
+
+}  // namespace detail
+
+// Peak fp32 GFLOP/s (2 flops per FMA) with `threads` threads, each running its
+// own chains for about `seconds`; best of `passes`.
+inline double fma_peak_gflops(unsigned threads, double seconds = 0.2, int passes = 3) {
+  const FmaPath path = best_fma_path();
+  return detail::peak_rate(path.run, 2.0 * path.lanes * 12, threads, seconds, passes);
+}
+
+namespace detail {
+
+// int8 dot-product chains, as the quantized kernels compute them: u8 x s8 byte
+// products summed into s32 lanes. A chain step of P products is 2P ops. Each
+// step is one asm statement on its accumulator: written with intrinsics, GCC
+// copies the accumulators between registers (or to the stack) every step.
+#ifdef MMGPT_LIMITS_X86
+// VPDPBUSD zmm: 64 byte products per instruction, accumulated in place.
+#define MMGPT_I8_STEP(a) asm("vpdpbusd %[y], %[x], %[acc]" : [acc] "+v"(a) : [x] "v"(x), [y] "v"(y))
+__attribute__((target("avx512f,avx512vnni"))) inline int32_t int8_chains_vnni512(uint64_t iters) {
+  const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
+  __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2), a3 = _mm512_set1_epi32(3),
+          a4 = _mm512_set1_epi32(4), a5 = _mm512_set1_epi32(5), a6 = _mm512_set1_epi32(6), a7 = _mm512_set1_epi32(7),
+          a8 = _mm512_set1_epi32(8), a9 = _mm512_set1_epi32(9), a10 = _mm512_set1_epi32(10),
+          a11 = _mm512_set1_epi32(11);
+  for (uint64_t i = 0; i < iters; ++i) {
+    MMGPT_I8_STEP(a0);
+    MMGPT_I8_STEP(a1);
+    MMGPT_I8_STEP(a2);
+    MMGPT_I8_STEP(a3);
+    MMGPT_I8_STEP(a4);
+    MMGPT_I8_STEP(a5);
+    MMGPT_I8_STEP(a6);
+    MMGPT_I8_STEP(a7);
+    MMGPT_I8_STEP(a8);
+    MMGPT_I8_STEP(a9);
+    MMGPT_I8_STEP(a10);
+    MMGPT_I8_STEP(a11);
+  }
+  const __m512i s =
+      _mm512_xor_si512(_mm512_xor_si512(_mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3)),
+                                        _mm512_xor_si512(_mm512_xor_si512(a4, a5), _mm512_xor_si512(a6, a7))),
+                       _mm512_xor_si512(_mm512_xor_si512(a8, a9), _mm512_xor_si512(a10, a11)));
+  alignas(64) int32_t out[16];
+  _mm512_store_si512(out, s);
+  return out[0] ^ out[15];
+}
+#undef MMGPT_I8_STEP
+// VPMADDUBSW, VPMADDWD by ones, VPADDD (ymm): 32 byte products per three
+// instructions, the AVX2 quantized kernels' sequence.
+#define MMGPT_I8_STEP(a)                                                                           \
+  asm("vpmaddubsw %[y], %[x], %[t]\n\tvpmaddwd %[ones], %[t], %[t]\n\tvpaddd %[t], %[acc], %[acc]" \
+      : [acc] "+x"(a), [t] "=&x"(t)                                                                \
+      : [x] "x"(x), [y] "x"(y), [ones] "x"(ones))
+__attribute__((target("avx2"))) inline int32_t int8_chains_avx2(uint64_t iters) {
+  const __m256i x = _mm256_set1_epi8(3), y = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+  __m256i t;
+  __m256i a0 = _mm256_set1_epi32(0), a1 = _mm256_set1_epi32(1), a2 = _mm256_set1_epi32(2), a3 = _mm256_set1_epi32(3),
+          a4 = _mm256_set1_epi32(4), a5 = _mm256_set1_epi32(5), a6 = _mm256_set1_epi32(6), a7 = _mm256_set1_epi32(7);
+  for (uint64_t i = 0; i < iters; ++i) {
+    MMGPT_I8_STEP(a0);
+    MMGPT_I8_STEP(a1);
+    MMGPT_I8_STEP(a2);
+    MMGPT_I8_STEP(a3);
+    MMGPT_I8_STEP(a4);
+    MMGPT_I8_STEP(a5);
+    MMGPT_I8_STEP(a6);
+    MMGPT_I8_STEP(a7);
+  }
+  const __m256i s = _mm256_xor_si256(_mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3)),
+                                     _mm256_xor_si256(_mm256_xor_si256(a4, a5), _mm256_xor_si256(a6, a7)));
+  return _mm256_extract_epi32(s, 0) ^ _mm256_extract_epi32(s, 7);
+}
+#undef MMGPT_I8_STEP
+#endif
+
+}  // namespace detail
+
+struct Int8DotPath {
+  const char* isa;    // the instructions timed
+  unsigned products;  // byte products per chain step
+  unsigned chains;    // independent chains per loop iteration
+  int32_t (*run)(uint64_t);
+};
+
+// The int8 dot-product path the quantized kernels use on this CPU (VNNI where
+// AVX-512 VNNI is present, else the AVX2 sequence); isa "none" (run null)
+// where there is no probe for the CPU.
+inline Int8DotPath int8_dot_path() {
+#ifdef MMGPT_LIMITS_X86
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni"))
+    return {"avx512 vpdpbusd", 64, 12, detail::int8_chains_vnni512};
+  if (__builtin_cpu_supports("avx2")) return {"avx2 vpmaddubsw+vpmaddwd+vpaddd", 32, 8, detail::int8_chains_avx2};
+#endif
+  return {"none", 0, 0, nullptr};
+}
+
+// Peak int8 dot-product throughput in GOP/s (2 ops per byte product: the
+// quantized matmul's multiply-adds, counted as its GFLOP/s are) with `threads`
+// threads; best of `passes`. 0 where int8_dot_path has no probe.
+inline double int8_dot_peak_gops(unsigned threads, double seconds = 0.2, int passes = 3) {
+  const Int8DotPath path = int8_dot_path();
+  if (!path.run) return 0;
+  return detail::peak_rate(path.run, 2.0 * path.products * path.chains, threads, seconds, passes);
 }
 
 // Buffer size for probes: MMGPT_BENCH_BW_MIB (default 1024 MiB), far past any LLC.

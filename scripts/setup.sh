@@ -11,6 +11,7 @@ packages=(
   libicu-dev
   clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (scripts/fuzz-smoke.sh)
   nodejs
+  libopenblas0-pthread  # bench only: bench_kernels' OpenBLAS rows load it at run time; mmgpt never links it
 )
 # npm runs the tokenizer conformance test's reference (js-tiktoken). Some
 # nodejs builds bundle npm and conflict with Debian's npm package: ask for it
