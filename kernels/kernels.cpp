@@ -14,7 +14,6 @@
 #include <tbb/partitioner.h>
 #include <tbb/task_arena.h>
 
-#include "kernels/gemm_blocking.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/registry.hpp"
@@ -65,10 +64,10 @@ size_t panel_range_grain(size_t M, size_t K, size_t N, size_t threads) {
   const size_t panels = panel_count(N);
   // Ranges own whole panels (each streams its own part of W), at least
   // kMinWorkPerTask each. Prefill: about two ranges per thread, since each
-  // range re-reads all of x (from L2/L3) once per K block. Decode: at most
-  // four per thread, enough to even out the threads; a panel streams in so
-  // little time that more ranges would make the cost per task a noticeable
-  // part of a step. The split never changes a result (gemm_blocking.hpp),
+  // tile of panels re-reads all of x (from L2/L3). Decode: at most four per
+  // thread, enough to even out the threads; a panel streams in so little time
+  // that more ranges would make the cost per task a noticeable part of a
+  // step. The split never changes a result (docs/kernels.md, "The GEMM"),
   // only the speed.
   const size_t per_panel = std::max<size_t>(M * K * kPanelWidth, 1);
   size_t grain = ceil_div(kMinWorkPerTask, per_panel);
@@ -115,15 +114,7 @@ PanelProduct::PanelProduct(const float* x, const void* wp, WeightType type, cons
 void PanelProduct::run(size_t p0, size_t p1) const {
   if (M_ == 0 || p0 >= p1) return;
   const detail::MatmulKernels& k = *detail::active_set().matmul[static_cast<size_t>(type_)];
-  float* scratch = nullptr;
-  if (k.x == detail::XForm::F32) {
-    // Partial sums between K blocks; one buffer per thread, kept between calls.
-    thread_local std::vector<float> buffer;
-    const size_t need = detail::gemm_scratch_floats(M_, K_, p1 - p0);
-    if (buffer.size() < need) buffer.resize(need);
-    scratch = buffer.data();
-  }
-  k.panels[static_cast<size_t>(type_)](x_, wp_, bias_, y_, M_, K_, N_, p0, p1, e_, scratch);
+  k.panels[static_cast<size_t>(type_)](x_, wp_, bias_, y_, M_, K_, N_, p0, p1, e_);
 }
 
 void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,

@@ -124,11 +124,11 @@ void attention_row_f16(const float* q, const uint16_t* k, const uint16_t* v, siz
 void narrow_f16(const float* in, size_t n, uint16_t* out);
 // The scalar set's kernels behind matmul_packed (registry.hpp).
 void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N, size_t p0,
-                 size_t p1, Epilogue e, float* scratch);
+                 size_t p1, Epilogue e);
 void gemm_panels_bf16(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
-                      size_t p0, size_t p1, Epilogue e, float* scratch);
+                      size_t p0, size_t p1, Epilogue e);
 void gemm_panels_f16(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
-                     size_t p0, size_t p1, Epilogue e, float* scratch);
+                     size_t p0, size_t p1, Epilogue e);
 // One finished sum through the epilogue, in the documented order:
 // v = acc (+ *bias); v = act(v); dst = v, or dst += v when accumulating.
 void store_epilogue(float acc, const float* bias, Epilogue e, float& dst);

@@ -25,10 +25,9 @@
 namespace mmgpt::kernels::detail {
 
 // Panels [p0, p1) of y[M, N] (+)= act(x W^T + bias) for a packed W (`w`: its
-// first byte) of the entry's weight type. scratch: gemm_scratch_floats(M, K,
-// p1 - p0) floats, for the XForm::F32 sets (the others take null).
+// first byte) of the entry's weight type.
 using PanelKernel = void (*)(const PreparedX& x, const void* w, const float* bias, float* y, size_t M, size_t K,
-                             size_t N, size_t p0, size_t p1, Epilogue e, float* scratch);
+                             size_t N, size_t p0, size_t p1, Epilogue e);
 
 // The matmul kernels of one translation unit, indexed by weight type.
 struct MatmulKernels {
@@ -145,22 +144,22 @@ namespace {
 // each TU that registers a kernel instantiates its own copy, with its flags.
 template <auto F>
 void f32_entry(const PreparedX& x, const void* w, const float* bias, float* y, size_t M, size_t K, size_t N, size_t p0,
-               size_t p1, Epilogue e, float* scratch) {
-  F(x.f32, static_cast<const float*>(w), bias, y, M, K, N, p0, p1, e, scratch);
+               size_t p1, Epilogue e) {
+  F(x.f32, static_cast<const float*>(w), bias, y, M, K, N, p0, p1, e);
 }
 template <auto F>
 void half_entry(const PreparedX& x, const void* w, const float* bias, float* y, size_t M, size_t K, size_t N, size_t p0,
-                size_t p1, Epilogue e, float* scratch) {
-  F(x.f32, static_cast<const uint16_t*>(w), bias, y, M, K, N, p0, p1, e, scratch);
+                size_t p1, Epilogue e) {
+  F(x.f32, static_cast<const uint16_t*>(w), bias, y, M, K, N, p0, p1, e);
 }
 template <auto F>
 void quant_entry(const PreparedX& x, const void* w, const float* bias, float* y, size_t M, size_t K, size_t N,
-                 size_t p0, size_t p1, Epilogue e, float*) {
+                 size_t p0, size_t p1, Epilogue e) {
   F(x.q8, static_cast<const uint8_t*>(w), bias, y, M, K, N, p0, p1, e);
 }
 template <auto F>
 void bf16dot_entry(const PreparedX& x, const void* w, const float* bias, float* y, size_t M, size_t K, size_t N,
-                   size_t p0, size_t p1, Epilogue e, float*) {
+                   size_t p0, size_t p1, Epilogue e) {
   F(x.bf16, static_cast<const uint16_t*>(w), bias, y, M, K, N, p0, p1, e);
 }
 // The quantized kernels of one TU, q8_0 and q4_0.

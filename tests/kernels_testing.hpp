@@ -112,7 +112,7 @@ inline void bf16dot_panels(const mmgpt::kernels::detail::MatmulKernels& set, con
                            mmgpt::kernels::Epilogue e) {
   mmgpt::kernels::detail::PreparedX x;
   x.bf16 = xr;
-  set.panels[static_cast<size_t>(mmgpt::WeightType::BF16)](x, wp, bias, y, M, K, N, p0, p1, e, nullptr);
+  set.panels[static_cast<size_t>(mmgpt::WeightType::BF16)](x, wp, bias, y, M, K, N, p0, p1, e);
 }
 
 // A quantized set's panels [p0, p1) of weight type t over x in q8 blocks.
@@ -121,7 +121,7 @@ inline void quant_panels(const mmgpt::kernels::detail::QuantKernels& set, mmgpt:
                          size_t K, size_t N, size_t p0, size_t p1, mmgpt::kernels::Epilogue e) {
   mmgpt::kernels::detail::PreparedX x;
   x.q8 = xq;
-  set.matmul.panels[static_cast<size_t>(t)](x, wp, bias, y, M, K, N, p0, p1, e, nullptr);
+  set.matmul.panels[static_cast<size_t>(t)](x, wp, bias, y, M, K, N, p0, p1, e);
 }
 
 // A quantized set's kernel for weight type t, called as a typed kernel.
@@ -134,12 +134,12 @@ inline auto quant_gemm(const mmgpt::kernels::detail::QuantKernels& set, mmgpt::W
 // The active set's f32 panel kernels (f32, and bf16 / f16 widened to f32),
 // panels [p0, p1) of weight type t.
 inline void widening_panels(mmgpt::WeightType t, const float* x, const void* wp, const float* bias, float* y, size_t M,
-                            size_t K, size_t N, size_t p0, size_t p1, mmgpt::kernels::Epilogue e, float* scratch) {
+                            size_t K, size_t N, size_t p0, size_t p1, mmgpt::kernels::Epilogue e) {
   namespace kd = mmgpt::kernels::detail;
   kd::PreparedX px;
   px.f32 = x;
   const kd::MatmulKernels& wide = *kd::active_set().matmul[static_cast<size_t>(mmgpt::WeightType::F32)];
-  wide.panels[static_cast<size_t>(t)](px, wp, bias, y, M, K, N, p0, p1, e, scratch);
+  wide.panels[static_cast<size_t>(t)](px, wp, bias, y, M, K, N, p0, p1, e);
 }
 
 // What matmul_packed computes for bf16 weights (packed panels wp) when

@@ -5,8 +5,8 @@
 // Widening bf16/f16 to f32 is exact, and the kernels keep the f32 numerics
 // (one FMA chain per output from zero), so:
 // - on any data, a 16-bit matrix gives bit for bit what the f32 kernel of the
-//   same ISA gives on the widened matrix (so M, thread count and K blocking
-//   cannot matter either);
+//   same ISA gives on the widened matrix (so M and the thread count cannot
+//   matter either);
 // - against an exact (double) evaluation on the widened weights, each output
 //   is within (K+1) u sum|x w| (plus the bias, GELU and residual rounding);
 // - on small-integer data every product and partial sum is exact: SIMD equals
@@ -27,7 +27,6 @@
 #include <tbb/global_control.h>
 
 #include "core/half.hpp"
-#include "kernels/gemm_blocking.hpp"
 #include "kernels_testing.hpp"
 
 namespace k = mmgpt::kernels;
@@ -91,8 +90,7 @@ bool dot_product(WeightType t) { return t == WeightType::BF16 && kt::bf16dot_act
 // The active set's widening kernel for t, called directly (one thread).
 std::vector<float> run_widening(const std::vector<float>& x, const uint16_t* wp, WeightType t, const float* bias,
                                 std::vector<float> y, size_t M, size_t K, size_t N, Epilogue e) {
-  std::vector<float> scratch(kd::gemm_scratch_floats(M, K, mmgpt::panel_count(N)));
-  kt::widening_panels(t, x.data(), wp, bias, y.data(), M, K, N, 0, mmgpt::panel_count(N), e, scratch.data());
+  kt::widening_panels(t, x.data(), wp, bias, y.data(), M, K, N, 0, mmgpt::panel_count(N), e);
   return y;
 }
 
@@ -317,13 +315,11 @@ TEST_CASE("bf16 / f16 packed matmul: a panel range may start or end inside a pai
           const HalfMatrix h = make_half(random_weights(N * K, 43), N, K, t);
           std::vector<uint16_t> xr(M * kd::bf16dot_row_elems(K));
           kd::bf16dot_round_rows(x.data(), M, K, xr.data());
-          std::vector<float> scratch(kd::gemm_scratch_floats(M, K, panels));
           auto gemm = [&](bool dot, std::vector<float>& y, size_t p0, size_t p1) {
             if (dot)
               kt::bf16dot_panels(*bf16dot, xr.data(), h.packed.data(), b.data(), y.data(), M, K, N, p0, p1, {});
             else
-              kt::widening_panels(t, x.data(), h.packed.data(), b.data(), y.data(), M, K, N, p0, p1, {},
-                                  scratch.data());
+              kt::widening_panels(t, x.data(), h.packed.data(), b.data(), y.data(), M, K, N, p0, p1, {});
           };
           for (bool dot : {false, true}) {
             if (dot && (t != WeightType::BF16 || bf16dot == nullptr)) continue;
@@ -351,7 +347,7 @@ TEST_CASE("bf16 / f16 packed matmul: every ISA against the exact evaluation, the
 }
 
 TEST_CASE(
-    "bf16 / f16 packed matmul: K-blocked shapes equal the f32 kernel on the widened weights (bf16 dot product: its "
+    "bf16 / f16 packed matmul: large shapes equal the f32 kernel on the widened weights (bf16 dot product: its "
     "reference)") {
   kt::for_each_simd_isa([](std::string_view) {
     for (WeightType t : {WeightType::BF16, WeightType::F16})

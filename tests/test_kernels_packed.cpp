@@ -1,7 +1,7 @@
 // The panel-packed matmul (core/panel_layout.hpp, gemm_simd.hpp): the
 // layout itself, every SIMD instantiation against the scalar reference on
 // awkward shapes (rows 1 .. MR and beyond, N around the panel width, K around
-// the vector widths and the K block), every epilogue, and the invariants the
+// the vector widths, and long), every epilogue, and the invariants the
 // engine relies on: fusing changes nothing, a row's result does not depend on
 // M or on the thread count.
 //
@@ -145,9 +145,9 @@ TEST_CASE("packed matmul epilogues match the scalar reference") {
   });
 }
 
-TEST_CASE("packed matmul: K-blocked shapes (x larger than the L2 budget) match the reference") {
-  // M x K x 4 bytes > 256 KiB, so K is split into blocks and partial sums go
-  // through scratch; M > 240 also splits the rows into blocks.
+TEST_CASE("packed matmul: large shapes (x past 256 KiB, K past 1024) match the reference") {
+  // Long FMA chains over K and many tiles of rows per panel, with partial
+  // tiles of rows and of panels.
   kt::for_each_simd_isa([&](std::string_view) {
     check_packed(300, 300, 37, true, {}, 1);
     check_packed(241, 1031, 18, true, {Activation::GeluTanh, false}, 2);

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "core/weight_type.hpp"
-#include "kernels/gemm_blocking.hpp"
 #include "kernels_testing.hpp"
 
 namespace kd = mmgpt::kernels::detail;
@@ -44,10 +43,9 @@ std::vector<float> product(const kd::KernelSet& set, const kd::MatmulKernels& k,
     px.bf16 = rounded.data();
   }
   const size_t panels = mmgpt::panel_count(N), split = panels / 2;
-  std::vector<float> scratch(kd::gemm_scratch_floats(M, K, panels));
   const kd::PanelKernel run = k.panels[static_cast<size_t>(t)];
-  run(px, w.data(), bias.data(), y.data(), M, K, N, 0, split, e, scratch.data());
-  run(px, w.data(), bias.data(), y.data(), M, K, N, split, panels, e, scratch.data());
+  run(px, w.data(), bias.data(), y.data(), M, K, N, 0, split, e);
+  run(px, w.data(), bias.data(), y.data(), M, K, N, split, panels, e);
   return y;
 }
 

@@ -39,17 +39,17 @@ void store_epilogue(float acc, const float* bias, Epilogue e, float& dst) {
 }
 
 void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N, size_t p0,
-                 size_t p1, Epilogue e, float* /*scratch*/) {
+                 size_t p1, Epilogue e) {
   gemm_panels_of(x, wp, bias, y, M, K, N, p0, p1, e, [](float v) { return v; });
 }
 
 void gemm_panels_bf16(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
-                      size_t p0, size_t p1, Epilogue e, float* /*scratch*/) {
+                      size_t p0, size_t p1, Epilogue e) {
   gemm_panels_of(x, wp, bias, y, M, K, N, p0, p1, e, [](uint16_t v) { return bf16_to_f32(v); });
 }
 
 void gemm_panels_f16(const float* x, const uint16_t* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
-                     size_t p0, size_t p1, Epilogue e, float* /*scratch*/) {
+                     size_t p0, size_t p1, Epilogue e) {
   gemm_panels_of(x, wp, bias, y, M, K, N, p0, p1, e, [](uint16_t v) { return f16_to_f32(v); });
 }
 
@@ -74,7 +74,7 @@ namespace mmgpt::kernels::scalar {
 
 void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                    Epilogue e) {
-  gemm_panels(x, wp, bias, y, M, K, N, 0, panel_count(N), e, nullptr);
+  gemm_panels(x, wp, bias, y, M, K, N, 0, panel_count(N), e);
 }
 
 void matmul_packed(const float* x, const void* wp, WeightType type, const float* bias, float* y, size_t M, size_t K,
@@ -93,7 +93,7 @@ void matmul_packed(const float* x, const void* wp, WeightType type, const float*
     set.quantize_rows(x, M, K, q.data(), scale.data(), sum.data());
     px.q8 = QuantizedRows{q.data(), scale.data(), sum.data(), Kb};
   }
-  k.panels[static_cast<size_t>(type)](px, wp, bias, y, M, K, N, 0, panel_count(N), e, nullptr);
+  k.panels[static_cast<size_t>(type)](px, wp, bias, y, M, K, N, 0, panel_count(N), e);
 }
 
 }  // namespace mmgpt::kernels::scalar

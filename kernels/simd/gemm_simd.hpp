@@ -15,8 +15,8 @@
 // gives).
 //
 // Numerics: every output is acc = fma(x[k], w[k], acc) for k = 0 .. K-1 from
-// acc = 0, then the epilogue (epilogue.hpp), whatever the tile, block or
-// thread it lands in. So a row's result does not depend on M (decode equals
+// acc = 0, then the epilogue (epilogue.hpp), whatever the tile or thread it
+// lands in. So a row's result does not depend on M (decode equals
 // prefill equals a batch) nor on the number of threads.
 //
 // Weight types (template parameter WT): f32 panels are loaded as they are;
@@ -25,11 +25,10 @@
 // vector of weights is widened to f32 in registers right after its load
 // (widen_simd.hpp). Widening is exact, so a 16-bit matrix gives bit for bit
 // the result of the f32 kernel on its widened values. In a GEMM of three
-// tiles of rows or more, each block of k-steps of a tile's panels is widened
-// once into f32 panels that every tile of rows then reads as the f32 GEMM
-// reads its panels (micro_linear):
-// widening in the tile costs two more uops on the FMA ports for every 12 FMAs
-// (bf16: VPMOVZXWD + VPSLLD; f16: VCVTPH2PS is two on Intel).
+// tiles of rows or more, a tile's panels are widened once into f32 panels
+// that every tile of rows then reads as the f32 GEMM reads its panels
+// (micro_linear): widening in the tile costs two more uops on the FMA ports
+// for every 12 FMAs (bf16: VPMOVZXWD + VPSLLD; f16: VCVTPH2PS is two on Intel).
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -39,7 +38,6 @@
 #include "core/panel_layout.hpp"
 #include "kernels/decode_prefetch.hpp"
 #include "kernels/epilogue.hpp"
-#include "kernels/gemm_blocking.hpp"
 #include "kernels/simd/widen_simd.hpp"
 
 namespace mmgpt::kernels::simd {
@@ -130,37 +128,29 @@ struct PanelGemm {
   }
 
   // R rows of x (row stride ldx) against panels p .. p + NP - 1 of the
-  // packed W[N, K] at wp, over k in [k0, k1). Accumulators start from
-  // part_in (or zero) and end in part_out (row stride ldp) or, on the last
-  // K block, go through the epilogue to o. The k-steps go two at a time, a
-  // line of 16-bit weights (two of f32). Decode: the NP panels are one
-  // memory stream (one panel, or a 16-bit pair), each line
-  // prefetched kDecodeAheadBytes ahead with hint H (decode_prefetch.hpp).
+  // packed W[N, K] at wp: accumulators from zero over k = 0 .. K-1, then the
+  // epilogue to o. The k-steps go two at a time, a line of 16-bit weights
+  // (two of f32). Decode: the NP panels are one memory stream (one panel, or
+  // a 16-bit pair), each line prefetched kDecodeAheadBytes ahead with hint H
+  // (decode_prefetch.hpp).
   template <size_t R, size_t NP, bool Decode, DecodePrefetch H = DecodePrefetch::Nta>
-  static void micro(const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p, size_t k0, size_t k1,
-                    const float* part_in, float* part_out, size_t ldp, const Out& o) {
+  static void micro(const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p, const Out& o) {
     constexpr size_t V = NP * VP;
     B acc[R][V];
 #pragma GCC unroll 8
     for (size_t i = 0; i < R; ++i)
 #pragma GCC unroll 8
-      for (size_t j = 0; j < V; ++j) acc[i][j] = part_in ? B::load_unaligned(part_in + i * ldp + j * W) : B(0.0f);
+      for (size_t j = 0; j < V; ++j) acc[i][j] = B(0.0f);
 
     PanelSteps st[NP];
-    const WE* at[NP];
-#pragma GCC unroll 8
-    for (size_t j = 0; j < NP; ++j) st[j] = panel_steps_of<WE>(N, K, p + j);  // panel_layout.hpp
-    size_t k = k0;
-    if (k % 2 == 1 && k < k1) {  // a K block that starts mid-line
-#pragma GCC unroll 8
-      for (size_t j = 0; j < NP; ++j) at[j] = wp + st[j].at(K, k);
-      kstep<R, NP>(acc, x, ldx, k, at);
-      ++k;
-    }
     const WE* line[NP];
 #pragma GCC unroll 8
-    for (size_t j = 0; j < NP; ++j) line[j] = wp + st[j].first + (k / 2) * st[j].pitch;
-    for (; k + 2 <= k1; k += 2) {  // k even and k + 1 < K: both in the paired lines (panel_layout.hpp)
+    for (size_t j = 0; j < NP; ++j) {
+      st[j] = panel_steps_of<WE>(N, K, p + j);  // panel_layout.hpp
+      line[j] = wp + st[j].first;
+    }
+    size_t k = 0;
+    for (; k + 2 <= K; k += 2) {  // k even and k + 1 < K: both in the paired lines (panel_layout.hpp)
       const WE* odd[NP];
 #pragma GCC unroll 8
       for (size_t j = 0; j < NP; ++j) {
@@ -174,57 +164,47 @@ struct PanelGemm {
 #pragma GCC unroll 8
       for (size_t j = 0; j < NP; ++j) line[j] += st[j].pitch;
     }
-    if (k < k1) {  // the last k-step of an odd K, or a K block that ends mid-line
+    if (k < K) {  // the last k-step of an odd K
+      const WE* at[NP];
 #pragma GCC unroll 8
       for (size_t j = 0; j < NP; ++j) at[j] = wp + st[j].at(K, k);
       kstep<R, NP>(acc, x, ldx, k, at);
     }
-
-    if (part_out) {
-#pragma GCC unroll 8
-      for (size_t i = 0; i < R; ++i)
-#pragma GCC unroll 8
-        for (size_t j = 0; j < V; ++j) acc[i][j].store_unaligned(part_out + i * ldp + j * W);
-      return;
-    }
     finish<R, NP>(acc, o);
   }
 
-  // The k-steps [k0, k1) of NP panels from p, widened into `wide` as NP f32
-  // panels of k1 - k0 k-steps: panel j's k-step k at
-  // wide + (j * (k1 - k0) + k - k0) * 16, as micro_linear reads them.
+  // NP panels from p, widened into `wide` as NP f32 panels of K k-steps:
+  // panel j's k-step k at wide + (j * K + k) * 16, as micro_linear reads them.
   template <size_t NP>
-  static void widen_block(const WE* wp, size_t N, size_t K, size_t p, size_t k0, size_t k1, float* wide) {
+  static void widen_panels(const WE* wp, size_t N, size_t K, size_t p, float* wide) {
     PanelSteps st[NP];
 #pragma GCC unroll 8
     for (size_t j = 0; j < NP; ++j) st[j] = panel_steps_of<WE>(N, K, p + j);
-    for (size_t k = k0; k < k1; ++k)
+    for (size_t k = 0; k < K; ++k)
 #pragma GCC unroll 8
       for (size_t j = 0; j < NP; ++j) {
         const WE* at = wp + st[j].at(K, k);
-        float* to = wide + (j * (k1 - k0) + (k - k0)) * kPanelWidth;
+        float* to = wide + (j * K + k) * kPanelWidth;
 #pragma GCC unroll 8
         for (size_t v = 0; v < VP; ++v) load_weights<WT, B>(at + v * W).store_aligned(to + v * W);
       }
   }
 
-  // micro over f32 panels whose k-steps follow one another, 16 floats each:
-  // panel j's k-step k at w + j * pstride + k * 16. An f32 matrix's panels are so
-  // (panel_layout.hpp: its paired lines are consecutive k-steps), and so is a
-  // block widen_block wrote. One k-step an iteration from one pointer a
-  // panel: the GEMM's loop for f32 and widened 16-bit weights. The same
-  // FMAs in the same order as micro, so the same bits.
+  // micro over f32 panels whose K k-steps follow one another, 16 floats
+  // each: panel j's k-step k at w + j * pstride + k * 16. An f32 matrix's
+  // panels are so (panel_layout.hpp: its paired lines are consecutive
+  // k-steps), and so are those widen_panels wrote. One k-step an iteration
+  // from one pointer a panel: the GEMM's loop for f32 and widened 16-bit
+  // weights. The same FMAs in the same order as micro, so the same bits.
   template <size_t R, size_t NP>
-  static void micro_linear(const float* x, size_t ldx, const float* w, size_t pstride, size_t k0, size_t k1,
-                           const float* part_in, float* part_out, size_t ldp, const Out& o) {
+  static void micro_linear(const float* x, size_t ldx, const float* w, size_t pstride, size_t K, const Out& o) {
     constexpr size_t V = NP * VP;
     B acc[R][V];
 #pragma GCC unroll 8
     for (size_t i = 0; i < R; ++i)
 #pragma GCC unroll 8
-      for (size_t j = 0; j < V; ++j) acc[i][j] = part_in ? B::load_unaligned(part_in + i * ldp + j * W) : B(0.0f);
-    w += k0 * kPanelWidth;
-    for (size_t k = k0; k < k1; ++k, w += kPanelWidth) {
+      for (size_t j = 0; j < V; ++j) acc[i][j] = B(0.0f);
+    for (size_t k = 0; k < K; ++k, w += kPanelWidth) {
       B wv[V];
 #pragma GCC unroll 8
       for (size_t p = 0; p < NP; ++p)
@@ -237,102 +217,77 @@ struct PanelGemm {
         for (size_t j = 0; j < V; ++j) acc[i][j] = xsimd::fma(xb, wv[j], acc[i][j]);
       }
     }
-    if (part_out) {
-#pragma GCC unroll 8
-      for (size_t i = 0; i < R; ++i)
-#pragma GCC unroll 8
-        for (size_t j = 0; j < V; ++j) acc[i][j].store_unaligned(part_out + i * ldp + j * W);
-      return;
-    }
     finish<R, NP>(acc, o);
   }
 
   template <size_t NP>
-  static void micro_linear_rows(size_t rows, const float* x, size_t ldx, const float* w, size_t pstride, size_t k0,
-                                size_t k1, const float* part_in, float* part_out, size_t ldp, const Out& o) {
+  static void micro_linear_rows(size_t rows, const float* x, size_t ldx, const float* w, size_t pstride, size_t K,
+                                const Out& o) {
     static_assert(MR == 6, "the cases below cover rows 1 .. 6");
     switch (rows) {
-      case 6: micro_linear<6, NP>(x, ldx, w, pstride, k0, k1, part_in, part_out, ldp, o); break;
-      case 5: micro_linear<5, NP>(x, ldx, w, pstride, k0, k1, part_in, part_out, ldp, o); break;
-      case 4: micro_linear<4, NP>(x, ldx, w, pstride, k0, k1, part_in, part_out, ldp, o); break;
-      case 3: micro_linear<3, NP>(x, ldx, w, pstride, k0, k1, part_in, part_out, ldp, o); break;
-      case 2: micro_linear<2, NP>(x, ldx, w, pstride, k0, k1, part_in, part_out, ldp, o); break;
-      case 1: micro_linear<1, NP>(x, ldx, w, pstride, k0, k1, part_in, part_out, ldp, o); break;
+      case 6: micro_linear<6, NP>(x, ldx, w, pstride, K, o); break;
+      case 5: micro_linear<5, NP>(x, ldx, w, pstride, K, o); break;
+      case 4: micro_linear<4, NP>(x, ldx, w, pstride, K, o); break;
+      case 3: micro_linear<3, NP>(x, ldx, w, pstride, K, o); break;
+      case 2: micro_linear<2, NP>(x, ldx, w, pstride, K, o); break;
+      case 1: micro_linear<1, NP>(x, ldx, w, pstride, K, o); break;
       default: break;
     }
   }
 
   template <size_t NP, bool Decode = false, DecodePrefetch H = DecodePrefetch::Nta>
-  static void micro_rows(size_t rows, const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p, size_t k0,
-                         size_t k1, const float* part_in, float* part_out, size_t ldp, const Out& o) {
+  static void micro_rows(size_t rows, const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p,
+                         const Out& o) {
     static_assert(MR == 6, "the cases below cover rows 1 .. 6");
     switch (rows) {
-      case 6: micro<6, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-      case 5: micro<5, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-      case 4: micro<4, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-      case 3: micro<3, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-      case 2: micro<2, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
-      case 1: micro<1, NP, Decode, H>(x, ldx, wp, N, K, p, k0, k1, part_in, part_out, ldp, o); break;
+      case 6: micro<6, NP, Decode, H>(x, ldx, wp, N, K, p, o); break;
+      case 5: micro<5, NP, Decode, H>(x, ldx, wp, N, K, p, o); break;
+      case 4: micro<4, NP, Decode, H>(x, ldx, wp, N, K, p, o); break;
+      case 3: micro<3, NP, Decode, H>(x, ldx, wp, N, K, p, o); break;
+      case 2: micro<2, NP, Decode, H>(x, ldx, wp, N, K, p, o); break;
+      case 1: micro<1, NP, Decode, H>(x, ldx, wp, N, K, p, o); break;
       default: break;
     }
   }
 
-  // run() for 16-bit weights and kWidenMinRows rows or more: the same blocks,
-  // each block of k-steps of a tile's panels widened once (widen_block) into
-  // f32 panels that the f32 GEMM's loop (micro_linear) multiplies for every
-  // tile of rows. Not inlined into run(): GCC's inlining
-  // of the whole GEMM shifts with any change to it, so this path stays out
-  // of line and leaves the code of the decode and f32 paths in run() as it
-  // is.
+  // run() for 16-bit weights and kWidenMinRows rows or more: each tile's
+  // panels widened once (widen_panels) into f32 panels that the f32 GEMM's
+  // loop (micro_linear) multiplies for every tile of rows. Not inlined into
+  // run(): GCC's inlining of the whole GEMM shifts with any change to it, so
+  // this path stays out of line and leaves the code of the decode and f32
+  // paths in run() as it is.
   [[gnu::noinline]] static void run_widened(const float* x, const WE* wp, const float* bias, float* y, size_t M,
-                                            size_t K, size_t N, size_t p0, size_t p1, Epilogue e, float* scratch) {
-    // One buffer per thread, kept between calls: KC * 16P floats (32 KB
-    // on AVX-512 at KC = 256), K * 16P where K is not blocked (M * K
-    // within the L2 budget: a few tiles of rows).
+                                            size_t K, size_t N, size_t p0, size_t p1, Epilogue e) {
+    // One buffer per thread, kept between calls: K * 16P floats.
     thread_local std::vector<float, xsimd::aligned_allocator<float, 64>> wide;
-    const detail::GemmBlocking b = detail::gemm_blocking(M, K);
-    const size_t ldp = (p1 - p0) * kPanelWidth;
-    if (wide.size() < b.kc * P * kPanelWidth) wide.resize(b.kc * P * kPanelWidth);
-    for (size_t mc0 = 0; mc0 < M; mc0 += b.mc) {
-      const size_t mc1 = M - mc0 < b.mc ? M : mc0 + b.mc;
-      for (size_t kc0 = 0;; kc0 += b.kc) {
-        const size_t kc1 = K - kc0 < b.kc ? K : kc0 + b.kc;
-        const bool first = kc0 == 0, last = kc1 == K;
-        for (size_t p = p0; p < p1;) {
-          const size_t np = p + P <= p1 ? P : 1;
-          const size_t col = p * kPanelWidth, left = N - col;
-          np == P ? widen_block<P>(wp, N, K, p, kc0, kc1, wide.data())
-                  : widen_block<1>(wp, N, K, p, kc0, kc1, wide.data());
-          for (size_t m = mc0; m < mc1;) {
-            const size_t rows = mc1 - m < MR ? mc1 - m : MR;
-            float* part = b.blocked ? scratch + (m - mc0) * ldp + (p - p0) * kPanelWidth : nullptr;
-            const Out o{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth,
-                        bias ? bias + col : nullptr, e};
-            // The block's k-steps from 0, x's from kc0.
-            const size_t kb = kc1 - kc0, pstride = kb * kPanelWidth;
-            np == P ? micro_linear_rows<P>(rows, x + m * K + kc0, K, wide.data(), pstride, 0, kb,
-                                           first ? nullptr : part, last ? nullptr : part, ldp, o)
-                    : micro_linear_rows<1>(rows, x + m * K + kc0, K, wide.data(), pstride, 0, kb,
-                                           first ? nullptr : part, last ? nullptr : part, ldp, o);
-            m += rows;
-          }
-          p += np;
-        }
-        if (last) break;
+    if (wide.size() < K * P * kPanelWidth) wide.resize(K * P * kPanelWidth);
+    for (size_t p = p0; p < p1;) {
+      const size_t np = p + P <= p1 ? P : 1;
+      np == P ? widen_panels<P>(wp, N, K, p, wide.data()) : widen_panels<1>(wp, N, K, p, wide.data());
+      for (size_t m = 0; m < M;) {
+        const size_t rows = M - m < MR ? M - m : MR;
+        np == P ? micro_linear_rows<P>(rows, x + m * K, K, wide.data(), K * kPanelWidth, K,
+                                       tile_out(y, bias, e, N, m, p, P))
+                : micro_linear_rows<1>(rows, x + m * K, K, wide.data(), K * kPanelWidth, K,
+                                       tile_out(y, bias, e, N, m, p, 1));
+        m += rows;
       }
+      p += np;
     }
   }
 
+  // Where a tile of rows m.. and np panels from p writes its outputs.
+  static Out tile_out(float* y, const float* bias, Epilogue e, size_t N, size_t m, size_t p, size_t np) {
+    const size_t col = p * kPanelWidth;
+    const size_t left = N - col;
+    return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr, e};
+  }
+
   // Output columns of panels [p0, p1): y[M, N] (+)= act(x[M, K] W^T + bias).
-  // `scratch` holds gemm_scratch_floats(M, K, p1 - p0) floats.
   static void run(const float* x, const WE* wp, const float* bias, float* y, size_t M, size_t K, size_t N, size_t p0,
-                  size_t p1, Epilogue e, float* scratch) {
+                  size_t p1, Epilogue e) {
     if (M == 0 || p0 >= p1) return;
-    auto out = [&](size_t m, size_t p, size_t np) {
-      const size_t col = p * kPanelWidth;
-      const size_t left = N - col;
-      return Out{y + m * N + col, N, left < np * kPanelWidth ? left : np * kPanelWidth, bias ? bias + col : nullptr, e};
-    };
+    auto out = [&](size_t m, size_t p, size_t np) { return tile_out(y, bias, e, N, m, p, np); };
     // Decode: one memory stream at a time, one panel, or a pair of 16-bit
     // panels (two accumulator chains: one would not keep up with two
     // dependent FMAs a line). A range that starts at an odd panel (a
@@ -348,9 +303,9 @@ struct PanelGemm {
         constexpr DecodePrefetch H = decltype(hint)::value;
         auto stream = [&]<size_t NP>(size_t p) {
           if constexpr (kStreamBatches)
-            micro_rows<NP, true, H>(M, x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, NP));
+            micro_rows<NP, true, H>(M, x, K, wp, N, K, p, out(0, p, NP));
           else  // M == 1
-            micro<1, NP, true, H>(x, K, wp, N, K, p, 0, K, nullptr, nullptr, 0, out(0, p, NP));
+            micro<1, NP, true, H>(x, K, wp, N, K, p, out(0, p, NP));
         };
         auto one = [&](size_t p) { stream.template operator()<1>(p); };
         if constexpr (sizeof(WE) == 2)
@@ -362,38 +317,24 @@ struct PanelGemm {
     }
 
     if constexpr (sizeof(WE) == 2)
-      if (M >= kWidenMinRows) return run_widened(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
-    const detail::GemmBlocking b = detail::gemm_blocking(M, K);
-    const size_t ldp = (p1 - p0) * kPanelWidth;
-    for (size_t mc0 = 0; mc0 < M; mc0 += b.mc) {
-      const size_t mc1 = M - mc0 < b.mc ? M : mc0 + b.mc;
-      for (size_t kc0 = 0;; kc0 += b.kc) {
-        const size_t kc1 = K - kc0 < b.kc ? K : kc0 + b.kc;
-        const bool first = kc0 == 0, last = kc1 == K;
-        for (size_t p = p0; p < p1;) {
-          const size_t np = p + P <= p1 ? P : 1;
-          for (size_t m = mc0; m < mc1;) {
-            const size_t rows = mc1 - m < MR ? mc1 - m : MR;
-            float* part = b.blocked ? scratch + (m - mc0) * ldp + (p - p0) * kPanelWidth : nullptr;
-            const float* in = first ? nullptr : part;
-            float* keep = last ? nullptr : part;
-            if constexpr (sizeof(WE) == 4) {  // f32 panels: consecutive k-steps (micro_linear)
-              const float* w = wp + p * kPanelWidth * K;
-              if (np == P)
-                micro_linear_rows<P>(rows, x + m * K, K, w, kPanelWidth * K, kc0, kc1, in, keep, ldp, out(m, p, P));
-              else
-                micro_linear_rows<1>(rows, x + m * K, K, w, kPanelWidth * K, kc0, kc1, in, keep, ldp, out(m, p, 1));
-            } else if (np == P) {
-              micro_rows<P>(rows, x + m * K, K, wp, N, K, p, kc0, kc1, in, keep, ldp, out(m, p, P));
-            } else {
-              micro_rows<1>(rows, x + m * K, K, wp, N, K, p, kc0, kc1, in, keep, ldp, out(m, p, 1));
-            }
-            m += rows;
-          }
-          p += np;
+      if (M >= kWidenMinRows) return run_widened(x, wp, bias, y, M, K, N, p0, p1, e);
+    // A tile's panels (K k-steps of 16P floats) stay in L2 while every tile
+    // of rows streams its rows of x past them.
+    for (size_t p = p0; p < p1;) {
+      const size_t np = p + P <= p1 ? P : 1;
+      for (size_t m = 0; m < M;) {
+        const size_t rows = M - m < MR ? M - m : MR;
+        if constexpr (sizeof(WE) == 4) {  // f32 panels: consecutive k-steps (micro_linear)
+          const float* w = wp + p * kPanelWidth * K;
+          np == P ? micro_linear_rows<P>(rows, x + m * K, K, w, kPanelWidth * K, K, out(m, p, P))
+                  : micro_linear_rows<1>(rows, x + m * K, K, w, kPanelWidth * K, K, out(m, p, 1));
+        } else {
+          np == P ? micro_rows<P>(rows, x + m * K, K, wp, N, K, p, out(m, p, P))
+                  : micro_rows<1>(rows, x + m * K, K, wp, N, K, p, out(m, p, 1));
         }
-        if (last) break;
+        m += rows;
       }
+      p += np;
     }
   }
 };

@@ -129,20 +129,18 @@ struct Kernels {
   }
 
   MMGPT_SIMD_ENTRY static void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M,
-                                           size_t K, size_t N, size_t p0, size_t p1, Epilogue e, float* scratch) {
-    PanelGemm<Arch, Kernels>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
+                                           size_t K, size_t N, size_t p0, size_t p1, Epilogue e) {
+    PanelGemm<Arch, Kernels>::run(x, wp, bias, y, M, K, N, p0, p1, e);
   }
 
   MMGPT_SIMD_ENTRY static void gemm_panels_bf16(const float* x, const uint16_t* wp, const float* bias, float* y,
-                                                size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e,
-                                                float* scratch) {
-    PanelGemm<Arch, Kernels, WeightBF16>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
+                                                size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e) {
+    PanelGemm<Arch, Kernels, WeightBF16>::run(x, wp, bias, y, M, K, N, p0, p1, e);
   }
 
   MMGPT_SIMD_ENTRY static void gemm_panels_f16(const float* x, const uint16_t* wp, const float* bias, float* y,
-                                               size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e,
-                                               float* scratch) {
-    PanelGemm<Arch, Kernels, WeightF16>::run(x, wp, bias, y, M, K, N, p0, p1, e, scratch);
+                                               size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e) {
+    PanelGemm<Arch, Kernels, WeightF16>::run(x, wp, bias, y, M, K, N, p0, p1, e);
   }
 
   // One query over heads of a KV cache of element type WT (k, v: its elements).
