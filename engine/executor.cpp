@@ -24,6 +24,7 @@ std::span<const float> Executor::run(std::span<const int32_t> ids, KVCache& cach
 }
 
 std::span<const float> Executor::run(std::span<const SequenceStep> steps) {
+  const auto set_up = std::chrono::steady_clock::now();
   const ModelConfig& c = model_->config();
   if (steps.empty()) throw Error("nothing to run: no sequences were given");
   size_t tokens = 0, logit_rows = 0;
@@ -56,7 +57,16 @@ std::span<const float> Executor::run(std::span<const SequenceStep> steps) {
         std::span<std::byte>(reinterpret_cast<std::byte*>(arena_storage_.data()), arena_storage_.size() * sizeof(Line));
   }
 
-  for (const Op& op : graph_.ops) run_op(op, steps, tokens, logit_rows);
+  if (op_times_) {
+    op_times_->push_back({kSetUp, set_up, std::chrono::steady_clock::now()});
+    for (size_t i = 0; i < graph_.ops.size(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run_op(graph_.ops[i], steps, tokens, logit_rows);
+      op_times_->push_back({i, t0, std::chrono::steady_clock::now()});
+    }
+  } else {
+    for (const Op& op : graph_.ops) run_op(op, steps, tokens, logit_rows);
+  }
   for (const SequenceStep& s : steps) s.cache->set_length(s.cache->length() + s.ids.size());
   return {buffer(graph_.logits), logit_rows * c.vocab_size};
 }

@@ -3,6 +3,7 @@
 // a decode step of one, appending their keys and values to the KV cache.
 // One Executor per concurrent session (it owns the activation arena); the
 // Model it reads is shared and never written.
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -46,6 +47,17 @@ class Executor {
   // bit-identical to running each sequence alone.
   std::span<const float> run(std::span<const SequenceStep> steps);
 
+  // While set, run() appends when each op of the graph started and ended
+  // (graph_.ops index), after the step's set-up (op kSetUp: the checks of
+  // the step, its buffer plan and arena), for `mmgpt bench --profile` and
+  // `--trace`.
+  static constexpr size_t kSetUp = SIZE_MAX;
+  struct OpTime {
+    size_t op;
+    std::chrono::steady_clock::time_point t0, t1;
+  };
+  void record_op_times(std::vector<OpTime>* out) { op_times_ = out; }
+
  private:
   float* buffer(int id) { return reinterpret_cast<float*>(arena_.data() + plan_->offsets[id]); }
   // One operation of the graph over every row of the step; each kernel
@@ -61,6 +73,7 @@ class Executor {
   };
   std::vector<Line> arena_storage_;
   std::span<std::byte> arena_;
+  std::vector<OpTime>* op_times_ = nullptr;
 };
 
 }  // namespace mmgpt

@@ -134,8 +134,12 @@ Graph build_gpt_graph(const Model& model) {
   return graph;
 }
 
-std::string Graph::to_string() const {
+const char* op_kind_name(OpKind kind) {
   static const char* kNames[] = {"embed", "layernorm", "matmul", "attention", "add", "gelu", "select_rows"};
+  return kNames[static_cast<int>(kind)];
+}
+
+std::string Graph::to_string() const {
   auto shape = [&](int b) {
     if (b < 0) return std::string("ids");
     const BufferSpec& s = buffers[b];
@@ -144,8 +148,7 @@ std::string Graph::to_string() const {
   std::ostringstream out;
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& o = ops[i];
-    out << i << ": " << kNames[static_cast<int>(o.kind)] << " " << o.label << "  " << shape(o.input) << " -> "
-        << shape(o.output);
+    out << i << ": " << op_kind_name(o.kind) << " " << o.label << "  " << shape(o.input) << " -> " << shape(o.output);
     if (o.kind == OpKind::MatMul && o.epilogue.act != kernels::Activation::None)
       out << " +" << (o.epilogue.act == kernels::Activation::GeluErf ? "gelu_erf" : "gelu_tanh");
     if (o.kind == OpKind::MatMul && o.epilogue.accumulate) out << " (added into " << buffers[o.output].name << ")";

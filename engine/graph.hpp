@@ -31,6 +31,9 @@ enum class OpKind {
   SelectRows,  // out = the rows whose logits are wanted: each sequence's last ones
 };
 
+// "embed", "layernorm", "matmul", "attention", "add", "gelu", "select_rows".
+const char* op_kind_name(OpKind kind);
+
 enum class Rows { Tokens, LogitRows };
 
 struct BufferSpec {

@@ -11,7 +11,10 @@
 // a real race in mmgpt. (The remaining reports on TBB's own task objects are
 // suppressed by tests/sanitizers/tsan.supp.)
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <vector>
 
 #include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
@@ -41,11 +44,40 @@ inline size_t thread_budget() {
                           tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)));
 }
 
-// Call it qualified, mmgpt::parallel_for: unqualified, argument-dependent lookup
-// also finds tbb::parallel_for, whose non-template partitioner overloads win.
+// Records when each body call of every parallel_for ran, and on which of the
+// task arena's threads, while installed (`mmgpt bench --trace`). A slot per
+// thread index, each written only by its thread, read after the loops joined.
+class TaskRecorder {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Span {
+    Clock::time_point t0, t1;
+  };
+  explicit TaskRecorder(size_t threads) : slots_(std::max<size_t>(threads, 1)) {
+    for (auto& s : slots_) s.reserve(1 << 14);
+  }
+  void record(Clock::time_point t0) {
+    const int slot = tbb::this_task_arena::current_thread_index();
+    if (slot >= 0 && static_cast<size_t>(slot) < slots_.size()) slots_[slot].push_back({t0, Clock::now()});
+  }
+  const std::vector<std::vector<Span>>& slots() const { return slots_; }
+  void clear() {
+    for (auto& s : slots_) s.clear();
+  }
+
+  // The installed recorder (null: none); install with nothing running.
+  static TaskRecorder* active() { return active_.load(std::memory_order_relaxed); }
+  static void install(TaskRecorder* r) { active_.store(r, std::memory_order_release); }
+
+ private:
+  std::vector<std::vector<Span>> slots_;
+  static inline std::atomic<TaskRecorder*> active_{nullptr};
+};
+
+namespace detail {
 
 template <class Range, class Body, class Partitioner>
-void parallel_for(const Range& range, const Body& body, const Partitioner& partitioner) {
+void parallel_for_untraced(const Range& range, const Body& body, const Partitioner& partitioner) {
 #ifdef MMGPT_TSAN
   char fork = 0, join = 0;
   __tsan_release(&fork);
@@ -71,6 +103,26 @@ void parallel_for(const Range& range, const Body& body, const Partitioner& parti
 #else
   tbb::parallel_for(range, body, partitioner);
 #endif
+}
+
+}  // namespace detail
+
+// Call it qualified, mmgpt::parallel_for: unqualified, argument-dependent lookup
+// also finds tbb::parallel_for, whose non-template partitioner overloads win.
+template <class Range, class Body, class Partitioner>
+void parallel_for(const Range& range, const Body& body, const Partitioner& partitioner) {
+  if (TaskRecorder* rec = TaskRecorder::active()) [[unlikely]] {
+    detail::parallel_for_untraced(
+        range,
+        [&](const Range& r) {
+          const TaskRecorder::Clock::time_point t0 = TaskRecorder::Clock::now();
+          body(r);
+          rec->record(t0);
+        },
+        partitioner);
+    return;
+  }
+  detail::parallel_for_untraced(range, body, partitioner);
 }
 
 }  // namespace mmgpt

@@ -125,6 +125,86 @@ check('table: header, rule, one row; names the kernels and the bandwidth',
       rc == 0 and len(table) == 3 and 'frac of bw' in table[0] and 'frac of bw +KV' in table[0] and 'pp8+tg4' in table[2]
       and 'kernels:' in out and 'GB/s' in out, f'exit {rc}, {out!r}, {err!r}')
 
+# --- --profile: a table per op kind for the prefill and for a decode step
+rc, out, err = run('bench', '-m', model, '-p', '8', '-n', '4', '-t', '2', '-b', '2', *FAST, '--profile',
+                   '--trace', os.path.join(W, 'trace.json'))
+prof = {}
+for title in ('profile: prefill of 8 tokens, 2 threads, batch 2', 'profile: decode step, 2 threads, batch 2'):
+    at = out.find(title)
+    rows = []
+    if at >= 0:
+        for ln in out[at:].splitlines()[3:]:
+            if not ln.startswith('|'):
+                break
+            rows.append([c.strip() for c in ln.strip('|').split('|')])
+    prof[title] = rows
+KINDS = {'step set-up', 'embed', 'layernorm', 'matmul f32', 'attention', 'select_rows'}
+check('--profile: a prefill and a decode-step table with every op kind of the graph and the set-up',
+      rc == 0 and all({r[0] for r in rows} == KINDS for rows in prof.values()), f'exit {rc}, {out!r}, {err!r}')
+shares = [sum(float(r[3].rstrip('%')) for r in rows) for rows in prof.values()]
+rated = [r for rows in prof.values() for r in rows if r[0] != 'step set-up']
+check('--profile: shares add up to the ops\' part of the step; each op kind read against its limit',
+      all(50 < x <= 100.5 for x in shares)
+      and all(float(r[7]) >= 0 and r[6] in ('fp32 FMA peak', 'read bandwidth') for r in rated)
+      and all(float(r[7]) > 0 for r in rated if r[0] == 'matmul f32'), f'{shares}, {prof}')
+
+# --- --trace: Chrome trace-event JSON of the first combination's prefill and decode steps
+try:
+    with open(os.path.join(W, 'trace.json')) as f:
+        trace = json.load(f)
+except (OSError, ValueError) as e:
+    trace = None
+    check('--trace writes a JSON file', False, str(e))
+if trace is not None:
+    ev = trace.get('traceEvents', [])
+    spans = [e for e in ev if e.get('ph') == 'X']
+    check('--trace: complete events with name, pid, tid, ts and dur',
+          spans and all(isinstance(e.get('name'), str) and e.get('pid') == 1 and isinstance(e.get('tid'), int)
+                        and e['ts'] >= 0 and e['dur'] >= 0 for e in spans), str(spans[:3]))
+    steps = [e for e in spans if e.get('cat') == 'step']
+    # Each step: its set-up (checks, buffer plan), then the ops, on track 0.
+    check('--trace: the prefill and the 4 decode steps on track 0, each with its set-up',
+          [e['name'] for e in steps] == ['prefill 8 tokens x 2'] + [f'decode step {i}' for i in range(1, 5)]
+          and all(e['tid'] == 0 for e in steps)
+          and len([e for e in spans if e.get('cat') == 'set-up' and e['tid'] == 0]) == len(steps), str(steps))
+    # The ops of each step lie within it and cover its wall time (the gaps are the loop between them). A
+    # step of a tiny model takes tens of microseconds, so a preemption between two ops (the machine is busy
+    # with other tests) could open a gap: the trace gets three tries.
+    def coverage(spans):
+        out = []
+        for st in [e for e in spans if e.get('cat') == 'step']:
+            ops = [e for e in spans
+                   if e['tid'] == 0 and e.get('cat') != 'step' and st['ts'] <= e['ts'] <= st['ts'] + st['dur']]
+            inside = all(e['ts'] + e['dur'] <= st['ts'] + st['dur'] + 1e-3 for e in ops)
+            out.append((st['name'], len(ops), inside, sum(e['dur'] for e in ops), st['dur']))
+        return out
+    def covered(cov):
+        return bool(cov) and all(n > 10 and inside and c >= 0.8 * d for _, n, inside, c, d in cov)
+    cov = coverage(spans)
+    for _ in range(2):
+        if covered(cov):
+            break
+        run('bench', '-m', model, '-p', '8', '-n', '4', '-t', '2', '-b', '2', *FAST,
+            '--trace', os.path.join(W, 't2.json'))
+        with open(os.path.join(W, 't2.json')) as f:
+            cov = coverage([e for e in json.load(f)['traceEvents'] if e.get('ph') == 'X'])
+    check('--trace: every step\'s set-up and ops lie within it and cover its wall time', covered(cov), str(cov))
+    names = {e['tid']: e['args']['name'] for e in ev if e.get('ph') == 'M' and e.get('name') == 'thread_name'}
+    tasks = [e for e in spans if e.get('cat') == 'task']
+    end = max(e['ts'] + e['dur'] for e in steps) if steps else 0
+    check('--trace: a named track per thread; tasks on the thread tracks, within the steps',
+          names.get(0) == 'steps and ops' and len(names) >= 2 and tasks
+          and all(e['tid'] in names and e['tid'] > 0 and e['ts'] + e['dur'] <= end + 1e-3 for e in tasks),
+          f'{names}, {len(tasks)} tasks')
+
+# --- --profile with --json: the JSON stays the whole of stdout, the tables go to stderr
+rc, out, err = run('bench', '-m', model, '-p', '8', '-n', '2', '-t', '1', *FAST, '--json', '--profile')
+try:
+    ok = rc == 0 and json.loads(out)['results'] and 'profile: decode step' in err
+except ValueError:
+    ok = False
+check('--profile --json: JSON on stdout, the profile on stderr', ok, f'exit {rc}, {out[:200]!r}, {err[:300]!r}')
+
 # --- bad arguments: one line each, before any work
 for name, argv, mention in [
         ('no model', ['bench', '-p', '8'], '--model'),
@@ -135,7 +215,10 @@ for name, argv, mention in [
         ('-b 0', ['bench', '-m', model, '-b', '0'], '-b'),
         ('-r 0', ['bench', '-m', model, '-r', '0'], '-r'),
         ('-n negative', ['bench', '-m', model, '-n', '-1'], '-n'),
-        ('--bw-mib too small', ['bench', '-m', model, '--bw-mib', '1'], '--bw-mib')]:
+        ('--bw-mib too small', ['bench', '-m', model, '--bw-mib', '1'], '--bw-mib'),
+        ('--trace into a missing directory', ['bench', '-m', model, *FAST, '--trace',
+                                              os.path.join(W, 'no', 'such', 't.json')], '--trace'),
+        ('--trace a directory', ['bench', '-m', model, *FAST, '--trace', W], '--trace')]:
     expect_error('bench: ' + name, *argv, mentions=(mention,))
 
 finish()

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -43,8 +44,10 @@
 #include "engine/executor.hpp"
 #include "engine/mmgpt.hpp"
 #include "engine/sampler.hpp"
+#include "formats/error.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/machine_limits.hpp"
+#include "tools/cli/bench_profile.hpp"
 #include "tools/cli/commands.hpp"
 #include "tools/cli/mapped_pages.hpp"
 #include "tools/cli/validate.hpp"
@@ -67,7 +70,13 @@ struct BenchArgs {
   std::string prompt_list = "512", batch_list = "1", threads_list;  // as given; parsed by the callback
   bool json = false;
   std::string kv_dtype = "f32";
+  bool profile = false;
+  std::string trace;  // Chrome trace-event JSON of the first combination's profiled run
 };
+
+// Decode steps of the profiled run (--profile, --trace): enough to average a
+// decode step, few enough for a trace to stay readable.
+constexpr size_t kProfileDecodeSteps = 8;
 
 struct Spread {
   double median = 0, min = 0, max = 0;
@@ -191,9 +200,18 @@ void run_bench(const BenchArgs& a) {
     for (unsigned t : a.threads)
       if (!bw.count(t)) bw[t] = limits::read_bandwidth_gbps(buf, t, 3);
   }
-  std::map<unsigned, double> peak;  // fp32 FMA peak, GFLOP/s, per thread count
+  if (!a.trace.empty()) {  // before minutes of runs: a trace that cannot be written fails now
+    const std::filesystem::path dir = std::filesystem::absolute(a.trace).parent_path();
+    if (!std::filesystem::is_directory(dir)) throw Error("--trace " + a.trace + ": no directory " + dir.string());
+    if (std::filesystem::is_directory(a.trace)) throw Error("--trace " + a.trace + ": is a directory");
+  }
+  std::map<unsigned, double> peak, int8_peak;  // fp32 FMA and int8 dot-product peaks, per thread count
   for (unsigned t : a.threads)
-    if (!peak.count(t)) peak[t] = limits::fma_peak_gflops(t);
+    if (!peak.count(t)) {
+      peak[t] = limits::fma_peak_gflops(t);
+      if (a.profile) int8_peak[t] = limits::int8_dot_peak_gops(t);
+    }
+  bool traced = false;
   const ModelConfig& config = lm.config();
   const uint64_t step_bytes = decode_weight_bytes(lm.model());
   const WeightType kv_dtype = parse_kv_dtype(a.kv_dtype);
@@ -245,6 +263,12 @@ void run_bench(const BenchArgs& a) {
             frac.push_back(double(step_bytes) * double(n) / t.decode_s * 1e-9 / mbw.back());
             frac_kv.push_back((double(step_bytes) * double(n) + kv_bytes) / t.decode_s * 1e-9 / mbw.back());
           }
+        }
+        if (a.profile || (!a.trace.empty() && !traced)) {
+          const ProfileLimits lim{peak.at(threads), a.profile ? int8_peak.at(threads) : 0.0, bw.at(threads)};
+          profile_run(exec, caches, prompts, std::min(n, kProfileDecodeSteps), threads, lim,
+                      a.profile ? (a.json ? stderr : stdout) : nullptr, traced ? std::string() : a.trace);
+          traced = true;
         }
         Result res;
         res.threads = threads, res.batch = b, res.prompt = p, res.decode = n;
@@ -403,6 +427,13 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--bw-mib", a->bw_mib, "bandwidth probe buffer in MiB; keep it far past the LLC (default 1024)")
       ->check(count(16, uint64_t{1} << 20));
   cmd->add_flag("--json", a->json, "print the results as JSON instead of a table");
+  cmd->add_flag("--profile", a->profile,
+                "after each combination's runs, one more with every op timed: a table per op kind for the prefill "
+                "and a decode step (time, share, GFLOP/s or GB/s, fraction of the limit); to stderr with --json");
+  cmd->add_option("--trace", a->trace,
+                  "write a Chrome trace-event JSON (Perfetto, chrome://tracing) of the first combination's prefill "
+                  "and decode steps: steps and ops, and each thread's tasks")
+      ->check(non_empty("path"));
   cmd->callback([a]() {
     a->prompt.clear(), a->batch.clear(), a->threads.clear();
     for (uint64_t v : parse_count_list(a->prompt_list)) a->prompt.push_back(v);

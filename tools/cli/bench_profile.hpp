@@ -1,0 +1,32 @@
+#pragma once
+// `mmgpt bench --profile` and `--trace FILE`: one extra run of a prefill and
+// a few decode steps with every op timed (Executor::record_op_times) and
+// every parallel task timed on its thread (TaskRecorder, kernels/parallel.hpp).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "engine/executor.hpp"
+#include "engine/kv_cache.hpp"
+
+namespace mmgpt::cli {
+
+struct ProfileLimits {
+  double fma_gflops = 0;  // fp32 FMA peak, these threads
+  double int8_gops = 0;   // int8 dot-product peak, these threads (0: no probe)
+  double read_gbps = 0;   // read bandwidth, these threads
+};
+
+// Runs the prompts (one sequence each, together) and then `decode_steps`
+// greedy steps on `exec` and `caches` (cleared first). Unless `out` is null,
+// prints to it a table for the prefill and one for the mean decode step: each op kind's
+// time, share, GFLOP/s or GB/s and fraction of its limit. With a trace path,
+// writes the Chrome trace-event JSON of the run (opens in Perfetto or
+// chrome://tracing): one track of steps and ops for the calling thread, one
+// of tasks for each of the arena's threads. Throws mmgpt::Error when the file
+// cannot be written.
+void profile_run(Executor& exec, std::vector<KVCache>& caches, const std::vector<std::vector<int32_t>>& prompts,
+                 size_t decode_steps, unsigned threads, const ProfileLimits& limits, std::FILE* out,
+                 const std::string& trace_path);
+
+}  // namespace mmgpt::cli
