@@ -59,7 +59,9 @@ Work op_work(const Graph& g, const Op& op, const StepRecord& s, const ModelConfi
         w.flops += 4.0 * d * (n * c0 + n * (n + 1) / 2);  // q.k and p.v over the causal triangle
         w.bytes += 2.0 * d * double(KVCache::element_bytes(kv)) * (c0 + n) + 4.0 * n * 4 * d;
       }
-      w.compute = tokens >= 16;
+      // Each sequence's queries share its keys and values: compute-bound only
+      // with many new tokens in one sequence (a prefill), not a batch of decodes.
+      w.compute = *std::max_element(s.new_tokens.begin(), s.new_tokens.end()) >= 16;
       break;
     case OpKind::Embed: w.bytes = 12.0 * double(rows) * d; break;
     case OpKind::AddInPlace: w.bytes = 12.0 * double(rows) * width; break;
