@@ -94,10 +94,15 @@ double set_rates(benchmark::State& state, Clock::time_point loop_start, double f
 // A GEMV (M = 1) reads each weight once per call, so to measure what decode
 // sees it must read from memory, not from a cache that the previous iteration
 // filled: it cycles through enough copies of W to overflow any LLC (256 MiB).
-// packed: W in the panel layout the converter writes (matmul_packed, what the
-// engine runs); otherwise row-major (matmul, kept for older files).
-void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, size_t N, bool packed) {
+// Packed: W in the panel layout the converter writes (matmul_packed, what the
+// engine runs); RowMajor: matmul, kept for older files; OpenBlas: the same
+// product by OpenBLAS's cblas_sgemm (bench/openblas.hpp) on the row-major W,
+// without the bias, counted the same so the rows compare directly.
+enum class Gemm { Packed, RowMajor, OpenBlas };
+void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, size_t N, Gemm how) {
   IsaScope scope(isa);
+  const bool packed = how == Gemm::Packed;
+  if (how == Gemm::OpenBlas) mmgpt::bench::OpenBlas::get().set_threads(static_cast<int>(g_limits.threads));
   const auto x = random_floats(M * K, 1), b = random_floats(N, 3);
   const size_t wn = packed ? mmgpt::panel_floats(N, K) : N * K;
   const size_t copies = M == 1 ? std::max<size_t>(1, ((size_t{256} << 20) / sizeof(float) + wn - 1) / wn) : 1;
@@ -113,40 +118,18 @@ void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, 
   size_t next = 0;
   const Clock::time_point start = Clock::now();
   for (auto _ : state) {
-    if (packed)
-      k::matmul_packed(x.data(), w.data() + next * wn, b.data(), y.data(), M, K, N);
-    else
-      k::matmul(x.data(), w.data() + next * wn, b.data(), y.data(), M, K, N);
+    const float* wc = w.data() + next * wn;
+    switch (how) {
+      case Gemm::Packed: k::matmul_packed(x.data(), wc, b.data(), y.data(), M, K, N); break;
+      case Gemm::RowMajor: k::matmul(x.data(), wc, b.data(), y.data(), M, K, N); break;
+      case Gemm::OpenBlas: mmgpt::bench::OpenBlas::get().x_wt(x.data(), wc, y.data(), int(M), int(K), int(N)); break;
+    }
     next = next + 1 == copies ? 0 : next + 1;
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
   // One row is a GEMV: every weight read once, memory-bound. More rows reuse
   // each weight M times: compute-bound once M is past a few dozen.
-  set_rates(state, start, 2.0 * M * K * N, 4.0 * (M * K + N * K + N + M * N), M == 1 ? Bound::Memory : Bound::Compute);
-}
-
-// The same product by OpenBLAS's cblas_sgemm (bench/openblas.hpp), W row-major
-// as BLAS takes it, without the bias; flops and bytes counted as bench_matmul
-// counts them, so the rows compare directly.
-void bench_openblas(benchmark::State& state, size_t M, size_t K, size_t N) {
-  const auto& blas = mmgpt::bench::OpenBlas::get();
-  blas.set_threads(static_cast<int>(g_limits.threads));
-  const auto x = random_floats(M * K, 1);
-  const size_t wn = N * K;
-  const size_t copies = M == 1 ? std::max<size_t>(1, ((size_t{256} << 20) / sizeof(float) + wn - 1) / wn) : 1;
-  std::vector<float> w = random_floats(wn, 2);
-  w.resize(wn * copies);
-  for (size_t c = 1; c < copies; ++c) std::copy(w.begin(), w.begin() + wn, w.begin() + c * wn);
-  std::vector<float> y(M * N);
-  size_t next = 0;
-  const Clock::time_point start = Clock::now();
-  for (auto _ : state) {
-    blas.x_wt(x.data(), w.data() + next * wn, y.data(), int(M), int(K), int(N));
-    next = next + 1 == copies ? 0 : next + 1;
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
   set_rates(state, start, 2.0 * M * K * N, 4.0 * (M * K + N * K + N + M * N), M == 1 ? Bound::Memory : Bound::Compute);
 }
 
@@ -270,13 +253,13 @@ void register_all(const std::string& isa, std::initializer_list<size_t> widths, 
       for (Shape s : {Shape{d, 3 * d}, Shape{d, d}, Shape{d, 4 * d}, Shape{4 * d, d}}) {
         const std::string name =
             "matmul/" + isa + "/M=" + std::to_string(M) + "/K=" + std::to_string(s.K) + "/N=" + std::to_string(s.N);
-        reg(name, [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, true); });
+        reg(name, [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, Gemm::Packed); });
         if (isa != "scalar" && mmgpt::bench::OpenBlas::get().ok())  // side by side with the dispatched kernels
           reg("matmul_openblas" + name.substr(7 + isa.size()),
-              [=](benchmark::State& st) { bench_openblas(st, M, s.K, s.N); });
+              [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, Gemm::OpenBlas); });
         if (d == 768)  // the row-major kernel of older files, for comparison
           reg("matmul_rowmajor" + name.substr(6),
-              [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, false); });
+              [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, Gemm::RowMajor); });
       }
     // Quantized (and bf16, f16) weights, GPT-2 small only: decode shapes and the MLP up at prefill.
     if (d == 768) {
@@ -297,7 +280,7 @@ void register_all(const std::string& isa, std::initializer_list<size_t> widths, 
     }
     // The LM head: one row per step (prefill needs only the last position's logits).
     reg("matmul/" + isa + "/M=1/K=" + std::to_string(d) + "/N=" + std::to_string(kVocab) + "/lm_head",
-        [=](benchmark::State& st) { bench_matmul(st, isa, 1, d, kVocab, true); });
+        [=](benchmark::State& st) { bench_matmul(st, isa, 1, d, kVocab, Gemm::Packed); });
   }
   // Streaming kernels at decode (one row) and prefill (max of `rows`) sizes of each width.
   const size_t prefill_rows = std::max<size_t>(rows);

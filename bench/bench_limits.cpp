@@ -8,7 +8,7 @@
 //   MMGPT_BENCH_BW_MIB=256 bench_limits   # smaller buffers (keep well past the LLC)
 //
 // Counters: GB=x/s (1e9 bytes read per second, mean), best_GB/s; GFLOP/s (2 flops per FMA, mean),
-// best_GFLOP/s and its per-thread share; for int8, GOP/s (2 ops per byte product) likewise.
+// the best rate and its per-thread share; the int8 probe counts 2 ops per byte product.
 // Google Benchmark repeats each case; ask for --benchmark_repetitions=5 to see spread.
 #include <chrono>
 #include <cstdio>
@@ -46,8 +46,8 @@ void bench_read(benchmark::State& state, lim::ReadBuffer::Kind kind, unsigned th
   state.SetLabel(buf.describe());
 }
 
-// A peak probe: probe(threads) returns the best rate of one short pass, in
-// `unit` (GFLOP/s or GOP/s); label names the instructions timed.
+// A peak probe: probe(threads) returns the best rate of one short pass, which
+// the counters named after `unit` report; label names the instructions timed.
 template <class Probe>
 void bench_peak(benchmark::State& state, unsigned threads, const std::string& unit, const char* label, Probe probe) {
   double best = 0, sum = 0;
@@ -66,36 +66,24 @@ void bench_peak(benchmark::State& state, unsigned threads, const std::string& un
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Every probe: 5 timed iterations, in ms, with the time the probe reports.
+  auto reg = [](const std::string& name, auto fn) {
+    benchmark::RegisterBenchmark(name.c_str(), fn)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+  };
   const unsigned n = std::max(1u, std::thread::hardware_concurrency());
   for (unsigned t : {1u, n}) {
     const std::string th = "/threads=" + std::to_string(t);
-    benchmark::RegisterBenchmark(("read_bw/anon_hugepage" + th).c_str(),
-                                 [t](benchmark::State& s) { bench_read(s, lim::ReadBuffer::Kind::AnonHugePages, t); })
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond)
-        ->Iterations(5);
-    benchmark::RegisterBenchmark(("read_bw/mmapped_file" + th).c_str(),
-                                 [t](benchmark::State& s) { bench_read(s, lim::ReadBuffer::Kind::FileMapped, t); })
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond)
-        ->Iterations(5);
-    benchmark::RegisterBenchmark(("fma_peak/fp32" + th).c_str(),
-                                 [t](benchmark::State& s) {
-                                   bench_peak(s, t, "GFLOP/s", lim::best_fma_path().isa,
-                                              [](unsigned n) { return lim::fma_peak_gflops(n, 0.1, 1); });
-                                 })
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond)
-        ->Iterations(5);
+    reg("read_bw/anon_hugepage" + th,
+        [t](benchmark::State& s) { bench_read(s, lim::ReadBuffer::Kind::AnonHugePages, t); });
+    reg("read_bw/mmapped_file" + th, [t](benchmark::State& s) { bench_read(s, lim::ReadBuffer::Kind::FileMapped, t); });
+    reg("fma_peak/fp32" + th, [t](benchmark::State& s) {
+      bench_peak(s, t, "GFLOP/s", lim::best_fma_path().isa, [](unsigned n) { return lim::fma_peak_gflops(n, 0.1, 1); });
+    });
     if (lim::int8_dot_path().run)
-      benchmark::RegisterBenchmark(("dot_peak/int8" + th).c_str(),
-                                   [t](benchmark::State& s) {
-                                     bench_peak(s, t, "GOP/s", lim::int8_dot_path().isa,
-                                                [](unsigned n) { return lim::int8_dot_peak_gops(n, 0.1, 1); });
-                                   })
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond)
-          ->Iterations(5);
+      reg("dot_peak/int8" + th, [t](benchmark::State& s) {
+        bench_peak(s, t, "GOP/s", lim::int8_dot_path().isa,
+                   [](unsigned n) { return lim::int8_dot_peak_gops(n, 0.1, 1); });
+      });
     if (n == 1) break;
   }
   benchmark::Initialize(&argc, argv);

@@ -350,8 +350,8 @@ double peak_rate(R (*run)(uint64_t), double work_per_iter, unsigned threads, dou
 
 }  // namespace detail
 
-// Peak fp32 GFLOP/s (2 flops per FMA) with `threads` threads, each running its
-// own chains for about `seconds`; best of `passes`.
+// Peak fp32 rate in 1e9 flops a second (2 per FMA) with `threads` threads,
+// each running its own chains for about `seconds`; best of `passes`.
 inline double fma_peak_gflops(unsigned threads, double seconds = 0.2, int passes = 3) {
   const FmaPath path = best_fma_path();
   return detail::peak_rate(path.run, 2.0 * path.lanes * 12, threads, seconds, passes);
@@ -444,9 +444,9 @@ inline Int8DotPath int8_dot_path() {
   return {"none", 0, 0, nullptr};
 }
 
-// Peak int8 dot-product throughput in GOP/s (2 ops per byte product: the
-// quantized matmul's multiply-adds, counted as its GFLOP/s are) with `threads`
-// threads; best of `passes`. 0 where int8_dot_path has no probe.
+// Peak int8 dot-product rate in 1e9 ops a second, 2 per byte product (a
+// multiply and an add, as the quantized matmul's flops are counted), with
+// `threads` threads; best of `passes`. 0 where int8_dot_path has no probe.
 inline double int8_dot_peak_gops(unsigned threads, double seconds = 0.2, int passes = 3) {
   const Int8DotPath path = int8_dot_path();
   if (!path.run) return 0;

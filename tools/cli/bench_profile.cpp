@@ -57,6 +57,7 @@ Work op_work(const Graph& g, const Op& op, const StepRecord& s, const ModelConfi
       for (size_t i = 0; i < s.new_tokens.size(); ++i) {
         const double n = double(s.new_tokens[i]), c0 = double(s.context[i]);
         w.flops += 4.0 * d * (n * c0 + n * (n + 1) / 2);  // q.k and p.v over the causal triangle
+        // keys and values of every position, and each new token's qkv row (3d floats) and output (d)
         w.bytes += 2.0 * d * double(KVCache::element_bytes(kv)) * (c0 + n) + 4.0 * n * 4 * d;
       }
       // Each sequence's queries share its keys and values: compute-bound only
@@ -68,12 +69,6 @@ Work op_work(const Graph& g, const Op& op, const StepRecord& s, const ModelConfi
     default: w.bytes = 8.0 * double(rows) * width; break;  // read and write every element once
   }
   return w;
-}
-
-std::string num(const char* f, double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
 }
 
 void print_table(std::FILE* out, const char* title, const std::vector<const StepRecord*>& steps, const Executor& exec,
@@ -121,8 +116,8 @@ void print_table(std::FILE* out, const char* title, const std::vector<const Step
     const double frac = cap > 0 ? (r.compute ? gflops : gbps) / cap : 0;
     std::fprintf(out, "| %s | %.0f | %.3f | %.1f%% | %s | %s | %s | %s |\n", kind.c_str(), double(r.calls) / n,
                  r.seconds / n * 1e3, wall > 0 ? r.seconds / wall * 100 : 0.0,
-                 r.flops > 0 ? num("%.0f", gflops).c_str() : "-", rated ? num("%.1f", gbps).c_str() : "-", limit,
-                 rated ? num("%.3f", frac).c_str() : "-");
+                 r.flops > 0 ? fmt("%.0f", gflops).c_str() : "-", rated ? fmt("%.1f", gbps).c_str() : "-", limit,
+                 rated ? fmt("%.3f", frac).c_str() : "-");
   }
 }
 

@@ -11,6 +11,13 @@
 
 namespace mmgpt::cli {
 
+// One number through a printf format, for the bench tables.
+inline std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
 struct ProfileLimits {
   double fma_gflops = 0;  // fp32 FMA peak, these threads
   double int8_gops = 0;   // int8 dot-product peak, these threads (0: no probe)
@@ -20,7 +27,7 @@ struct ProfileLimits {
 // Runs the prompts (one sequence each, together) and then `decode_steps`
 // greedy steps on `exec` and `caches` (cleared first). Unless `out` is null,
 // prints to it a table for the prefill and one for the mean decode step: each op kind's
-// time, share, GFLOP/s or GB/s and fraction of its limit. With a trace path,
+// time, share, rate of work and fraction of the limit that bounds it. With a trace path,
 // writes the Chrome trace-event JSON of the run (opens in Perfetto or
 // chrome://tracing): one track of steps and ops for the calling thread, one
 // of tasks for each of the arena's threads. Throws mmgpt::Error when the file

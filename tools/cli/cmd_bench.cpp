@@ -179,11 +179,6 @@ RunTimes run_once(Executor& exec, std::vector<KVCache>& caches, const std::vecto
   return t;
 }
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 std::string fmt_spread(const Spread& s, const char* f) {
   return fmt(f, s.median) + " (" + fmt(f, s.min) + "-" + fmt(f, s.max) + ")";
 }
