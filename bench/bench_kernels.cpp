@@ -238,6 +238,27 @@ void bench_attention(benchmark::State& state, std::string isa, size_t d, size_t 
   set_rates(state, start, 4.0 * n * d * n_layer, bytes);
 }
 
+// A prefill's attention: n tokens from position 0 against themselves, one
+// layer, all heads (causal_attention, split over the threads as the engine
+// splits it). Keys and values of a head stay in the CPU's caches, so it is
+// read against the FMA peak: 4 * d flops per query and position it sees.
+void bench_prefill_attention(benchmark::State& state, std::string isa, size_t d, size_t n, mmgpt::WeightType kv) {
+  IsaScope scope(isa);
+  mmgpt::ModelConfig c;
+  c.n_layer = 1, c.n_head = static_cast<uint32_t>(d / 64);
+  c.n_embd = static_cast<uint32_t>(d), c.n_ctx = static_cast<uint32_t>(n);
+  mmgpt::KVCache cache(c, kv);
+  const auto qkv = random_floats(n * 3 * d, 9);
+  std::vector<float> out(n * d);
+  const Clock::time_point start = Clock::now();
+  for (auto _ : state) {
+    mmgpt::causal_attention(qkv.data(), out.data(), n, 0, 0, c.n_head, cache);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_rates(state, start, 4.0 * d * n * (n + 1) / 2, 2.0 * n * d * mmgpt::KVCache::element_bytes(kv), Bound::Compute);
+}
+
 // widths: model widths to cover; rows: matmul M values (1 = decode GEMV, 128/512 = prefill GEMM).
 void register_all(const std::string& isa, std::initializer_list<size_t> widths, std::initializer_list<size_t> rows) {
   auto reg = [&](const std::string& name, auto fn) {
@@ -304,6 +325,13 @@ void register_all(const std::string& isa, std::initializer_list<size_t> widths, 
                 "/n=" + std::to_string(n) + "/kv=" + (kv == mmgpt::WeightType::F32 ? "f32" : "f16"),
             [=](benchmark::State& st) { bench_attention(st, isa, d, layers, n, kv); });
   }
+  // Prefill attention at the prefill rows and at GPT-2's context.
+  for (size_t d : widths)
+    for (size_t n : {prefill_rows, size_t{1024}})
+      for (mmgpt::WeightType kv : {mmgpt::WeightType::F32, mmgpt::WeightType::F16})
+        reg("attention_prefill/" + isa + "/d=" + std::to_string(d) + "/n=" + std::to_string(n) +
+                "/kv=" + (kv == mmgpt::WeightType::F32 ? "f32" : "f16"),
+            [=](benchmark::State& st) { bench_prefill_attention(st, isa, d, n, kv); });
   for (size_t n : {64, 1024, 50257})
     reg("softmax/" + isa + "/n=" + std::to_string(n),
         [=](benchmark::State& st) { bench_inplace<k::softmax>(st, isa, n); });

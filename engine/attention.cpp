@@ -16,6 +16,12 @@ namespace mmgpt {
 
 namespace {
 
+// Tokens of a prefill attention task: enough to reuse each key and value row
+// across the kernel's tiles of queries, few enough for the tasks to balance.
+constexpr size_t kPrefillTile = 32;
+// Fewer new tokens (decode, a batch's steps) are split by token and heads.
+constexpr size_t kMinPrefillTokens = 4;
+
 // Appends token t's keys and values of heads [h0, h1) (qkv row t) at position
 // base + t, rounded to a 16-bit cache's type.
 void append_kv(const float* qkv, size_t t, size_t base, size_t layer, size_t h0, size_t h1, size_t n_head,
@@ -55,12 +61,44 @@ void attend(const float* qkv, float* out, size_t t, size_t base, size_t layer, s
   }
 }
 
+// Tokens [t0, t1) (qkv rows, positions base + t), head h, in one call: the
+// kernel reads each key and value row once for a tile of tokens. s: (t1 - t0)
+// * (base + t1) floats.
+void attend_tokens(const float* qkv, float* out, size_t t0, size_t t1, size_t base, size_t layer, size_t h,
+                   size_t n_head, KVCache& cache, float* s) {
+  const size_t hd = cache.head_dim();
+  const size_t d = n_head * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  kernels::attention_queries(qkv + t0 * 3 * d + h * hd, 3 * d, cache.keys(layer, h), cache.values(layer, h),
+                             cache.dtype(), base + t0 + 1, t1 - t0, 1, hd, cache.blocks(cache.group_of(h)), scale, s,
+                             out + t0 * d + h * hd, d);
+}
+
+// A prefill (or a chunk of one): tasks of a head and a tile of tokens.
+void prefill_attention(const float* qkv, float* out, size_t tokens, size_t base, size_t layer, size_t n_head,
+                       KVCache& cache) {
+  const size_t tiles = (tokens + kPrefillTile - 1) / kPrefillTile;
+  mmgpt::parallel_for(
+      tbb::blocked_range<size_t>(0, tiles * n_head, 1),
+      [&](const tbb::blocked_range<size_t>& r) {
+        std::vector<float> scores;
+        for (size_t i = r.begin(); i < r.end(); ++i) {
+          // The last tiles (the longest rows) first, so that short ones fill in at the end.
+          const size_t t0 = (tiles - 1 - i / n_head) * kPrefillTile, t1 = std::min(tokens, t0 + kPrefillTile);
+          scores.resize((t1 - t0) * (base + t1));
+          attend_tokens(qkv, out, t0, t1, base, layer, i % n_head, n_head, cache, scores.data());
+        }
+      },
+      tbb::simple_partitioner());
+}
+
 }  // namespace
 
 void causal_attention(const float* qkv, float* out, size_t tokens, size_t base, size_t layer, size_t n_head,
                       KVCache& cache) {
   const size_t hd = cache.head_dim();
   for (size_t t = 0; t < tokens; ++t) append_kv(qkv, t, base, layer, 0, n_head, n_head, cache);
+  if (tokens >= kMinPrefillTokens) return prefill_attention(qkv, out, tokens, base, layer, n_head, cache);
 
   // Tasks: a token's heads in `groups` blocks, as few as keep the threads
   // busy (decode: one block per thread, the cache's groups when it was made

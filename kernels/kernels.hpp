@@ -91,6 +91,15 @@ class PanelProduct {
 // block size and whichever heads share the call (attention_simd.hpp).
 void attention_heads(const float* q, const void* k, const void* v, WeightType kv, size_t n, size_t heads, size_t hd,
                      KVBlocks at, float scale, float* s, float* out);
+// attention_heads for `queries` consecutive positions of one sequence (a
+// prefill): query i (q + i * q_stride) over the first n + i positions, its
+// output at out + i * out_stride. Bit for bit attention_heads of each query
+// alone; the SIMD kernels read each key and value row once for a tile of
+// queries. s: queries * heads * (n + queries - 1) floats (query i's head h at
+// (i * heads + h) * (n + queries - 1)).
+void attention_queries(const float* q, size_t q_stride, const void* k, const void* v, WeightType kv, size_t n,
+                       size_t queries, size_t heads, size_t hd, KVBlocks at, float scale, float* s, float* out,
+                       size_t out_stride);
 // One head over n contiguous rows of hd floats (s: n floats).
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
                    float* out);

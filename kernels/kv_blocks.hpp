@@ -1,6 +1,7 @@
 #pragma once
 // Where the keys (or the values) of consecutive heads lie in a KV cache, as
-// the attention kernels read them (kernels.hpp attention_heads).
+// the attention kernels read them (kernels.hpp attention_heads and
+// attention_queries).
 #include <cstddef>
 
 namespace mmgpt::kernels {

@@ -40,10 +40,11 @@ struct MatmulKernels {
   const MatmulKernels* reference = nullptr;
 };
 
-// One query's causal attention for consecutive heads over a KV cache of one
-// element type (kernels.hpp attention_heads).
-using AttentionKernel = void (*)(const float* q, const void* k, const void* v, size_t n, size_t heads, size_t hd,
-                                 KVBlocks at, float scale, float* s, float* out);
+// Causal attention of consecutive queries for consecutive heads over a KV
+// cache of one element type (kernels.hpp attention_queries).
+using AttentionKernel = void (*)(const float* q, size_t q_stride, const void* k, const void* v, size_t n,
+                                 size_t queries, size_t heads, size_t hd, KVBlocks at, float scale, float* s,
+                                 float* out, size_t out_stride);
 // x[M, K] to q8 blocks (quant_layout.hpp): q[M * Kp], scale / sum[M * Kb].
 using QuantizeRows = void (*)(const float* x, size_t M, size_t K, int8_t* q, float* scale, int32_t* sum);
 

@@ -476,7 +476,8 @@ TEST_CASE("KV-cache layout: each row its own place, where blocks() says, for any
 // the heads are grouped must not change a bit: a prefill across a block
 // boundary, then decode steps, on caches of 1, 2, 3 and n_head groups, with
 // 1 and 2 threads, f32 and f16 caches.
-TEST_CASE("attention gives the same bits whatever the KV cache's groups and the thread count") {
+TEST_CASE(
+    "attention gives the same bits whatever the KV cache's groups, the thread count and the chunks of a prefill") {
   const uint32_t n_head = 5;
   const size_t hd = 16, d = n_head * hd, prefill = 70, steps = 6;
   ModelConfig cfg = test::small_config(2, n_head, static_cast<uint32_t>(d), 128, 50);
@@ -485,21 +486,27 @@ TEST_CASE("attention gives the same bits whatever the KV cache's groups and the 
   for (float& v : qkv) x = x * 1664525u + 1013904223u, v = static_cast<float>(x >> 8) / float(1 << 24) * 4.0f - 2.0f;
   for (WeightType dt : {WeightType::F32, WeightType::F16}) {
     std::vector<float> want;
-    for (size_t threads : {1, 2})
-      for (size_t groups : {size_t{1}, size_t{2}, size_t{3}, size_t{n_head}}) {
-        CAPTURE(threads);
-        CAPTURE(groups);
-        tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
-        KVCache cache(cfg, dt, groups);
-        std::vector<float> out(d * (prefill + steps), -1.0f);
-        for (size_t l = 0; l < cfg.n_layer; ++l) {
-          causal_attention(qkv.data(), out.data(), prefill, 0, l, n_head, cache);
-          for (size_t s = 0; s < steps; ++s)
-            causal_attention(qkv.data() + (prefill + s) * 3 * d, out.data() + (prefill + s) * d, 1, prefill + s, l,
-                             n_head, cache);
+    // Chunks: the whole prefill in one call; one token a call, as decode
+    // steps; and chunks of tiles of queries with some left over.
+    for (size_t chunk : {prefill, size_t{1}, size_t{9}})
+      for (size_t threads : {1, 2})
+        for (size_t groups : {size_t{1}, size_t{2}, size_t{3}, size_t{n_head}}) {
+          CAPTURE(chunk);
+          CAPTURE(threads);
+          CAPTURE(groups);
+          tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
+          KVCache cache(cfg, dt, groups);
+          std::vector<float> out(d * (prefill + steps), -1.0f);
+          for (size_t l = 0; l < cfg.n_layer; ++l) {
+            for (size_t t = 0; t < prefill; t += chunk)
+              causal_attention(qkv.data() + t * 3 * d, out.data() + t * d, std::min(chunk, prefill - t), t, l, n_head,
+                               cache);
+            for (size_t s = 0; s < steps; ++s)
+              causal_attention(qkv.data() + (prefill + s) * 3 * d, out.data() + (prefill + s) * d, 1, prefill + s, l,
+                               n_head, cache);
+          }
+          if (want.empty()) want = out;
+          CHECK(std::memcmp(want.data(), out.data(), out.size() * sizeof(float)) == 0);
         }
-        if (want.empty()) want = out;
-        CHECK(std::memcmp(want.data(), out.data(), out.size() * sizeof(float)) == 0);
-      }
   }
 }

@@ -1,8 +1,9 @@
-// attention_row / attention_heads: every SIMD instantiation and the scalar
+// attention_row / attention_heads / attention_queries: every SIMD instantiation and the scalar
 // reference against an exact (double precision) evaluation, on awkward head
 // sizes (not multiples of any vector width) and key counts (around W and 8W);
 // a 16-bit cache against the f32 kernel on the widened rows; and heads read
-// from the KV cache's blocks against the same heads' rows one after another.
+// from the KV cache's blocks against the same heads' rows one after another;
+// a prefill's queries in one call against each query alone.
 //
 // Bound: each score is a dot product of hd terms, off by at most
 // (hd+1) u sum|q k| scale (any summation order); softmax turns a score error
@@ -205,6 +206,80 @@ TEST_CASE("attention_heads over blocks of positions: each head bit for bit its r
   {
     kt::IsaGuard guard;
     REQUIRE(k::force_isa("scalar"));  // the scalar set's entry (gathers each head's rows)
+    run_all();
+  }
+  kt::for_each_simd_isa([&](std::string_view) { run_all(); });
+}
+
+// A prefill's queries in one call (query i over the first n + i positions):
+// each query's output and probabilities bit for bit attention_heads of that
+// query alone, for tiles of every fill (queries not a multiple of the tile),
+// positions that start and end inside a group of W keys and inside a block,
+// and head sizes of every remainder. Unused rows of the cache hold NaN, and
+// the outputs start as NaN, so a read past a query's positions or a missed
+// write would show.
+TEST_CASE("attention_queries: each query bit for bit attention_heads of it alone") {
+  const size_t hds[] = {1, 7, 16, 17, 64, 80};
+  const size_t ns[] = {0, 1, 5, 16, 17, 63, 130};
+  const size_t query_counts[] = {1, 2, 3, 4, 5, 9, 19};
+  const size_t blocks[] = {16, 64};
+  const size_t heads_counts[] = {1, 3};
+  auto run_all = [&] {
+    uint32_t seed = 900;
+    for (mmgpt::WeightType t : {mmgpt::WeightType::F32, mmgpt::WeightType::BF16, mmgpt::WeightType::F16})
+      for (size_t hd : hds)
+        for (size_t n : ns)
+          for (size_t queries : query_counts)
+            for (size_t block : blocks)
+              for (size_t heads : heads_counts) {
+                if (t != mmgpt::WeightType::F32 && (heads > 1 || block != 64)) continue;  // keep the test quick
+                CAPTURE(hd);
+                CAPTURE(n);
+                CAPTURE(queries);
+                CAPTURE(block);
+                CAPTURE(heads);
+                CAPTURE(static_cast<int>(t));
+                const size_t positions = n + queries - 1, nb = positions / block + 1;
+                const k::KVBlocks at{block, block * hd, heads * block * hd};
+                const size_t cells = nb * at.block_stride;
+                std::vector<float> kf(cells, std::numeric_limits<float>::quiet_NaN()), vf = kf;
+                const auto kr = kt::random_floats(cells, -2, 2, seed += 3),
+                           vr = kt::random_floats(cells, -1, 1, seed + 1);
+                for (size_t h = 0; h < heads; ++h)
+                  for (size_t j = 0; j < positions; ++j) {
+                    const size_t row = (j / block) * at.block_stride + h * at.head_stride + (j % block) * hd;
+                    std::copy_n(kr.begin() + row, hd, kf.begin() + row);
+                    std::copy_n(vr.begin() + row, hd, vf.begin() + row);
+                  }
+                std::vector<uint16_t> kb(cells), vb(cells);
+                const void *kp = kf.data(), *vp = vf.data();
+                if (t != mmgpt::WeightType::F32) {
+                  k::narrow(kf.data(), cells, t, kb.data());
+                  k::narrow(vf.data(), cells, t, vb.data());
+                  kp = kb.data(), vp = vb.data();
+                }
+                const size_t q_stride = heads * hd + 3, out_stride = heads * hd + 5;  // rows wider than the heads
+                const auto q = kt::random_floats(queries * q_stride, -2, 2, seed + 2);
+                const float scale = 1.0f / std::sqrt(float(hd));
+                std::vector<float> s(queries * heads * positions, std::numeric_limits<float>::quiet_NaN());
+                std::vector<float> out(queries * out_stride, std::numeric_limits<float>::quiet_NaN());
+                k::attention_queries(q.data(), q_stride, kp, vp, t, n, queries, heads, hd, at, scale, s.data(),
+                                     out.data(), out_stride);
+                for (size_t i = 0; i < queries; ++i) {
+                  CAPTURE(i);
+                  std::vector<float> s1(heads * (n + i)), o1(heads * hd);
+                  k::attention_heads(q.data() + i * q_stride, kp, vp, t, n + i, heads, hd, at, scale, s1.data(),
+                                     o1.data());
+                  CHECK(std::memcmp(out.data() + i * out_stride, o1.data(), heads * hd * sizeof(float)) == 0);
+                  for (size_t h = 0; h < heads; ++h)
+                    CHECK(std::memcmp(s.data() + (i * heads + h) * positions, s1.data() + h * (n + i),
+                                      (n + i) * sizeof(float)) == 0);
+                }
+              }
+  };
+  {
+    kt::IsaGuard guard;
+    REQUIRE(k::force_isa("scalar"));
     run_all();
   }
   kt::for_each_simd_isa([&](std::string_view) { run_all(); });

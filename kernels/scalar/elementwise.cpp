@@ -142,7 +142,7 @@ namespace {
 // into one run, then the reference row.
 template <class E, class Row>
 void attention_entry_of(const float* q, const E* k, const E* v, size_t n, size_t heads, size_t hd, KVBlocks at,
-                        float scale, float* s, float* out, Row row) {
+                        float scale, float* s, size_t s_stride, float* out, Row row) {
   std::vector<E> kr(n * hd), vr(n * hd);
   for (size_t h = 0; h < heads; ++h) {
     for (size_t j = 0; j < n; ++j) {
@@ -150,13 +150,17 @@ void attention_entry_of(const float* q, const E* k, const E* v, size_t n, size_t
       std::copy(k + from, k + from + hd, kr.begin() + j * hd);
       std::copy(v + from, v + from + hd, vr.begin() + j * hd);
     }
-    row(q + h * hd, kr.data(), vr.data(), n, hd, scale, s + h * n, out + h * hd);
+    row(q + h * hd, kr.data(), vr.data(), n, hd, scale, s + h * s_stride, out + h * hd);
   }
 }
+// Query i against n + i positions, one query at a time.
 template <class E, auto Row>
-void attention_entry(const float* q, const void* k, const void* v, size_t n, size_t heads, size_t hd, KVBlocks at,
-                     float scale, float* s, float* out) {
-  attention_entry_of(q, static_cast<const E*>(k), static_cast<const E*>(v), n, heads, hd, at, scale, s, out, Row);
+void attention_entry(const float* q, size_t q_stride, const void* k, const void* v, size_t n, size_t queries,
+                     size_t heads, size_t hd, KVBlocks at, float scale, float* s, float* out, size_t out_stride) {
+  const size_t S = n + queries - 1;
+  for (size_t i = 0; i < queries; ++i)
+    attention_entry_of(q + i * q_stride, static_cast<const E*>(k), static_cast<const E*>(v), n + i, heads, hd, at,
+                       scale, s + i * heads * S, S, out + i * out_stride, Row);
 }
 }  // namespace
 

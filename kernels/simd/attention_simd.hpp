@@ -1,7 +1,8 @@
 #pragma once
-// Causal attention of one query for consecutive heads, written once against
-// xsimd and instantiated per ISA through kernels_simd.hpp (include only from
-// there): for each head h,
+// Causal attention of one query (decode) or of consecutive queries of a
+// sequence (prefill, in tiles that share each row they read) for consecutive
+// heads, written once against xsimd and instantiated per ISA through
+// kernels_simd.hpp (include only from there): for each head h,
 //   out_h[d] = sum_j softmax_j(scale * q_h . k_hj) v_hj[d]   for keys j < n.
 // Keys and values lie in the KV cache's blocks (kv_blocks.hpp KVBlocks): a block
 // holds `block` positions of every head, each head's rows contiguous, heads
@@ -148,6 +149,170 @@ struct AttentionHeads {
       float acc = carry ? out[d] : 0.0f;
       for (size_t j = 0; j < m; ++j) acc = __builtin_fmaf(p[j], one(v[j * hd + d]), acc);
       out[d] = acc;
+    }
+  }
+
+  // Prefill: a tile of QT queries of one head reads each key and value row
+  // once for all of them (a one-query kernel reads it once per query).
+  // Registers: AVX2's 16 hold two queries' four vectors of values, the 32 of
+  // AVX-512 and NEON four.
+  static constexpr size_t QT = 4;
+  static constexpr size_t NV = W == 8 ? 2 : 4;
+
+  // scores for QT queries (rows q[r]) and m keys from k, m a multiple of W
+  // and the first key a multiple of W: each score's arithmetic is that of
+  // scores(), so bit for bit the same. DV: the row's whole vectors, when
+  // known at compile time (0: hd / W at run time).
+  template <size_t DV>
+  static void scores_tile(const float* const* q, const KE* k, size_t m, size_t hd, float scale, float* const* s) {
+    const B sv(scale);
+    const size_t dv = DV > 0 ? DV * W : hd - hd % W;
+    for (size_t j = 0; j < m; j += W) {
+      B acc[QT][W];
+      for (size_t i = 0; i < W; ++i) {
+        const KE* row = k + (j + i) * hd;
+        B a[QT];
+#pragma GCC unroll 4
+        for (size_t r = 0; r < QT; ++r) a[r] = B(0.0f);
+        for (size_t d = 0; d < dv; d += W) {
+          const B kv = load(row + d);
+#pragma GCC unroll 4
+          for (size_t r = 0; r < QT; ++r) a[r] = xsimd::fma(B::load_unaligned(q[r] + d), kv, a[r]);
+        }
+#pragma GCC unroll 4
+        for (size_t r = 0; r < QT; ++r) acc[r][i] = a[r];
+      }
+      for (size_t r = 0; r < QT; ++r) {
+        B sum = column_sums<Arch>(acc[r]);
+        if (dv < hd) {
+          alignas(64) float t[W];
+          sum.store_aligned(t);
+          for (size_t i = 0; i < W; ++i)
+            for (size_t dd = dv; dd < hd; ++dd) t[i] = __builtin_fmaf(q[r][dd], one(k[(j + i) * hd + dd]), t[i]);
+          sum = B::load_aligned(t);
+        }
+        (sum * sv).store_unaligned(s[r] + j);
+      }
+    }
+  }
+
+  // values() for QT queries (probabilities p[r], outputs out[r]) over the
+  // same m rows: each output element's chain of multiply-adds is the same.
+  template <size_t N>
+  static void values_tile_at(const float* const* p, const KE* v, size_t m, size_t hd, size_t d0, float* const* out,
+                             bool carry) {
+    B acc[QT][N];
+#pragma GCC unroll 4
+    for (size_t r = 0; r < QT; ++r)
+#pragma GCC unroll 4
+      for (size_t i = 0; i < N; ++i) acc[r][i] = carry ? B::load_unaligned(out[r] + d0 + i * W) : B(0.0f);
+    for (size_t j = 0; j < m; ++j) {
+      const KE* vj = v + j * hd + d0;
+      B vv[N];
+#pragma GCC unroll 4
+      for (size_t i = 0; i < N; ++i) vv[i] = load(vj + i * W);
+#pragma GCC unroll 4
+      for (size_t r = 0; r < QT; ++r) {
+        const B pj(p[r][j]);
+#pragma GCC unroll 4
+        for (size_t i = 0; i < N; ++i) acc[r][i] = xsimd::fma(pj, vv[i], acc[r][i]);
+      }
+    }
+#pragma GCC unroll 4
+    for (size_t r = 0; r < QT; ++r)
+#pragma GCC unroll 4
+      for (size_t i = 0; i < N; ++i) acc[r][i].store_unaligned(out[r] + d0 + i * W);
+  }
+
+  static void values_tile(const float* const* p, const KE* v, size_t m, size_t hd, float* const* out, bool carry) {
+    size_t d = 0;
+    for (; d + NV * W <= hd; d += NV * W) values_tile_at<NV>(p, v, m, hd, d, out, carry);
+    for (; d + W <= hd; d += W) values_tile_at<1>(p, v, m, hd, d, out, carry);
+    for (; d < hd; ++d)
+      for (size_t r = 0; r < QT; ++r) {
+        float acc = carry ? out[r][d] : 0.0f;
+        for (size_t j = 0; j < m; ++j) acc = __builtin_fmaf(p[r][j], one(v[j * hd + d]), acc);
+        out[r][d] = acc;
+      }
+  }
+
+  // Calls f(block, first, count) for the runs of positions [j0, j1) that lie
+  // in one block of the cache each.
+  template <class F>
+  static void for_runs(size_t j0, size_t j1, size_t block, F f) {
+    while (j0 < j1) {
+      const size_t b = j0 / block, e = std::min(j1, (b + 1) * block);
+      f(b, j0, e - j0);
+      j0 = e;
+    }
+  }
+
+  // Queries i0 .. i0 + QT of head h (kernels.hpp attention_queries), with
+  // at least one position each. Positions every query of the tile has (for
+  // the scores, whole groups of W) are read once for all; each query's few
+  // others by the one-query kernels, in the same order.
+  template <size_t DV>
+  static void tile(const float* q, size_t q_stride, const KE* k, const KE* v, size_t n, size_t queries, size_t i0,
+                   size_t heads, size_t h, size_t hd, KVBlocks at, float scale, float* s, float* out,
+                   size_t out_stride) {
+    const size_t S = n + queries - 1;
+    const float* qr[QT];
+    float *sr[QT], *orow[QT];
+    for (size_t r = 0; r < QT; ++r) {
+      const size_t i = i0 + r;
+      qr[r] = q + i * q_stride + h * hd, sr[r] = s + (i * heads + h) * S, orow[r] = out + i * out_stride + h * hd;
+    }
+    const KE* kh = k + h * at.head_stride;
+    const KE* vh = v + h * at.head_stride;
+    const auto row = [&](const KE* base, size_t b, size_t j) {
+      return base + b * at.block_stride + (j % at.block) * hd;
+    };
+    const size_t first = n + i0, whole = first - first % W;
+    for_runs(0, whole, at.block, [&](size_t b, size_t j, size_t m) {
+      float* sj[QT];
+      for (size_t r = 0; r < QT; ++r) sj[r] = sr[r] + j;
+      scores_tile<DV>(qr, row(kh, b, j), m, hd, scale, sj);
+    });
+    for (size_t r = 0; r < QT; ++r) {
+      for_runs(whole, first + r, at.block,
+               [&](size_t b, size_t j, size_t m) { scores(qr[r], row(kh, b, j), m, hd, scale, sr[r] + j); });
+      Softmax::softmax(sr[r], first + r);
+    }
+    for_runs(0, first, at.block, [&](size_t b, size_t j, size_t m) {
+      const float* pj[QT];
+      for (size_t r = 0; r < QT; ++r) pj[r] = sr[r] + j;
+      values_tile(pj, row(vh, b, j), m, hd, orow, j > 0);
+    });
+    for (size_t r = 1; r < QT; ++r)
+      for_runs(first, first + r, at.block,
+               [&](size_t b, size_t j, size_t m) { values(sr[r] + j, row(vh, b, j), m, hd, orow[r], true); });
+  }
+
+  // Query i (q + i * q_stride, heads x hd floats) against the first n + i
+  // positions, output at out + i * out_stride; s: queries x heads x
+  // (n + queries - 1). Whole tiles of QT queries, the rest one at a time
+  // (run(), as decode).
+  static void run_queries(const float* q, size_t q_stride, const KE* k, const KE* v, size_t n, size_t queries,
+                          size_t heads, size_t hd, KVBlocks at, float scale, float* s, float* out, size_t out_stride) {
+    if (queries == 0) return;
+    if (queries == 1) return run(q, k, v, n, heads, hd, at, scale, s, out);  // decode: every head in one walk
+    const size_t S = n + queries - 1;
+    if (n == 0) {  // the first query has no positions
+      run(q, k, v, 0, heads, hd, at, scale, s, out);
+      return run_queries(q + q_stride, q_stride, k, v, 1, queries - 1, heads, hd, at, scale, s + heads * S,
+                         out + out_stride, out_stride);
+    }
+    const size_t tiled = queries - queries % QT;
+    for (size_t h = 0; h < heads; ++h) {
+      for (size_t i0 = 0; i0 < tiled; i0 += QT) {
+        if (hd == 64)  // every GPT-2's head size
+          tile<64 / W>(q, q_stride, k, v, n, queries, i0, heads, h, hd, at, scale, s, out, out_stride);
+        else
+          tile<0>(q, q_stride, k, v, n, queries, i0, heads, h, hd, at, scale, s, out, out_stride);
+      }
+      for (size_t i = tiled; i < queries; ++i)
+        run(q + i * q_stride + h * hd, k + h * at.head_stride, v + h * at.head_stride, n + i, 1, hd, at, scale,
+            s + (i * heads + h) * S, out + i * out_stride + h * hd);
     }
   }
 

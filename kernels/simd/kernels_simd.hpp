@@ -143,13 +143,14 @@ struct Kernels {
     PanelGemm<Arch, Kernels, WeightF16>::run(x, wp, bias, y, M, K, N, p0, p1, e);
   }
 
-  // One query over heads of a KV cache of element type WT (k, v: its elements).
+  // Queries over heads of a KV cache of element type WT (k, v: its elements).
   template <class WT = WeightF32>
-  MMGPT_SIMD_ENTRY static void attention_heads(const float* q, const void* k, const void* v, size_t n, size_t heads,
-                                               size_t hd, KVBlocks at, float scale, float* s, float* out) {
+  MMGPT_SIMD_ENTRY static void attention_queries(const float* q, size_t q_stride, const void* k, const void* v,
+                                                 size_t n, size_t queries, size_t heads, size_t hd, KVBlocks at,
+                                                 float scale, float* s, float* out, size_t out_stride) {
     using E = typename WT::E;
-    AttentionHeads<Arch, Kernels, WT>::run(q, static_cast<const E*>(k), static_cast<const E*>(v), n, heads, hd, at,
-                                           scale, s, out);
+    AttentionHeads<Arch, Kernels, WT>::run_queries(q, q_stride, static_cast<const E*>(k), static_cast<const E*>(v), n,
+                                                   queries, heads, hd, at, scale, s, out, out_stride);
   }
 
   // f32 -> f16, round to nearest even (the hardware conversion; the tail
@@ -372,9 +373,9 @@ struct Kernels {
   static detail::KernelSet set(const char* name) {
     detail::KernelSet s{name};
     s.use(matmul_kernels(name));
-    s.attention[static_cast<size_t>(WeightType::F32)] = &attention_heads<WeightF32>;
-    s.attention[static_cast<size_t>(WeightType::BF16)] = &attention_heads<WeightBF16>;
-    s.attention[static_cast<size_t>(WeightType::F16)] = &attention_heads<WeightF16>;
+    s.attention[static_cast<size_t>(WeightType::F32)] = &attention_queries<WeightF32>;
+    s.attention[static_cast<size_t>(WeightType::BF16)] = &attention_queries<WeightBF16>;
+    s.attention[static_cast<size_t>(WeightType::F16)] = &attention_queries<WeightF16>;
     s.matmul_cols = &matmul_cols, s.dot = &dot, s.axpy = &axpy, s.add = &add, s.layernorm = &layernorm;
     s.gelu_erf = &gelu_erf, s.gelu_tanh = &gelu_tanh, s.softmax = &softmax, s.narrow_f16 = &narrow_f16;
     return s;
