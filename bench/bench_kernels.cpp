@@ -60,12 +60,15 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
 }
 
 // Forces `isa` for the duration of one benchmark.
+// bf16dot: bf16 weights on the bf16 dot product where the CPU has one (else
+// widened), whatever the CPU's default.
 struct IsaScope {
   std::string saved{k::isa_name()};
-  explicit IsaScope(const std::string& isa) {
-    if (!k::force_isa(isa)) std::fprintf(stderr, "bench_kernels: cannot force ISA %s\n", isa.c_str());
+  bool saved_bf16dot = k::bf16_isa_name() != "f32";
+  explicit IsaScope(const std::string& isa, bool bf16dot = true) {
+    if (!k::force_isa(isa, bf16dot)) std::fprintf(stderr, "bench_kernels: cannot force ISA %s\n", isa.c_str());
   }
-  ~IsaScope() { k::force_isa(saved); }
+  ~IsaScope() { k::force_isa(saved, saved_bf16dot); }
 };
 
 // bound: which limit the figure is read against (the other is not reported).
@@ -139,8 +142,9 @@ void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, 
 // call must move at least once: x, the packed weights
 // (mmgpt::packed_weight_bytes: quants, scales, padding), bias and y. Decode
 // (M = 1) cycles through 256 MiB of weight copies, as bench_matmul does.
-void bench_matmul_typed(benchmark::State& state, std::string isa, mmgpt::WeightType t, size_t M, size_t K, size_t N) {
-  IsaScope scope(isa);
+void bench_matmul_typed(benchmark::State& state, std::string isa, mmgpt::WeightType t, size_t M, size_t K, size_t N,
+                        bool bf16dot = true) {
+  IsaScope scope(isa, bf16dot);
   const auto x = random_floats(M * K, 1), b = random_floats(N, 3);
   const auto w = random_floats(N * K, 2);
   const size_t wbytes = mmgpt::packed_weight_bytes(t, N, K);
@@ -293,11 +297,22 @@ void register_all(const std::string& isa, std::initializer_list<size_t> widths, 
       };
       const Case cases[] = {{1, d, 3 * d},  {1, d, 4 * d},   {1, 4 * d, d},
                             {1, d, kVocab}, {128, d, 4 * d}, {512, d, 4 * d}};
+      // Where the CPU has a bf16 dot product, bf16 both ways (the default
+      // takes one by CPU vendor: kernels::bf16dot_for_vendor).
+      const bool has_bf16dot = [&] {
+        IsaScope scope(isa);
+        return k::bf16_isa_name() != "f32";
+      }();
       for (const auto& [t, tname] : types)
-        for (Case c : cases)
-          reg("matmul_" + std::string(tname) + "/" + isa + "/M=" + std::to_string(c.M) + "/K=" + std::to_string(c.K) +
-                  "/N=" + std::to_string(c.N),
+        for (Case c : cases) {
+          const std::string shape =
+              "/" + isa + "/M=" + std::to_string(c.M) + "/K=" + std::to_string(c.K) + "/N=" + std::to_string(c.N);
+          reg("matmul_" + std::string(tname) + shape,
               [=](benchmark::State& st) { bench_matmul_typed(st, isa, t, c.M, c.K, c.N); });
+          if (t == mmgpt::WeightType::BF16 && has_bf16dot)
+            reg("matmul_bf16_widened" + shape,
+                [=](benchmark::State& st) { bench_matmul_typed(st, isa, t, c.M, c.K, c.N, false); });
+        }
     }
     // The LM head: one row per step (prefill needs only the last position's logits).
     reg("matmul/" + isa + "/M=1/K=" + std::to_string(d) + "/N=" + std::to_string(kVocab) + "/lm_head",

@@ -35,21 +35,39 @@ const Isa* const* isas(size_t& count) {
   return list;
 }
 
-// MMGPT_BF16DOT=0 keeps bf16 weights on the f32 kernels (widened, activations
-// in f32) even where the bf16 dot product is available.
-bool bf16dot_allowed() {
-  const char* env = std::getenv("MMGPT_BF16DOT");
-  return env == nullptr || std::string_view(env) != "0";
+// MMGPT_BF16DOT: "0" keeps bf16 weights on the f32 kernels (widened,
+// activations in f32) even where the bf16 dot product is available, "1"
+// takes the dot product wherever the CPU has it; unset (or "auto") it is the
+// CPU's default (kernels::bf16dot_for_vendor). Another value is ignored with
+// a warning, as MMGPT_ISA's.
+enum class Bf16DotSetting { Auto, Off, On };
+Bf16DotSetting bf16dot_setting() {
+  static const Bf16DotSetting setting = [] {
+    const char* env = std::getenv("MMGPT_BF16DOT");
+    if (env == nullptr || *env == '\0' || std::string_view(env) == "auto") return Bf16DotSetting::Auto;
+    if (std::string_view(env) == "0") return Bf16DotSetting::Off;
+    if (std::string_view(env) == "1") return Bf16DotSetting::On;
+    std::fprintf(stderr, "mmgpt: warning: MMGPT_BF16DOT=%s is not a setting (auto, 0, 1); using auto\n", env);
+    return Bf16DotSetting::Auto;
+  }();
+  return setting;
+}
+
+// Whether the default set takes the bf16 dot product where the CPU has one.
+bool bf16dot_by_default() {
+  const Bf16DotSetting s = bf16dot_setting();
+  return s == Bf16DotSetting::On || (s == Bf16DotSetting::Auto && bf16dot_for_vendor(cpu_vendor()));
 }
 
 // The set of the instruction set `name` if it is built into this binary and
-// the CPU runs it; null otherwise.
+// the CPU runs it; null otherwise. bf16dot: with the bf16 dot product where
+// the CPU has it, unless MMGPT_BF16DOT=0.
 const KernelSet* runnable_set(std::string_view name, bool bf16dot) {
   if (name == "scalar") return &scalar_kernel_set();
   size_t n = 0;
   const Isa* const* list = isas(n);
   for (size_t i = 0; i < n; ++i)
-    if (name == list[i]->name) return list[i]->set(bf16dot && bf16dot_allowed());
+    if (name == list[i]->name) return list[i]->set(bf16dot && bf16dot_setting() != Bf16DotSetting::Off);
   return nullptr;
 }
 
@@ -57,7 +75,7 @@ const KernelSet* best_set() {
   size_t n = 0;
   const Isa* const* list = isas(n);
   for (size_t i = 0; i < n; ++i)
-    if (const KernelSet* s = list[i]->set(bf16dot_allowed())) return s;
+    if (const KernelSet* s = list[i]->set(bf16dot_by_default())) return s;
   return &scalar_kernel_set();
 }
 
@@ -68,7 +86,7 @@ const KernelSet* initial_set() {
   const KernelSet* best = best_set();
   const char* env = std::getenv("MMGPT_ISA");
   if (env == nullptr || *env == '\0') return best;
-  if (const KernelSet* s = runnable_set(env, true)) return s;
+  if (const KernelSet* s = runnable_set(env, bf16dot_by_default())) return s;
   std::fprintf(stderr,
                "mmgpt: warning: MMGPT_ISA=%s is not an instruction set this CPU and build can run "
                "(scalar, avx2, avx512, neon); using %s\n",
@@ -173,6 +191,28 @@ std::string cpu_vendor() {
 #else
   return {};
 #endif
+}
+
+// The dot product on AMD (Zen 4 and 5 run VDPBF16PS at the FMA's rate, so
+// twice its multiply-adds) and off x86 (Arm's BFDOT; not measured on Arm
+// hardware); widening on Intel, whose cores run VDPBF16PS at half the FMA
+// ports' rate, where bf16 prefill on it was slower than f32, and on any other
+// x86 vendor (docs/kernels.md, "bf16 dot products").
+bool bf16dot_for_vendor(std::string_view vendor) {
+  return vendor.empty() || vendor == "AuthenticAMD" || vendor == "HygonGenuine";
+}
+
+std::string describe_bf16() {
+  const std::string name(bf16_isa_name());
+  switch (detail::bf16dot_setting()) {
+    case detail::Bf16DotSetting::Off: return name + " (MMGPT_BF16DOT=0)";
+    case detail::Bf16DotSetting::On: return name + " (MMGPT_BF16DOT=1)";
+    case detail::Bf16DotSetting::Auto: break;
+  }
+  const detail::KernelSet* with_dot = detail::runnable_set(isa_name(), true);
+  const bool cpu_has_dot =
+      with_dot && with_dot->matmul[static_cast<size_t>(WeightType::BF16)]->x == detail::XForm::Bf16Rows;
+  return name + (name == "f32" && cpu_has_dot ? " (widened: this CPU's default)" : "");
 }
 
 // Non-temporal on AMD (and Hygon, the same cores) and off x86; T0 on Intel

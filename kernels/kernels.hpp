@@ -26,9 +26,16 @@ std::string_view isa_name();
 // Name of the quantized kernels in use: "avx512-vnni", "avx2", "neon-dotprod", "neon" or "scalar".
 std::string_view quant_isa_name();
 // Name of the kernels that multiply bf16 weights: "avx512bf16" or "neon_bf16"
-// (the bf16 dot product, activations rounded to bf16; MMGPT_BF16DOT=0 turns
-// it off) or "f32" (weights widened to f32, the f32 kernels of isa_name()).
+// (the bf16 dot product, activations rounded to bf16) or "f32" (weights
+// widened to f32, the f32 kernels of isa_name()). The dot product is taken
+// where the CPU has one and bf16dot_for_vendor says it pays; MMGPT_BF16DOT=0
+// or 1 overrides that.
 std::string_view bf16_isa_name();
+// Whether CPUs of this CPUID vendor ("AuthenticAMD", "GenuineIntel", ...;
+// empty off x86) take the bf16 dot product by default. Exposed for the tests.
+bool bf16dot_for_vendor(std::string_view vendor);
+// bf16_isa_name() and why, e.g. "f32 (widened: this CPU's default)".
+std::string describe_bf16();
 // Forces an instantiation (for tests and benchmarks); false if the CPU cannot
 // run it. bf16dot false: without the bf16 dot product (as MMGPT_BF16DOT=0).
 bool force_isa(std::string_view name, bool bf16dot = true);

@@ -68,7 +68,8 @@ inline std::vector<float> random_ints(size_t n, int lo, int hi, uint32_t seed) {
 // Restores the instantiation in use when a test that forces one ends.
 struct IsaGuard {
   std::string saved{mmgpt::kernels::isa_name()};
-  ~IsaGuard() { mmgpt::kernels::force_isa(saved); }
+  bool saved_bf16dot = mmgpt::kernels::bf16_isa_name() != "f32";
+  ~IsaGuard() { mmgpt::kernels::force_isa(saved, saved_bf16dot); }
 };
 
 // Runs body() once for every SIMD instantiation this CPU can run, with it

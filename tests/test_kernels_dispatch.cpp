@@ -1,5 +1,6 @@
 // Dispatch (which instantiation runs) and thread-count independence.
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -112,6 +113,24 @@ TEST_CASE("results are bit-identical for any thread count") {
   kt::IsaGuard guard;
   REQUIRE(k::force_isa("scalar"));
   check_isa("scalar");
+}
+
+TEST_CASE("bf16 weights: the dot product by default on AMD and off x86, widened on Intel and other x86 vendors") {
+  CHECK(k::bf16dot_for_vendor("AuthenticAMD"));
+  CHECK(k::bf16dot_for_vendor("HygonGenuine"));
+  CHECK(k::bf16dot_for_vendor(""));  // no CPUID (Arm): BFDOT
+  CHECK_FALSE(k::bf16dot_for_vendor("GenuineIntel"));
+  CHECK_FALSE(k::bf16dot_for_vendor("CentaurHauls"));
+  const std::string isa{k::isa_name()}, bf16{k::bf16_isa_name()};
+  MESSAGE("CPU vendor '" << k::cpu_vendor() << "', bf16 kernels " << k::describe_bf16());
+  CHECK(k::describe_bf16().rfind(bf16, 0) == 0);  // the name first, then why
+  kt::IsaGuard guard;
+  REQUIRE(k::force_isa(isa, true));
+  const bool cpu_has_dot = k::bf16_isa_name() != "f32";
+  if (std::getenv("MMGPT_BF16DOT") == nullptr && std::getenv("MMGPT_ISA") == nullptr)
+    CHECK((bf16 != "f32") == (cpu_has_dot && k::bf16dot_for_vendor(k::cpu_vendor())));
+  REQUIRE(k::force_isa(isa, false));
+  CHECK(k::bf16_isa_name() == "f32");  // widened when asked, on every CPU
 }
 
 TEST_CASE("decode prefetch hint: non-temporal on AMD and off x86, T0 on other x86 vendors; forced by name") {

@@ -60,6 +60,15 @@ except Exception as e:  # noqa: BLE001
 check('inspect --json describes config, tokenizer and tensors', ok, out[:300])
 rc, out, err = run('inspect', model)
 check('inspect text lists every tensor', rc == 0 and 'h.1.mlp.proj.weight' in out and 'char' in out, out[:300])
+# MMGPT_BF16DOT: 0 widens bf16 weights on every CPU and says so; 1 takes the
+# dot product where the CPU has one; another value warns and keeps the default.
+rc, out, err = run('inspect', model, env={'MMGPT_BF16DOT': '0'})
+check('MMGPT_BF16DOT=0: bf16 widened, and the line says why', rc == 0 and 'bf16 f32 (MMGPT_BF16DOT=0)' in out, out[:400])
+rc, out, err = run('inspect', model, env={'MMGPT_BF16DOT': '1'})
+check('MMGPT_BF16DOT=1: the line says it is forced', rc == 0 and '(MMGPT_BF16DOT=1)' in out, out[:400])
+rc, out, err = run('inspect', model, env={'MMGPT_BF16DOT': 'yes'})
+check('MMGPT_BF16DOT=yes: one warning, the default kept',
+      rc == 0 and err.count('MMGPT_BF16DOT=yes is not a setting') == 1 and '(MMGPT_BF16DOT=' not in out, err + out[:400])
 expect_error('inspect: missing file', 'inspect', os.path.join(W, 'missing.mmgpt'), mentions=('missing.mmgpt',))
 expect_error('inspect: a checkpoint is not a model file', 'inspect', ckpt, mentions=('ckpt.pt',))
 expect_error('inspect: a directory', 'inspect', W)

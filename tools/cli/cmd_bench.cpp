@@ -355,7 +355,7 @@ void run_bench(const BenchArgs& a) {
       "model: %s (%.1fM params, %u layers, width %u); kernels: %s, quantized %s, bf16 %s, decode prefetch %s; KV cache "
       "%s; %zu runs after 1 warm-up\n",
       a.model.c_str(), params / 1e6, config.n_layer, config.n_embd, isa.c_str(),
-      std::string(kernels::quant_isa_name()).c_str(), std::string(kernels::bf16_isa_name()).c_str(),
+      std::string(kernels::quant_isa_name()).c_str(), kernels::describe_bf16().c_str(),
       kernels::describe_decode_prefetch().c_str(), a.kv_dtype.c_str(), a.reps);
   std::printf(
       "weights read per decode step: %.1f MB (%s on 2 MB pages), KV cache %.1f KB per position; reference read "

@@ -110,9 +110,9 @@ void print_text(const ModelFile& f) {
               static_cast<unsigned long long>(f.file_size()), f.version());
   std::printf(
       "kernels       %s, quantized %s, bf16 %s, decode prefetch %s (chosen for this CPU; "
-      "MMGPT_ISA=scalar|avx2|avx512|neon and MMGPT_DECODE_PREFETCH=nta|t0|none force them)\n",
+      "MMGPT_ISA=scalar|avx2|avx512|neon, MMGPT_BF16DOT=0|1 and MMGPT_DECODE_PREFETCH=nta|t0|none force them)\n",
       std::string(kernels::isa_name()).c_str(), std::string(kernels::quant_isa_name()).c_str(),
-      std::string(kernels::bf16_isa_name()).c_str(), kernels::describe_decode_prefetch().c_str());
+      kernels::describe_bf16().c_str(), kernels::describe_decode_prefetch().c_str());
   std::printf("model         GPT: %u layers, %u heads, width %u, MLP width %u, context %u, vocabulary %u\n", c.n_layer,
               c.n_head, c.n_embd, c.n_ff, c.n_ctx, c.vocab_size);
   std::printf("              %llu parameters, layer-norm eps %g, GELU %s, LM head %s\n",
