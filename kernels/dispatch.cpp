@@ -193,11 +193,11 @@ std::string cpu_vendor() {
 #endif
 }
 
-// The dot product on AMD (Zen 4 and 5 run VDPBF16PS at the FMA's rate, so
-// twice its multiply-adds) and off x86 (Arm's BFDOT; not measured on Arm
-// hardware); widening on Intel, whose cores run VDPBF16PS at half the FMA
-// ports' rate, where bf16 prefill on it was slower than f32, and on any other
-// x86 vendor (docs/kernels.md, "bf16 dot products").
+// The dot product where it does more multiply-adds a cycle than the FMAs
+// (AMD's cores) and off x86 (Arm's BFDOT, not measured on Arm hardware);
+// widening on Intel, whose VDPBF16PS is no faster than its FMAs once the
+// activations' rounding is paid, and on other x86 vendors (docs/kernels.md,
+// "bf16 dot products" has the measurements).
 bool bf16dot_for_vendor(std::string_view vendor) {
   return vendor.empty() || vendor == "AuthenticAMD" || vendor == "HygonGenuine";
 }
@@ -212,7 +212,8 @@ std::string describe_bf16() {
   const detail::KernelSet* with_dot = detail::runnable_set(isa_name(), true);
   const bool cpu_has_dot =
       with_dot && with_dot->matmul[static_cast<size_t>(WeightType::BF16)]->x == detail::XForm::Bf16Rows;
-  return name + (name == "f32" && cpu_has_dot ? " (widened: this CPU's default)" : "");
+  const bool widened_by_table = name == "f32" && cpu_has_dot && !bf16dot_for_vendor(cpu_vendor());
+  return name + (widened_by_table ? " (widened: this CPU's default)" : "");
 }
 
 // Non-temporal on AMD (and Hygon, the same cores) and off x86; T0 on Intel
