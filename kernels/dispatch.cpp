@@ -178,6 +178,14 @@ namespace mmgpt::kernels {
 
 std::string_view isa_name() { return detail::active_set().name; }
 
+std::string built_isas() {
+  std::string names;
+  size_t n = 0;
+  const detail::Isa* const* list = detail::isas(n);
+  for (size_t i = 0; i < n; ++i) names.append(list[i]->name).append(", ");
+  return names + "scalar";
+}
+
 std::string_view quant_isa_name() { return detail::active_set().matmul[static_cast<size_t>(WeightType::Q8_0)]->name; }
 
 std::string_view bf16_isa_name() {

@@ -10,6 +10,7 @@
 // output rows/columns, never over a reduction.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "core/panel_layout.hpp"
@@ -23,6 +24,9 @@ namespace mmgpt::kernels {
 
 // Name of the instantiation in use: "avx512", "avx2", "neon" or "scalar".
 std::string_view isa_name();
+// The instruction sets built into this binary, most preferred first, then
+// "scalar": e.g. "avx512, avx2, scalar". isa_name() is the one in use.
+std::string built_isas();
 // Name of the quantized kernels in use: "avx512-vnni", "avx2", "neon-dotprod", "neon" or "scalar".
 std::string_view quant_isa_name();
 // Name of the kernels that multiply bf16 weights: "avx512bf16" or "neon_bf16"

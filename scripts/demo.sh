@@ -3,6 +3,6 @@
 # checkpoint (a character-level GPT trained on Shakespeare) and generate text.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+bash scripts/build.sh --mmgpt
 ./build/mmgpt convert models/demo/ckpt.pt -o build/demo.mmgpt
 ./build/mmgpt generate -m build/demo.mmgpt -p "ROMEO:" -n 400 --seed 1337 "$@"

@@ -1,22 +1,37 @@
 #!/usr/bin/env bash
-# Installs everything mmgpt needs to build, run and test, on Debian 12, as root.
-# Idempotent: packages already present are left alone; safe to run again.
+# Installs what mmgpt needs on Debian 12, as root. Idempotent: packages already
+# present are left alone; safe to run again.
+#   setup.sh          everything: building and running mmgpt, and the tests and
+#                     benchmarks (torch, clang, node, ...): scripts/test.sh's set-up
+#   setup.sh --run    only what building and running the mmgpt binary needs:
+#                     the main job's set-up (scripts/demo.sh)
 set -euo pipefail
 
+case "${1:-}" in
+  "") all=1 ;;
+  --run) all=0 ;;
+  *) echo "setup.sh: unknown option '$1' (use no option, or --run)" >&2; exit 2 ;;
+esac
+
+# The compiler, CMake, Ninja, and the libraries the mmgpt binary is built with.
 packages=(
-  build-essential cmake ninja-build pkg-config
-  libxsimd-dev libtbb-dev libbenchmark-dev doctest-dev
-  nlohmann-json3-dev libcli11-dev libfmt-dev
-  python3 python3-torch python3-numpy
-  libicu-dev
-  clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (scripts/fuzz-smoke.sh)
-  nodejs
-  libopenblas0-pthread  # bench only: bench_kernels' OpenBLAS rows load it at run time; mmgpt never links it
+  build-essential cmake ninja-build
+  libxsimd-dev libtbb-dev nlohmann-json3-dev libcli11-dev libicu-dev
 )
-# npm runs the tokenizer conformance test's reference (js-tiktoken). Some
-# nodejs builds bundle npm and conflict with Debian's npm package: ask for it
-# only when no npm is on PATH.
-command -v npm >/dev/null 2>&1 || packages+=(npm)
+if [ "$all" = 1 ]; then
+  packages+=(
+    pkg-config git
+    libbenchmark-dev doctest-dev
+    python3 python3-torch python3-numpy
+    clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (scripts/fuzz-smoke.sh)
+    nodejs
+    libopenblas0-pthread  # bench only: bench_kernels' OpenBLAS rows load it at run time; mmgpt never links it
+  )
+  # npm runs the tokenizer conformance test's reference (js-tiktoken). Some
+  # nodejs builds bundle npm and conflict with Debian's npm package: ask for it
+  # only when no npm is on PATH.
+  command -v npm >/dev/null 2>&1 || packages+=(npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -34,7 +49,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # js-tiktoken, pinned by tests/tokenizer/package-lock.json; installed once.
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [ ! -d "$root/tests/tokenizer/node_modules" ]; then
-  (cd "$root/tests/tokenizer" && npm ci --no-audit --no-fund)
+if [ "$all" = 1 ]; then
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  if [ ! -d "$root/tests/tokenizer/node_modules" ]; then
+    (cd "$root/tests/tokenizer" && npm ci --no-audit --no-fund)
+  fi
 fi

@@ -8,6 +8,7 @@ file lost or left half-written.
 """
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -180,6 +181,28 @@ rc, out, err = run('generate', '-m', model, '-p', 'ab', '-n', '10', '--stats', '
 check('--stats reports load, prefill, decode, first token, RSS and resident weights on stderr',
       rc == 0 and all(k in err for k in ('load', 'prefill', 'decode', 'first token', 'peak RSS', 'resident',
                                         'kernels:', 'prefetch')), err)
+
+# --- --version: the release first (as before), then commit, compiler and kernels
+src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+release = re.search(r'project\(mmgpt[^)]*VERSION ([0-9.]+)\)', open(os.path.join(src, 'CMakeLists.txt')).read())
+rc, out, err = run('--version')
+lines = out.splitlines()
+check('--version: first line is "mmgpt" and the project version', rc == 0 and err == '' and release and
+      lines[:1] == [f'mmgpt {release.group(1)}'], f'exit {rc}, {out!r}, {err!r}')
+head = subprocess.run(['git', '-C', src, 'rev-parse', 'HEAD'], capture_output=True, text=True) \
+    if shutil.which('git') else None
+commit = re.search(r'^commit +(\S+)$', out, re.M)
+if head is not None and head.returncode == 0:
+    check('--version: the commit is the checkout\'s HEAD (as of the build)',
+          commit is not None and commit.group(1).removesuffix('-dirty') == head.stdout.strip(), out)
+else:
+    check('--version: the commit is "unknown" outside a git checkout', commit and commit.group(1) == 'unknown', out)
+check('--version: names the compiler and the kernels built in and chosen',
+      re.search(r'^compiler +(GCC|Clang) [0-9]', out, re.M) and
+      re.search(r'^kernels +built in: .*scalar$', out, re.M) and 'in use: ' in out, out)
+rc, out, err = run('--version', env={'MMGPT_ISA': 'scalar'})
+check('--version: the chosen kernels follow MMGPT_ISA', rc == 0 and 'in use: scalar, quantized scalar' in out,
+      out)
 
 # --- the embedding example program, built beside mmgpt
 example = os.path.join(os.path.dirname(MM), 'mmgpt_embed_example')

@@ -3,6 +3,7 @@
 // callback that does the work; errors are thrown as mmgpt::Error and turned
 // into one line on stderr by main().
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace mmgpt::cli {
 
@@ -14,5 +15,9 @@ void add_tokenize(CLI::App& app);
 void add_detokenize(CLI::App& app);
 void add_perplexity(CLI::App& app);
 void add_bench(CLI::App& app);
+
+// What `mmgpt --version` prints: "mmgpt X.Y.Z" first, then the build's commit,
+// compiler and kernels.
+std::string version_text();
 
 }  // namespace mmgpt::cli

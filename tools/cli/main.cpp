@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"mmgpt: run PyTorch-trained GPT models on the CPU", "mmgpt"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "mmgpt 0.1.0");
+  app.set_version_flag("--version", mmgpt::cli::version_text);
   mmgpt::cli::add_convert(app);
   mmgpt::cli::add_generate(app);
   mmgpt::cli::add_logits(app);
