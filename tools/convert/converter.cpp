@@ -21,11 +21,20 @@ namespace mmgpt {
 using namespace convert;
 
 std::string bundled_data_dir() {
+  // An installed mmgpt has its data in PREFIX/share/mmgpt, beside PREFIX/bin;
+  // a build tree's is the source tree's data/ (MMGPT_DATA_DIR).
+  const auto has_data = [](const std::filesystem::path& dir) {
+    std::error_code ec;
+    return std::filesystem::is_regular_file(dir / "gpt2" / "encoder.json", ec);
+  };
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec && has_data(exe.parent_path().parent_path() / "share" / "mmgpt"))
+    return (exe.parent_path().parent_path() / "share" / "mmgpt").string();
 #ifdef MMGPT_DATA_DIR
-  return MMGPT_DATA_DIR;
-#else
-  return "";
+  if (has_data(MMGPT_DATA_DIR)) return MMGPT_DATA_DIR;
 #endif
+  return "";
 }
 
 namespace {
@@ -68,7 +77,9 @@ std::optional<FoundTokenizer> choose_tokenizer(const ConvertOptions& opt, const 
           std::to_string(config.vocab_size) + ")");
       return FoundTokenizer{read_bpe_files(encoder, bpe), encoder + " + " + bpe};
     }
-    notes.push_back("this build has no bundled GPT-2 tokenizer (MMGPT_DATA_DIR unset)");
+    notes.push_back(
+        "the bundled GPT-2 tokenizer is missing (neither PREFIX/share/mmgpt/gpt2 beside the binary nor the source "
+        "tree's data/gpt2 holds it)");
   }
   notes.push_back("no tokenizer found: the model runs on token ids (--ids)");
   return std::nullopt;

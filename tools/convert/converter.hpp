@@ -46,8 +46,9 @@ struct ConvertSummary {
 // the output file is then left as it was (absent, or the previous file).
 ConvertSummary convert_checkpoint(const ConvertOptions& options);
 
-// The directory of the bundled data files (data/gpt2/encoder.json, vocab.bpe),
-// or "" when this build does not know it (MMGPT_DATA_DIR not defined).
+// The directory of the bundled data files (gpt2/encoder.json, vocab.bpe):
+// PREFIX/share/mmgpt for an installed mmgpt, else the source tree's data/
+// (MMGPT_DATA_DIR); "" when neither holds them.
 std::string bundled_data_dir();
 
 }  // namespace mmgpt
