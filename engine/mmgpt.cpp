@@ -1,5 +1,7 @@
 #include "engine/mmgpt.hpp"
 
+#include <chrono>
+
 #include "engine/executor.hpp"
 #include "engine/generator.hpp"
 
@@ -7,8 +9,11 @@ namespace mmgpt {
 
 LanguageModel LanguageModel::load(const std::string& path) {
   std::shared_ptr<const Model> model = Model::load(path);
+  const auto start = std::chrono::steady_clock::now();
   auto tokenizer = std::make_shared<const Tokenizer>(model->tokenizer_data());
-  return LanguageModel(std::move(model), std::move(tokenizer));
+  const LoadTimes times{model->file().map_seconds(), model->file().validate_seconds(),
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  return LanguageModel(std::move(model), std::move(tokenizer), times);
 }
 
 std::vector<int32_t> LanguageModel::encode(std::string_view text, bool allow_special) const {

@@ -30,9 +30,17 @@
 
 namespace mmgpt {
 
+// Where LanguageModel::load's wall time went, in seconds.
+struct LoadTimes {
+  double map = 0;        // opening and mapping the file
+  double validate = 0;   // parsing and checking every section
+  double tokenizer = 0;  // building the tokenizer's tables
+};
+
 class LanguageModel {
  public:
   static LanguageModel load(const std::string& path);
+  const LoadTimes& load_times() const { return load_times_; }
 
   const ModelConfig& config() const { return model_->config(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -66,10 +74,11 @@ class LanguageModel {
                               const PerplexityProgress& progress = {}) const;
 
  private:
-  LanguageModel(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer)
-      : model_(std::move(model)), tokenizer_(std::move(tokenizer)) {}
+  LanguageModel(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer, LoadTimes times)
+      : model_(std::move(model)), tokenizer_(std::move(tokenizer)), load_times_(times) {}
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
+  LoadTimes load_times_;
 };
 
 }  // namespace mmgpt

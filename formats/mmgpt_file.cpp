@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -31,6 +32,8 @@ struct FdGuard {
 }  // namespace
 
 ModelFile ModelFile::open(const std::string& path) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
   // O_NONBLOCK: opening a FIFO by mistake must fail fast, not hang.
   FdGuard guard{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (guard.fd < 0) throw Error(path + ": cannot open model file (" + std::strerror(errno) + ")");
@@ -59,11 +62,14 @@ ModelFile ModelFile::open(const std::string& path) {
   file.size_ = size;
   file.owns_map_ = true;
   file.path_ = path;
+  const Clock::time_point mapped = Clock::now();
   mmgpt_file::ParsedImage parsed = mmgpt_file::parse_image(static_cast<const unsigned char*>(map), size, path);
   file.version_ = parsed.version;
   file.config_ = parsed.config;
   file.tokenizer_ = std::move(parsed.tokenizer);
   file.tensors_ = std::move(parsed.tensors);
+  file.map_seconds_ = std::chrono::duration<double>(mapped - start).count();
+  file.validate_seconds_ = std::chrono::duration<double>(Clock::now() - mapped).count();
   return file;
 }
 
@@ -89,7 +95,9 @@ ModelFile::ModelFile(ModelFile&& other) noexcept
       owns_map_(std::exchange(other.owns_map_, false)),
       config_(other.config_),
       tokenizer_(std::move(other.tokenizer_)),
-      tensors_(std::move(other.tensors_)) {}
+      tensors_(std::move(other.tensors_)),
+      map_seconds_(other.map_seconds_),
+      validate_seconds_(other.validate_seconds_) {}
 
 ModelFile& ModelFile::operator=(ModelFile&& other) noexcept {
   if (this != &other) {
@@ -102,6 +110,8 @@ ModelFile& ModelFile::operator=(ModelFile&& other) noexcept {
     config_ = other.config_;
     tokenizer_ = std::move(other.tokenizer_);
     tensors_ = std::move(other.tensors_);
+    map_seconds_ = other.map_seconds_;
+    validate_seconds_ = other.validate_seconds_;
   }
   return *this;
 }

@@ -57,6 +57,10 @@ class ModelFile {
   // The whole mapped file (page-aligned base), e.g. to measure how fast its pages can be read.
   const unsigned char* mapped_bytes() const { return static_cast<const unsigned char*>(map_); }
   const TensorView& tensor(std::string_view name) const;  // throws mmgpt::Error if absent
+  // Where open()'s wall time went: opening and mapping the file, then
+  // validating it (parsing every section); 0 for an image not from open().
+  double map_seconds() const { return map_seconds_; }
+  double validate_seconds() const { return validate_seconds_; }
 
  private:
   ModelFile() = default;
@@ -69,6 +73,7 @@ class ModelFile {
   ModelConfig config_;
   TokenizerData tokenizer_;
   std::vector<TensorView> tensors_;
+  double map_seconds_ = 0, validate_seconds_ = 0;
 };
 
 // Validates an in-memory image exactly as open() validates a file (the bytes

@@ -55,6 +55,8 @@ class ByteCursor {
 
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return end_ - pos_; }
+  // The next 4 bytes as a u32, not consumed; remaining() >= 4 is the caller's to check.
+  uint32_t peek_u32() const { return load_u32(image_ + pos_); }
   const std::string& where() const { return where_; }
 
   uint8_t u8(const std::string& field) { return *take(1, field); }

@@ -142,12 +142,23 @@ ModelConfig read_config(const unsigned char* p, SectionRef ref, const std::strin
   return cfg;
 }
 
-std::string read_string(ByteCursor& c, const std::string& field) {
-  const uint32_t len = c.u32(field + " length");
+// A length-prefixed string. `field()` names it in an error message; it is
+// called only on the way to one, as a vocabulary has 10^5 strings.
+template <class Field>
+std::string read_string(ByteCursor& c, const Field& field) {
+  if (c.remaining() >= 4) {
+    const uint32_t len = c.peek_u32();
+    if (len <= kMaxStringBytes && len <= c.remaining() - 4) {
+      c.u32("string length");  // neither read can fail: checked above
+      return c.bytes(len, "string");
+    }
+  }
+  const std::string name = field();
+  const uint32_t len = c.u32(name + " length");
   if (len > kMaxStringBytes)
-    throw Error(c.where() + ": " + field + " length " + std::to_string(len) + " exceeds limit " +
+    throw Error(c.where() + ": " + name + " length " + std::to_string(len) + " exceeds limit " +
                 std::to_string(kMaxStringBytes));
-  return c.bytes(len, field);
+  return c.bytes(len, name);
 }
 
 void require_consumed(const ByteCursor& c) {
@@ -176,11 +187,12 @@ TokenizerData read_tokenizer(const unsigned char* p, SectionRef ref, const Model
     throw Error(c.where() + ": merge_count " + std::to_string(n_merges) + " cannot fit in the section (" +
                 std::to_string(c.remaining()) + " bytes left)");
   tok.tokens.reserve(n_tokens);
-  for (uint64_t i = 0; i < n_tokens; ++i) tok.tokens.push_back(read_string(c, "token " + std::to_string(i)));
+  for (uint64_t i = 0; i < n_tokens; ++i)
+    tok.tokens.push_back(read_string(c, [i] { return "token " + std::to_string(i); }));
   tok.merges.reserve(n_merges);
   for (uint64_t i = 0; i < n_merges; ++i) {
-    std::string a = read_string(c, "merge " + std::to_string(i) + " left part");
-    std::string b = read_string(c, "merge " + std::to_string(i) + " right part");
+    std::string a = read_string(c, [i] { return "merge " + std::to_string(i) + " left part"; });
+    std::string b = read_string(c, [i] { return "merge " + std::to_string(i) + " right part"; });
     tok.merges.emplace_back(std::move(a), std::move(b));
   }
   require_consumed(c);

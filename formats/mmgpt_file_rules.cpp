@@ -43,7 +43,11 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
-void check_string(const std::string& s, const std::string& what, const std::string& source) {
+// `what()` names the string; called only for an error message.
+template <class What>
+void check_string(const std::string& s, const What& what_name, const std::string& source) {
+  if (!s.empty() && s.size() <= kMaxStringBytes && valid_utf8(s)) return;
+  const std::string what = what_name();
   if (s.empty()) throw Error(source + ": " + what + " is empty");
   if (s.size() > kMaxStringBytes)
     throw Error(source + ": " + what + " is " + std::to_string(s.size()) + " bytes (limit " +
@@ -138,10 +142,11 @@ void check_tokenizer(const TokenizerData& tok, const ModelConfig& config, const 
     throw Error(where + ": eos_id " + std::to_string(tok.eos_id) + " is out of range (must be -1 or below " +
                 std::to_string(id_limit) + ")");
   for (size_t i = 0; i < tok.tokens.size(); ++i)
-    check_string(tok.tokens[i], "tokenizer token " + std::to_string(i), source);
+    check_string(tok.tokens[i], [i] { return "tokenizer token " + std::to_string(i); }, source);
   for (size_t i = 0; i < tok.merges.size(); ++i) {
-    check_string(tok.merges[i].first, "tokenizer merge " + std::to_string(i) + " left part", source);
-    check_string(tok.merges[i].second, "tokenizer merge " + std::to_string(i) + " right part", source);
+    check_string(tok.merges[i].first, [i] { return "tokenizer merge " + std::to_string(i) + " left part"; }, source);
+    check_string(tok.merges[i].second, [i] { return "tokenizer merge " + std::to_string(i) + " right part"; },
+                 source);
   }
 }
 

@@ -563,6 +563,9 @@ TEST_CASE("tokenizer section values are validated") {
   set_u32(img, tok + 32, 5000);  // first token's length
   CHECK_REJECTS(img, "token 0 length 5000 exceeds limit 4096");
   img = base;
+  set_u32(img, tok + 32, 4000);  // within the limit, past the section's end: named too
+  CHECK_REJECTS(img, "tokenizer section: token 0 at offset");
+  img = base;
   set_u32(img, tok + 32, 0);
   CHECK_REJECTS(img, "token");
   img = base;

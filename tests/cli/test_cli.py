@@ -181,6 +181,9 @@ rc, out, err = run('generate', '-m', model, '-p', 'ab', '-n', '10', '--stats', '
 check('--stats reports load, prefill, decode, first token, RSS and resident weights on stderr',
       rc == 0 and all(k in err for k in ('load', 'prefill', 'decode', 'first token', 'peak RSS', 'resident',
                                         'kernels:', 'prefetch')), err)
+load_line = re.search(r'^load +([0-9.]+) ms +\(map ([0-9.]+), validate ([0-9.]+), tokenizer ([0-9.]+)\)$', err, re.M)
+check('--stats splits the load into map, validate and tokenizer, within its total',
+      load_line is not None and sum(float(x) for x in load_line.groups()[1:]) <= float(load_line.group(1)) + 0.02, err)
 
 # --- --version: the release first (as before), then commit, compiler and kernels
 src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

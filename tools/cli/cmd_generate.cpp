@@ -64,7 +64,9 @@ void print_stats(const LanguageModel& lm, double load_s, double ttft_s, const st
   const ModelFile& f = lm.model().file();
   std::fprintf(stderr, "\n--- stats (kernels: %s, threads: %zu)\n", std::string(kernels::isa_name()).c_str(),
                tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism));
-  std::fprintf(stderr, "load          %8.2f ms\n", load_s * 1e3);
+  const LoadTimes& lt = lm.load_times();
+  std::fprintf(stderr, "load          %8.2f ms  (map %.2f, validate %.2f, tokenizer %.2f)\n", load_s * 1e3, lt.map * 1e3,
+               lt.validate * 1e3, lt.tokenizer * 1e3);
   std::fprintf(stderr, "prompt        %8zu tokens in %zu sequence(s)\n", prompt_tokens, results.size());
   std::fprintf(stderr, "prefill       %8.2f ms  %10.1f tokens/s\n", t.prefill_seconds * 1e3,
                t.prefill_seconds > 0 ? prompt_tokens / t.prefill_seconds : 0.0);
