@@ -10,6 +10,8 @@ if(GIT)
                   OUTPUT_VARIABLE sha OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc ERROR_QUIET)
   if(rc EQUAL 0 AND sha)
     set(commit ${sha})
+    # Refresh the index's file times first, so that a file touched but not changed is not "dirty".
+    execute_process(COMMAND ${GIT} -C ${SRC} update-index -q --refresh OUTPUT_QUIET ERROR_QUIET)
     execute_process(COMMAND ${GIT} -C ${SRC} diff-index --quiet HEAD --
                     RESULT_VARIABLE dirty OUTPUT_QUIET ERROR_QUIET)
     if(NOT dirty EQUAL 0)
