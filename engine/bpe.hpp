@@ -5,10 +5,13 @@
 // what OpenAI's encoder.py computes (it merges every occurrence of the best
 // pair in one pass; merging them one at a time left to right is the same).
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "formats/bpe_table.hpp"
 
 namespace mmgpt {
 
@@ -18,6 +21,12 @@ class BpeModel {
   // of tokens in rank order. Throws mmgpt::Error naming the merge rule whose
   // parts or result are not tokens.
   BpeModel(const std::vector<std::string>& tokens, const std::vector<std::pair<std::string, std::string>>& merges);
+  // Stored tables (formats/bpe_table.hpp), already checked, searched in place;
+  // keep_alive owns the memory they point into.
+  BpeModel(BpeTableView stored, std::shared_ptr<const void> keep_alive);
+  // table_ points into tables_ or into keep_alive_'s memory: not copied.
+  BpeModel(const BpeModel&) = delete;
+  BpeModel& operator=(const BpeModel&) = delete;
 
   // How a piece is merged; Auto picks Scan for short pieces and Heap for long
   // ones. Both give the same ids (tests compare them).
@@ -33,24 +42,12 @@ class BpeModel {
   void encode_piece(std::string_view piece, std::vector<int32_t>& out, Strategy strategy = Strategy::Auto) const;
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t id;
-  };
-  static constexpr int32_t kNoMerge = INT32_MAX;
-
-  // Open-addressing table keyed by the pair (left id, right id).
-  static uint64_t key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
-  Merge find(int32_t a, int32_t b) const;
-  void insert(uint64_t k, Merge m);
-
   void merge_scan(std::vector<int32_t>& ids) const;
   void merge_heap(std::vector<int32_t>& ids) const;
 
-  int32_t byte_id_[256];
-  std::vector<uint64_t> keys_;  // empty slots hold kEmpty
-  std::vector<Merge> values_;
-  uint64_t mask_ = 0;
+  BpeTables tables_;                     // built from a vocabulary, or empty
+  std::shared_ptr<const void> keep_alive_;  // the stored tables' owner, or null
+  BpeTableView table_;                   // what encoding searches
 };
 
 }  // namespace mmgpt

@@ -10,7 +10,9 @@ namespace mmgpt {
 LanguageModel LanguageModel::load(const std::string& path) {
   std::shared_ptr<const Model> model = Model::load(path);
   const auto start = std::chrono::steady_clock::now();
-  auto tokenizer = std::make_shared<const Tokenizer>(model->tokenizer_data());
+  const StoredBpeTables* stored = model->file().bpe_tables();
+  auto tokenizer = stored ? std::make_shared<const Tokenizer>(model->tokenizer_data(), *stored, model)
+                          : std::make_shared<const Tokenizer>(model->tokenizer_data());
   const LoadTimes times{model->file().map_seconds(), model->file().validate_seconds(),
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
   return LanguageModel(std::move(model), std::move(tokenizer), times);

@@ -1,10 +1,10 @@
 #include "engine/tokenizer.hpp"
 #include "engine/utf8.hpp"
 
-#include <array>
 #include <cstdio>
 
 #include "engine/bpe.hpp"
+#include "formats/bpe_table.hpp"
 #include "formats/error.hpp"
 
 namespace mmgpt {
@@ -29,45 +29,12 @@ bool decode_utf8(std::string_view s, std::vector<uint32_t>& out) {
   return true;
 }
 
-// GPT-2's bytes_to_unicode(): printable bytes map to themselves, the others to
-// code points 256+n. Inverted here: code point -> byte.
-std::array<int, 512> gpt2_unicode_to_byte() {
-  std::array<int, 512> inv;
-  inv.fill(-1);
-  auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
-  int n = 0;
-  for (int b = 0; b < 256; ++b) {
-    if (printable(b))
-      inv[b] = b;
-    else
-      inv[256 + n++] = b;
-  }
-  return inv;
-}
-
 }  // namespace
 
 Tokenizer::Tokenizer(const TokenizerData& data) : kind_(data.kind), eos_id_(data.eos_id) {
   token_bytes_.reserve(data.tokens.size());
   if (kind_ == TokenizerKind::Gpt2Bpe) {
-    static const std::array<int, 512> inv = gpt2_unicode_to_byte();
-    std::vector<uint32_t> cps;
-    for (const std::string& tok : data.tokens) {
-      std::string bytes;
-      // Special tokens such as <|endoftext|> are plain printable ASCII, so they map to themselves.
-      if (decode_utf8(tok, cps)) {
-        for (uint32_t cp : cps) {
-          if (cp >= inv.size() || inv[cp] < 0) {
-            bytes = tok;  // not a byte-level token: keep its text
-            break;
-          }
-          bytes.push_back(static_cast<char>(inv[cp]));
-        }
-      } else {
-        bytes = tok;
-      }
-      token_bytes_.push_back(std::move(bytes));
-    }
+    for (const std::string& tok : data.tokens) token_bytes_.push_back(bpe_token_bytes(tok));
     bpe_ = std::make_shared<const BpeModel>(data.tokens, data.merges);
     // GPT-2's only special token. Its text is matched as raw bytes.
     if (eos_id_ >= 0 && static_cast<uint64_t>(eos_id_) < token_bytes_.size())
@@ -76,6 +43,15 @@ Tokenizer::Tokenizer(const TokenizerData& data) : kind_(data.kind), eos_id_(data
     token_bytes_ = data.tokens;
     for (size_t i = 0; i < token_bytes_.size(); ++i) char_to_id_.emplace(token_bytes_[i], static_cast<int32_t>(i));
   }
+}
+
+Tokenizer::Tokenizer(const TokenizerData& data, const StoredBpeTables& stored, std::shared_ptr<const void> keep_alive)
+    : kind_(TokenizerKind::Gpt2Bpe), eos_id_(data.eos_id) {
+  token_bytes_.reserve(stored.token_count);
+  for (uint64_t i = 0; i < stored.token_count; ++i) token_bytes_.emplace_back(stored.token_bytes(i));
+  bpe_ = std::make_shared<const BpeModel>(stored.table, std::move(keep_alive));
+  if (eos_id_ >= 0 && static_cast<uint64_t>(eos_id_) < token_bytes_.size())
+    special_ = token_bytes_[static_cast<size_t>(eos_id_)];
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special) const {

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "formats/mmgpt_file.hpp"
 #include "formats/model_config.hpp"
 
 namespace mmgpt {
@@ -23,6 +24,9 @@ namespace mmgpt {
 class Tokenizer {
  public:
   explicit Tokenizer(const TokenizerData& data);
+  // A GPT-2 BPE tokenizer over a file's stored tables (searched in place;
+  // keep_alive owns the mapping they point into).
+  Tokenizer(const TokenizerData& data, const StoredBpeTables& stored, std::shared_ptr<const void> keep_alive);
 
   TokenizerKind kind() const { return kind_; }
   size_t size() const { return token_bytes_.size(); }

@@ -68,6 +68,7 @@ ModelFile ModelFile::open(const std::string& path) {
   file.config_ = parsed.config;
   file.tokenizer_ = std::move(parsed.tokenizer);
   file.tensors_ = std::move(parsed.tensors);
+  file.bpe_tables_ = parsed.bpe_tables;
   file.map_seconds_ = std::chrono::duration<double>(mapped - start).count();
   file.validate_seconds_ = std::chrono::duration<double>(Clock::now() - mapped).count();
   return file;
@@ -84,6 +85,7 @@ ModelFile parse_model_file_for_test(const void* bytes, uint64_t size, const std:
   file.config_ = parsed.config;
   file.tokenizer_ = std::move(parsed.tokenizer);
   file.tensors_ = std::move(parsed.tensors);
+  file.bpe_tables_ = parsed.bpe_tables;
   return file;
 }
 
@@ -96,6 +98,7 @@ ModelFile::ModelFile(ModelFile&& other) noexcept
       config_(other.config_),
       tokenizer_(std::move(other.tokenizer_)),
       tensors_(std::move(other.tensors_)),
+      bpe_tables_(other.bpe_tables_),
       map_seconds_(other.map_seconds_),
       validate_seconds_(other.validate_seconds_) {}
 
@@ -110,6 +113,7 @@ ModelFile& ModelFile::operator=(ModelFile&& other) noexcept {
     config_ = other.config_;
     tokenizer_ = std::move(other.tokenizer_);
     tensors_ = std::move(other.tensors_);
+    bpe_tables_ = other.bpe_tables_;
     map_seconds_ = other.map_seconds_;
     validate_seconds_ = other.validate_seconds_;
   }

@@ -2,10 +2,12 @@
 // The .mmgpt weight file: writer and memory-mapped, validating reader.
 // The byte-level specification is docs/format.md; this header is its C++ face.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "formats/bpe_table.hpp"
 #include "formats/model_config.hpp"
 
 namespace mmgpt {
@@ -32,6 +34,18 @@ struct TensorView {
   }
 };
 
+// A GPT-2 BPE tokenizer's tables as the file stores them (section kind 4),
+// validated, pointing into the mapping.
+struct StoredBpeTables {
+  BpeTableView table;
+  const uint64_t* byte_offsets = nullptr;  // [token_count + 1]: token i is bytes[byte_offsets[i], byte_offsets[i + 1])
+  const char* bytes = nullptr;
+  uint64_t token_count = 0;
+  std::string_view token_bytes(uint64_t id) const {
+    return {bytes + byte_offsets[id], static_cast<size_t>(byte_offsets[id + 1] - byte_offsets[id])};
+  }
+};
+
 class ModelFile {
  public:
   // Maps `path` read-only and validates every field before any pointer is
@@ -50,6 +64,9 @@ class ModelFile {
   const ModelConfig& config() const { return config_; }
   const TokenizerData& tokenizer() const { return tokenizer_; }
   const std::vector<TensorView>& tensors() const { return tensors_; }
+  // The stored tokenizer tables, or nullptr when the file has none (then the
+  // tokenizer builds them from tokenizer()).
+  const StoredBpeTables* bpe_tables() const { return bpe_tables_ ? &*bpe_tables_ : nullptr; }
   const TensorView* find(std::string_view name) const;  // nullptr if absent
   // Bytes of the mapping currently in memory (page cache), from mincore(2):
   // how much of the model a process has touched, or shares with others.
@@ -73,6 +90,7 @@ class ModelFile {
   ModelConfig config_;
   TokenizerData tokenizer_;
   std::vector<TensorView> tensors_;
+  std::optional<StoredBpeTables> bpe_tables_;
   double map_seconds_ = 0, validate_seconds_ = 0;
 };
 

@@ -53,6 +53,19 @@ inline constexpr uint64_t kTokFixedSize = 32;  // u32 kind, u32 reserved, i64 eo
 inline constexpr uint32_t kMaxStringBytes = 4096;  // one token or one merge half
 inline constexpr uint64_t kMaxMerges = 1u << 24;
 
+// --- tokenizer tables section (optional, GPT-2 BPE only) ----------------------
+// The tables the tokenizer searches, stored so that loading uses them in place
+// (formats/bpe_table.hpp). Written without the required flag: a reader that
+// does not know it skips it and builds the tables from the tokenizer section.
+inline constexpr uint32_t kSectionTokenizerTables = 4;
+inline constexpr uint32_t kTablesGpt2Bpe = 1;           // table kind: GPT-2 byte-level BPE
+inline constexpr uint64_t kTablesOffTokenCount = 8;     // u64, equal to the tokenizer section's
+inline constexpr uint64_t kTablesOffCapacity = 16;      // u64, merge table slots: a power of two, 16 to 2^26
+inline constexpr uint64_t kTablesOffByteIds = 24;       // i32[256]
+inline constexpr uint64_t kTablesOffKeys = 24 + 1024;   // u64[capacity], then {i32 rank, i32 id}[capacity],
+                                                        // u64[token_count + 1] byte offsets, the token bytes
+inline constexpr uint64_t kMaxTableCapacity = uint64_t(1) << 26;
+
 // --- tensor directory section ------------------------------------------------
 inline constexpr uint32_t kMaxNameBytes = 256;
 inline constexpr uint32_t kMaxDims = 8;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "formats/bpe_table.hpp"
 #include "formats/error.hpp"
 #include "formats/mmgpt_file_bytes.hpp"
 #include "formats/mmgpt_file_layout.hpp"
@@ -33,7 +34,7 @@ struct SectionRef {
 };
 
 struct Sections {
-  SectionRef config, tokenizer, tensors;
+  SectionRef config, tokenizer, tensors, tables;
 };
 
 void check_header(const unsigned char* p, uint64_t size, const std::string& path) {
@@ -96,6 +97,7 @@ Sections read_section_table(const unsigned char* p, uint64_t size, const std::st
     SectionRef* slot = kind == kSectionConfig      ? &s.config
                        : kind == kSectionTokenizer ? &s.tokenizer
                        : kind == kSectionTensors   ? &s.tensors
+                       : kind == kSectionTokenizerTables ? &s.tables
                                                    : nullptr;
     if (!slot) {
       if (flags & kSectionFlagRequired)
@@ -200,6 +202,52 @@ TokenizerData read_tokenizer(const unsigned char* p, SectionRef ref, const Model
   return tok;
 }
 
+// Section kind 4: checked in full (formats/bpe_table.hpp's rules, sizes, offsets)
+// before any pointer into it is formed.
+StoredBpeTables read_tokenizer_tables(const unsigned char* p, SectionRef ref, const TokenizerData& tok,
+                                      const std::string& path) {
+  const std::string where = path + ": tokenizer tables section";
+  if (tok.kind != TokenizerKind::Gpt2Bpe)
+    throw Error(where + ": present, but the tokenizer is not GPT-2 BPE (kind " +
+                std::to_string(static_cast<uint32_t>(tok.kind)) + ")");
+  if (ref.offset % 8 != 0) throw Error(where + ": offset " + std::to_string(ref.offset) + " is not a multiple of 8");
+  ByteCursor c(p, ref.offset, ref.offset + ref.size, where);
+  const uint32_t kind = c.u32("kind");
+  if (kind != kTablesGpt2Bpe)
+    throw Error(where + ": table kind " + std::to_string(kind) + " is unknown (1 = GPT-2 BPE)");
+  c.u32("reserved");
+  const uint64_t tokens = c.u64("token_count"), cap = c.u64("capacity");
+  if (tokens != tok.tokens.size())
+    throw Error(where + ": token_count " + std::to_string(tokens) + " differs from the tokenizer's " +
+                std::to_string(tok.tokens.size()));
+  if (cap < 16 || cap > kMaxTableCapacity || (cap & (cap - 1)) != 0)
+    throw Error(where + ": capacity " + std::to_string(cap) + " is not a power of two from 16 to 2^26");
+  // Fixed part, tables and offsets: bounded by the checks above, so no overflow.
+  const uint64_t offsets_at = kTablesOffKeys + 16 * cap, blob_at = offsets_at + 8 * (tokens + 1);
+  if (ref.size < blob_at)
+    throw Error(where + ": " + std::to_string(ref.size) + " bytes cannot hold the tables (" + std::to_string(blob_at) +
+                " needed)");
+  const unsigned char* base = p + ref.offset;
+  StoredBpeTables t;
+  t.token_count = tokens;
+  t.table.byte_id = reinterpret_cast<const int32_t*>(base + kTablesOffByteIds);
+  t.table.keys = {reinterpret_cast<const uint64_t*>(base + kTablesOffKeys), static_cast<size_t>(cap)};
+  t.table.merges = {reinterpret_cast<const BpeMerge*>(base + kTablesOffKeys + 8 * cap), static_cast<size_t>(cap)};
+  t.byte_offsets = reinterpret_cast<const uint64_t*>(base + offsets_at);
+  t.bytes = reinterpret_cast<const char*>(base + blob_at);
+  check_bpe_tables(t.table, tokens, tok.merges.size(), where);
+  const uint64_t blob = ref.size - blob_at;
+  if (t.byte_offsets[0] != 0) throw Error(where + ": the first token's bytes do not start at 0");
+  for (uint64_t i = 0; i < tokens; ++i)
+    if (t.byte_offsets[i + 1] < t.byte_offsets[i] || t.byte_offsets[i + 1] > blob)
+      throw Error(where + ": the bytes of token " + std::to_string(i) + " end at " +
+                  std::to_string(t.byte_offsets[i + 1]) + ", outside [" + std::to_string(t.byte_offsets[i]) + ", " +
+                  std::to_string(blob) + "]");
+  if (t.byte_offsets[tokens] != blob)
+    throw Error(where + ": " + std::to_string(blob - t.byte_offsets[tokens]) + " bytes after the last token's");
+  return t;
+}
+
 std::vector<TensorView> read_directory(const unsigned char* p, uint64_t size, SectionRef ref, const std::string& path,
                                        std::vector<Region>& regions) {
   ByteCursor c(p, ref.offset, ref.offset + ref.size, path + ": tensor directory");
@@ -268,6 +316,7 @@ ParsedImage parse_image(const unsigned char* p, uint64_t size, const std::string
   out.version = load_u32(p + kOffVersion);
   out.config = read_config(p, s.config, path);
   out.tokenizer = read_tokenizer(p, s.tokenizer, out.config, path);
+  if (s.tables.present) out.bpe_tables = read_tokenizer_tables(p, s.tables, out.tokenizer, path);
   out.tensors = read_directory(p, size, s.tensors, path, regions);
   check_no_overlap(regions, path);
   std::vector<NamedShape> named;

@@ -3,6 +3,7 @@
 // test buffer). Only after every rule of docs/format.md has passed are the
 // tensor data pointers formed.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@ struct ParsedImage {
   ModelConfig config;
   TokenizerData tokenizer;
   std::vector<TensorView> tensors;  // data points into the image
+  std::optional<StoredBpeTables> bpe_tables;  // points into the image
 };
 
 // `path` only names the file in error messages.

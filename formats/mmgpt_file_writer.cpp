@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "formats/atomic_file.hpp"
+#include "formats/bpe_table.hpp"
 #include "formats/error.hpp"
 #include "formats/mmgpt_file.hpp"
 #include "formats/mmgpt_file_bytes.hpp"
@@ -65,6 +66,35 @@ std::vector<unsigned char> encode_tokenizer(const TokenizerData& t) {
   return std::move(s.bytes);
 }
 
+// The tokenizer tables section of a GPT-2 BPE tokenizer (docs/format.md);
+// empty (no section) when a merge rule names a string that is not a token:
+// such a file converts as before, and loading it names the rule.
+std::vector<unsigned char> encode_tokenizer_tables(const TokenizerData& t) {
+  BpeTables tables;
+  try {
+    tables = BpeTables::build(t.tokens, t.merges);
+  } catch (const Error&) {
+    return {};
+  }
+  ByteSink s;
+  s.u32(kTablesGpt2Bpe), s.u32(0);
+  s.u64(t.tokens.size()), s.u64(tables.keys.size());
+  for (int32_t id : tables.byte_id) s.u32(static_cast<uint32_t>(id));
+  for (uint64_t k : tables.keys) s.u64(k);
+  for (const BpeMerge& m : tables.merges) s.u32(static_cast<uint32_t>(m.rank)), s.u32(static_cast<uint32_t>(m.id));
+  std::vector<std::string> bytes;
+  bytes.reserve(t.tokens.size());
+  uint64_t offset = 0;
+  s.u64(0);
+  for (const std::string& tok : t.tokens) {
+    bytes.push_back(bpe_token_bytes(tok));
+    offset += bytes.back().size();
+    s.u64(offset);
+  }
+  for (const std::string& b : bytes) s.bytes.insert(s.bytes.end(), b.begin(), b.end());
+  return std::move(s.bytes);
+}
+
 // Everything before the first tensor: header, section table, config,
 // tokenizer, directory; each section starts 8-aligned. Fills `offsets` with
 // each tensor's data offset and returns the image with the total file size.
@@ -73,10 +103,13 @@ std::vector<unsigned char> build_metadata(const ModelConfig& config, const Token
                                           uint64_t& file_size, const std::string& path) {
   const std::vector<unsigned char> cfg = encode_config(config);
   const std::vector<unsigned char> tok = encode_tokenizer(tokenizer);
-  const uint64_t table = kHeaderSize, n_sections = 3;
+  const std::vector<unsigned char> tables =
+      tokenizer.kind == TokenizerKind::Gpt2Bpe ? encode_tokenizer_tables(tokenizer) : std::vector<unsigned char>{};
+  const uint64_t table = kHeaderSize, n_sections = tables.empty() ? 3 : 4;
   const uint64_t cfg_off = table + n_sections * kSectionEntrySize;
   const uint64_t tok_off = align_up(cfg_off + cfg.size(), 8, path);
-  const uint64_t dir_off = align_up(tok_off + tok.size(), 8, path);
+  const uint64_t tables_off = align_up(tok_off + tok.size(), 8, path);
+  const uint64_t dir_off = align_up(tables_off + tables.size(), 8, path);
   uint64_t dir_size = 8;
   for (const TensorToWrite& t : tensors) dir_size += 4 + t.name.size() + 12 + 8 * t.shape.size() + 16;
 
@@ -99,9 +132,13 @@ std::vector<unsigned char> build_metadata(const ModelConfig& config, const Token
                                                                          {kSectionTensors, {dir_off, dir_size}}};
   for (const auto& [kind, where] : sections)
     s.u32(kind), s.u32(kSectionFlagRequired), s.u64(where.first), s.u64(where.second), s.u64(0);
+  if (!tables.empty())  // optional: older readers skip it
+    s.u32(kSectionTokenizerTables), s.u32(0), s.u64(tables_off), s.u64(tables.size()), s.u64(0);
   s.bytes.insert(s.bytes.end(), cfg.begin(), cfg.end());
   s.pad_to(8);
   s.bytes.insert(s.bytes.end(), tok.begin(), tok.end());
+  s.pad_to(8);
+  s.bytes.insert(s.bytes.end(), tables.begin(), tables.end());
   s.pad_to(8);
   s.u64(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {

@@ -586,6 +586,82 @@ TEST_CASE("tokenizer section values are validated") {
   CHECK_REJECTS(img, "merges are only allowed for gpt2-bpe");
 }
 
+TEST_CASE("the tokenizer tables section: written for BPE, searched in place, every field checked, optional") {
+  const Bytes bpe = image_of(make_model(tiny_config(), bpe_tokenizer()));
+  const ModelFile f = parse_model_file_for_test(bpe.data(), bpe.size(), "m");
+  REQUIRE(f.bpe_tables() != nullptr);
+  const mmgpt::StoredBpeTables& t = *f.bpe_tables();
+  CHECK(t.token_count == 8);
+  CHECK(t.token_bytes(0) == " ");  // "Ġ" is the space byte
+  CHECK(t.token_bytes(6) == " the");
+  CHECK(t.token_bytes(7) == "<|endoftext|>");
+  CHECK(t.table.byte_id[int('t')] == 1);
+  CHECK(t.table.byte_id[int(' ')] == 0);
+  CHECK(t.table.find(1, 2).id == 4);  // t + h -> th, rank 0
+  CHECK(t.table.find(1, 2).rank == 0);
+  CHECK(t.table.find(0, 5).id == 6);  // Ġ + the -> Ġthe, rank 2
+  CHECK(reinterpret_cast<const unsigned char*>(t.table.keys.data()) > bpe.data());  // in the image, not a copy
+  CHECK(reinterpret_cast<const unsigned char*>(t.table.keys.data()) < bpe.data() + bpe.size());
+
+  const Bytes& chars = tiny_image();  // a character vocabulary has no tables
+  CHECK(parse_model_file_for_test(chars.data(), chars.size(), "m").bpe_tables() == nullptr);
+  CHECK(load_u32(chars.data() + mmgpt_file::kOffSectionCount) == 3);
+
+  REQUIRE(load_u32(bpe.data() + section_entry(bpe, 3)) == mmgpt_file::kSectionTokenizerTables);
+  CHECK(load_u32(bpe.data() + section_entry(bpe, 3) + 4) == 0);  // not required
+  const uint64_t at = section_offset(bpe, 3), size_at = section_entry(bpe, 3) + 16;
+  const uint64_t cap = load_u64(bpe.data() + at + mmgpt_file::kTablesOffCapacity);
+  CHECK(cap == 16);
+  Bytes img = bpe;
+  set_u32(img, at, 2);
+  CHECK_REJECTS(img, "tokenizer tables section: table kind 2 is unknown");
+  img = bpe;
+  set_u64(img, at + mmgpt_file::kTablesOffTokenCount, 9);
+  CHECK_REJECTS(img, "token_count 9 differs from the tokenizer's 8");
+  img = bpe;
+  set_u64(img, at + mmgpt_file::kTablesOffCapacity, 24);
+  CHECK_REJECTS(img, "capacity 24 is not a power of two from 16 to 2^26");
+  img = bpe;
+  set_u64(img, at + mmgpt_file::kTablesOffCapacity, 1024);
+  CHECK_REJECTS(img, "cannot hold the tables");
+  img = bpe;
+  set_u32(img, at + mmgpt_file::kTablesOffByteIds + 4 * 't', 8);
+  CHECK_REJECTS(img, "the token of byte 116 is 8");
+  const uint64_t keys = at + mmgpt_file::kTablesOffKeys, offsets = keys + 16 * cap;
+  img = bpe;
+  for (uint64_t h = 0; h < cap; ++h)  // the first stored pair gets an id past the vocabulary
+    if (load_u64(img.data() + keys + 8 * h) != mmgpt::kBpeEmptyKey) {
+      set_u64(img, keys + 8 * h, mmgpt::bpe_pair_key(1, 8));
+      break;
+    }
+  CHECK_REJECTS(img, "holds the ids 1, 8");
+  img = bpe;
+  set_u64(img, offsets + 8, 1000);
+  CHECK_REJECTS(img, "the bytes of token 0 end at 1000");
+  img = bpe;
+  set_u64(img, offsets, 1);
+  CHECK_REJECTS(img, "the first token's bytes do not start at 0");
+  img = bpe;
+  set_u64(img, size_at, load_u64(img.data() + size_at) - 1);
+  CHECK_REJECTS(img, "the bytes of token 7 end at");
+
+  // A merge rule naming a string that is not a token: no tables are written
+  // (the file converts as before; loading it names the rule).
+  TokenizerData odd = bpe_tokenizer();
+  odd.merges.push_back({"e", "t"});
+  const Bytes no_tables = image_of(make_model(tiny_config(), odd));
+  CHECK(load_u32(no_tables.data() + mmgpt_file::kOffSectionCount) == 3);
+  CHECK(parse_model_file_for_test(no_tables.data(), no_tables.size(), "m").bpe_tables() == nullptr);
+
+  // Not required: under a kind this reader does not know it is skipped, and
+  // the tokenizer's strings are all there is (as for an older file).
+  img = bpe;
+  set_u32(img, section_entry(img, 3), 99);
+  const ModelFile older = parse_model_file_for_test(img.data(), img.size(), "m");
+  CHECK(older.bpe_tables() == nullptr);
+  CHECK(older.tokenizer().merges == bpe_tokenizer().merges);
+}
+
 // --------------------------------------------------------------- tensor rules
 
 TEST_CASE("tensor directory entries are validated") {
