@@ -3,6 +3,7 @@
 
     python3 bench/gpt2_shaped.py 124M OUT_DIR      # or 355M, 774M, 1558M
     python3 bench/gpt2_shaped.py 2x2x64 OUT_DIR    # LAYERSxHEADSxWIDTH
+    python3 bench/gpt2_shaped.py 1558M OUT_DIR --zeros   # every value 0, a sparse file
 
 OUT_DIR gets what `save_pretrained` of a GPT2LMHeadModel writes and `mmgpt
 convert` reads: config.json, model.safetensors (float32, the tied lm_head
@@ -13,6 +14,9 @@ and embeddings are N(0, 0.02) (GPT-2's initialisation), LayerNorm weights 1,
 biases 0. The values come from one seeded block of 2^20 normals, each tensor
 starting at its own offset in it, so a 355M model is written in seconds with
 plain Python (no numpy or torch needed: the bench machine may have neither).
+With --zeros every value is 0 and the data is a hole in a sparse file: a
+1558M-shaped checkpoint (6.2 GB) in no time and no disk, for conversion's
+memory bound (tests/cli/test_convert_memory.py).
 """
 import argparse
 import array
@@ -75,7 +79,7 @@ def tensors(layers, width):
     return sorted(out)
 
 
-def write_safetensors(path, items, seed):
+def write_safetensors(path, items, seed, zeros_only=False):
     block_floats = 1 << 20
     rng = random.Random(seed)
     # One block of normals plus room for any start offset below block_floats.
@@ -94,6 +98,9 @@ def write_safetensors(path, items, seed):
     with open(path, 'wb') as f:
         f.write(struct.pack('<Q', len(hb)))
         f.write(hb)
+        if zeros_only:
+            f.truncate(8 + len(hb) + offset)  # the data: a hole, read as zeros
+            return
         for name, shape, fill in items:
             left = header[name]['data_offsets'][1] - header[name]['data_offsets'][0]
             if fill != 'normal':
@@ -111,6 +118,7 @@ def main():
     ap.add_argument('shape', help='a GPT-2 size (%s) or LAYERSxHEADSxWIDTH' % ', '.join(SHAPES))
     ap.add_argument('out', help='directory to write (must not exist, or be empty)')
     ap.add_argument('--seed', type=int, default=0)
+    ap.add_argument('--zeros', action='store_true', help='every value 0, stored as a hole (a sparse file)')
     a = ap.parse_args()
     if a.shape in SHAPES:
         layers, heads, width = SHAPES[a.shape]
@@ -130,7 +138,7 @@ def main():
     shutil.copyfile(os.path.join(DATA, 'vocab.bpe'), os.path.join(a.out, 'merges.txt'))
     # Written under a temporary name, so an interrupted run leaves no model.safetensors.
     tmp = os.path.join(a.out, 'model.safetensors.partial')
-    write_safetensors(tmp, tensors(layers, width), a.seed)
+    write_safetensors(tmp, tensors(layers, width), a.seed, zeros_only=a.zeros)
     os.replace(tmp, os.path.join(a.out, 'model.safetensors'))
     print('%s: GPT-2 %d layers, %d heads, width %d' % (a.out, layers, heads, width))
 

@@ -24,4 +24,22 @@ std::string_view compiler() {
 #endif
 }
 
+std::string_view sanitizer() {
+#if defined(__SANITIZE_ADDRESS__)
+  return "AddressSanitizer";
+#elif defined(__SANITIZE_THREAD__)
+  return "ThreadSanitizer";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  return "AddressSanitizer";
+#elif __has_feature(thread_sanitizer)
+  return "ThreadSanitizer";
+#else
+  return "";
+#endif
+#else
+  return "";
+#endif
+}
+
 }  // namespace mmgpt

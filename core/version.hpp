@@ -11,5 +11,9 @@ std::string_view version();
 std::string_view git_commit();
 // The compiler and its version, e.g. "GCC 12.2.0" or "Clang 14.0.6".
 std::string_view compiler();
+// The sanitizer the build was instrumented with ("AddressSanitizer",
+// "ThreadSanitizer"), or "" for a plain build. Such a build reserves shadow
+// memory, so its memory figures are not a release build's.
+std::string_view sanitizer();
 
 }  // namespace mmgpt

@@ -94,6 +94,10 @@ size_t packed_weight_bytes(WeightType t, size_t N, size_t K) {
   return bytes;
 }
 
+size_t pack_row_unit(WeightType t) {
+  return weight_type_info(t).packing == Packing::PanelPairs ? 2 * kPanelWidth : kPanelWidth;
+}
+
 const char* layout_name(uint32_t layout_id) {
   switch (layout_id) {
     case kLayoutRowMajor: return "row-major";

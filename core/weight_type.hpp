@@ -67,6 +67,11 @@ inline bool is_quantized(WeightType t) { return weight_type_info(t).prep == Acti
 bool packed_matrix_bytes(WeightType t, uint64_t N, uint64_t K, uint64_t& bytes);
 // The same for shapes known to fit (an in-memory matrix).
 size_t packed_weight_bytes(WeightType t, size_t N, size_t K);
+// The rows a packed matrix can be cut at: packing rows [r, r + n) of W[N, K],
+// r a multiple of this and n too (unless the piece ends W), gives bytes
+// [packed_weight_bytes(t, r, K), ...) of W's packing. A panel (16 rows), or a
+// pair of panels for the 16-bit types' paired layout.
+size_t pack_row_unit(WeightType t);
 
 // File layout ids and their names: 0 row-major, then the packings.
 inline constexpr uint32_t kLayoutRowMajor = 0;

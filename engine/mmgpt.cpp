@@ -11,7 +11,8 @@ LanguageModel LanguageModel::load(const std::string& path) {
   std::shared_ptr<const Model> model = Model::load(path);
   const auto start = std::chrono::steady_clock::now();
   const StoredBpeTables* stored = model->file().bpe_tables();
-  auto tokenizer = stored ? std::make_shared<const Tokenizer>(model->tokenizer_data(), *stored, model)
+  // With stored tables the tokenizer section's strings are never copied out.
+  auto tokenizer = stored ? std::make_shared<const Tokenizer>(model->file().stored_tokenizer().eos_id, *stored, model)
                           : std::make_shared<const Tokenizer>(model->tokenizer_data());
   const LoadTimes times{model->file().map_seconds(), model->file().validate_seconds(),
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};

@@ -31,27 +31,30 @@ bool decode_utf8(std::string_view s, std::vector<uint32_t>& out) {
 
 }  // namespace
 
+// GPT-2's only special token, end of text: its text, matched as raw bytes.
+void Tokenizer::set_special() {
+  if (eos_id_ >= 0 && static_cast<uint64_t>(eos_id_) < token_bytes_.size())
+    special_ = token_bytes_[static_cast<size_t>(eos_id_)];
+}
+
 Tokenizer::Tokenizer(const TokenizerData& data) : kind_(data.kind), eos_id_(data.eos_id) {
   token_bytes_.reserve(data.tokens.size());
   if (kind_ == TokenizerKind::Gpt2Bpe) {
     for (const std::string& tok : data.tokens) token_bytes_.push_back(bpe_token_bytes(tok));
     bpe_ = std::make_shared<const BpeModel>(data.tokens, data.merges);
-    // GPT-2's only special token. Its text is matched as raw bytes.
-    if (eos_id_ >= 0 && static_cast<uint64_t>(eos_id_) < token_bytes_.size())
-      special_ = token_bytes_[static_cast<size_t>(eos_id_)];
+    set_special();
   } else {
     token_bytes_ = data.tokens;
     for (size_t i = 0; i < token_bytes_.size(); ++i) char_to_id_.emplace(token_bytes_[i], static_cast<int32_t>(i));
   }
 }
 
-Tokenizer::Tokenizer(const TokenizerData& data, const StoredBpeTables& stored, std::shared_ptr<const void> keep_alive)
-    : kind_(TokenizerKind::Gpt2Bpe), eos_id_(data.eos_id) {
+Tokenizer::Tokenizer(int64_t eos_id, const StoredBpeTables& stored, std::shared_ptr<const void> keep_alive)
+    : kind_(TokenizerKind::Gpt2Bpe), eos_id_(eos_id) {
   token_bytes_.reserve(stored.token_count);
   for (uint64_t i = 0; i < stored.token_count; ++i) token_bytes_.emplace_back(stored.token_bytes(i));
   bpe_ = std::make_shared<const BpeModel>(stored.table, std::move(keep_alive));
-  if (eos_id_ >= 0 && static_cast<uint64_t>(eos_id_) < token_bytes_.size())
-    special_ = token_bytes_[static_cast<size_t>(eos_id_)];
+  set_special();
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special) const {

@@ -25,8 +25,12 @@ class Tokenizer {
  public:
   explicit Tokenizer(const TokenizerData& data);
   // A GPT-2 BPE tokenizer over a file's stored tables (searched in place;
-  // keep_alive owns the mapping they point into).
-  Tokenizer(const TokenizerData& data, const StoredBpeTables& stored, std::shared_ptr<const void> keep_alive);
+  // keep_alive owns the mapping they point into), end-of-text token eos_id
+  // (-1: none). It needs nothing else of the tokenizer section.
+  Tokenizer(int64_t eos_id, const StoredBpeTables& stored, std::shared_ptr<const void> keep_alive);
+  // The same, eos_id taken from `data`.
+  Tokenizer(const TokenizerData& data, const StoredBpeTables& stored, std::shared_ptr<const void> keep_alive)
+      : Tokenizer(data.eos_id, stored, std::move(keep_alive)) {}
 
   TokenizerKind kind() const { return kind_; }
   size_t size() const { return token_bytes_.size(); }
@@ -44,6 +48,8 @@ class Tokenizer {
   std::string decode(std::span<const int32_t> ids) const;
 
  private:
+  void set_special();
+
   TokenizerKind kind_;
   int64_t eos_id_;
   std::vector<std::string> token_bytes_;

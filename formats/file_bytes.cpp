@@ -33,6 +33,15 @@ FileBytes::FileBytes(const std::string& path) : path_(path) {
   ::close(fd);  // the mapping stays valid without the descriptor
 }
 
+void FileBytes::release(const uint8_t* p, size_t n) const {
+  if (!data_ || p < data_ || n == 0 || n > size_ || size_t(p - data_) > size_ - n) return;
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (uintptr_t(p) + page - 1) / page * page, end = (uintptr_t(p) + n) / page * page;
+  // MADV_DONTNEED on a read-only private mapping only drops this process's
+  // references; a later read faults the same bytes back in from the file.
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 FileBytes::~FileBytes() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

@@ -19,6 +19,12 @@ class FileBytes {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Drops the whole pages inside [p, p + n) from this process's memory once
+  // they have been read (they stay in the page cache, and reading them again
+  // maps them again), so that streaming through a large file keeps the
+  // resident set small. A no-op where the system cannot do it.
+  void release(const uint8_t* p, size_t n) const;
+
  private:
   std::string path_;
   const uint8_t* data_ = nullptr;

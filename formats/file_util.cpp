@@ -45,7 +45,7 @@ std::string parent_dir(const std::string& file) {
   return p.empty() ? std::string(".") : p.string();
 }
 
-bool valid_utf8(const std::string& s) {
+bool valid_utf8(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const size_t n = s.size();
   for (size_t i = 0; i < n;) {

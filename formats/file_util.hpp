@@ -17,7 +17,7 @@ std::string join_path(const std::string& dir, const std::string& name);
 std::string parent_dir(const std::string& file);
 
 // Whether `s` is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
-bool valid_utf8(const std::string& s);
+bool valid_utf8(std::string_view s);
 // Number of code points in well-formed UTF-8 `s`.
 size_t utf8_length(const std::string& s);
 

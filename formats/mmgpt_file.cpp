@@ -66,7 +66,7 @@ ModelFile ModelFile::open(const std::string& path) {
   mmgpt_file::ParsedImage parsed = mmgpt_file::parse_image(static_cast<const unsigned char*>(map), size, path);
   file.version_ = parsed.version;
   file.config_ = parsed.config;
-  file.tokenizer_ = std::move(parsed.tokenizer);
+  file.stored_tokenizer_ = std::move(parsed.tokenizer);
   file.tensors_ = std::move(parsed.tensors);
   file.bpe_tables_ = parsed.bpe_tables;
   file.map_seconds_ = std::chrono::duration<double>(mapped - start).count();
@@ -83,7 +83,7 @@ ModelFile parse_model_file_for_test(const void* bytes, uint64_t size, const std:
   file.owns_map_ = false;
   file.version_ = parsed.version;
   file.config_ = parsed.config;
-  file.tokenizer_ = std::move(parsed.tokenizer);
+  file.stored_tokenizer_ = std::move(parsed.tokenizer);
   file.tensors_ = std::move(parsed.tensors);
   file.bpe_tables_ = parsed.bpe_tables;
   return file;
@@ -96,6 +96,7 @@ ModelFile::ModelFile(ModelFile&& other) noexcept
       size_(std::exchange(other.size_, 0)),
       owns_map_(std::exchange(other.owns_map_, false)),
       config_(other.config_),
+      stored_tokenizer_(std::move(other.stored_tokenizer_)),
       tokenizer_(std::move(other.tokenizer_)),
       tensors_(std::move(other.tensors_)),
       bpe_tables_(other.bpe_tables_),
@@ -111,6 +112,7 @@ ModelFile& ModelFile::operator=(ModelFile&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
     owns_map_ = std::exchange(other.owns_map_, false);
     config_ = other.config_;
+    stored_tokenizer_ = std::move(other.stored_tokenizer_);
     tokenizer_ = std::move(other.tokenizer_);
     tensors_ = std::move(other.tensors_);
     bpe_tables_ = other.bpe_tables_;
@@ -122,6 +124,21 @@ ModelFile& ModelFile::operator=(ModelFile&& other) noexcept {
 
 ModelFile::~ModelFile() {
   if (owns_map_ && map_) ::munmap(const_cast<void*>(map_), static_cast<size_t>(size_));
+}
+
+TokenizerData StoredTokenizer::data() const {
+  TokenizerData d;
+  d.kind = kind;
+  d.eos_id = eos_id;
+  d.tokens.assign(tokens.begin(), tokens.end());
+  d.merges.reserve(merges.size());
+  for (const auto& [a, b] : merges) d.merges.emplace_back(a, b);
+  return d;
+}
+
+const TokenizerData& ModelFile::tokenizer() const {
+  std::call_once(tokenizer_->once, [this] { tokenizer_->data = stored_tokenizer_.data(); });
+  return tokenizer_->data;
 }
 
 const TensorView* ModelFile::find(std::string_view name) const {

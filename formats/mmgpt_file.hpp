@@ -2,9 +2,13 @@
 // The .mmgpt weight file: writer and memory-mapped, validating reader.
 // The byte-level specification is docs/format.md; this header is its C++ face.
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "formats/bpe_table.hpp"
@@ -32,6 +36,17 @@ struct TensorView {
     for (uint64_t s : shape) n *= s;
     return n;
   }
+};
+
+// The tokenizer section (kind 2) as the file stores it, validated, its
+// strings pointing into the mapping.
+struct StoredTokenizer {
+  TokenizerKind kind = TokenizerKind::None;
+  int64_t eos_id = -1;
+  std::vector<std::string_view> tokens;
+  std::vector<std::pair<std::string_view, std::string_view>> merges;
+
+  TokenizerData data() const;  // the same, as owned strings
 };
 
 // A GPT-2 BPE tokenizer's tables as the file stores them (section kind 4),
@@ -62,7 +77,12 @@ class ModelFile {
   uint32_t version() const { return version_; }
   uint64_t file_size() const { return size_; }
   const ModelConfig& config() const { return config_; }
-  const TokenizerData& tokenizer() const { return tokenizer_; }
+  // The tokenizer section as owned strings: built on the first call (the
+  // section is validated at open), so a load that runs on the stored tables
+  // never builds it. Safe to call from several threads.
+  const TokenizerData& tokenizer() const;
+  // The same section in place: kind, eos id and the strings, without copying.
+  const StoredTokenizer& stored_tokenizer() const { return stored_tokenizer_; }
   const std::vector<TensorView>& tensors() const { return tensors_; }
   // The stored tokenizer tables, or nullptr when the file has none (then the
   // tokenizer builds them from tokenizer()).
@@ -88,7 +108,12 @@ class ModelFile {
   uint64_t size_ = 0;
   bool owns_map_ = false;
   ModelConfig config_;
-  TokenizerData tokenizer_;
+  StoredTokenizer stored_tokenizer_;
+  struct LazyTokenizer {
+    std::once_flag once;
+    TokenizerData data;
+  };
+  std::unique_ptr<LazyTokenizer> tokenizer_ = std::make_unique<LazyTokenizer>();
   std::vector<TensorView> tensors_;
   std::optional<StoredBpeTables> bpe_tables_;
   double map_seconds_ = 0, validate_seconds_ = 0;
@@ -105,13 +130,17 @@ struct TensorToWrite {
   std::vector<uint64_t> shape;
   const void* data = nullptr;  // nbytes bytes, laid out as `layout` says
   uint64_t nbytes = 0;
+  // Instead of `data`: writes the nbytes bytes, in order and in pieces of any
+  // size, by calling `put` (so a converter never holds the whole tensor).
+  using Put = std::function<void(const void* bytes, uint64_t n)>;
+  std::function<void(const Put& put)> produce;
 };
 
 // Writes a complete .mmgpt file. It is written to a temporary file beside
 // `path` and renamed into place only once complete and flushed; on any failure
 // the temporary is removed and an existing file at `path` is left untouched.
 // Refuses (mmgpt::Error) inputs the reader would refuse: the file written is
-// always one that open() accepts.
+// always one that open() accepts. An error a `produce` throws leaves no file too.
 void write_model_file(const std::string& path, const ModelConfig& config, const TokenizerData& tokenizer,
                       const std::vector<TensorToWrite>& tensors);
 

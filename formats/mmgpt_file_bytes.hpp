@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -64,9 +65,10 @@ class ByteCursor {
   uint64_t u64(const std::string& field) { return load_u64(take(8, field)); }
   int64_t i64(const std::string& field) { return static_cast<int64_t>(u64(field)); }
   float f32(const std::string& field) { return std::bit_cast<float>(u32(field)); }
-  std::string bytes(uint64_t n, const std::string& field) {
+  std::string bytes(uint64_t n, const std::string& field) { return std::string(view(n, field)); }
+  std::string_view view(uint64_t n, const std::string& field) {
     const unsigned char* p = take(n, field);
-    return std::string(reinterpret_cast<const char*>(p), n);
+    return {reinterpret_cast<const char*>(p), static_cast<size_t>(n)};
   }
 
  private:

@@ -144,15 +144,15 @@ ModelConfig read_config(const unsigned char* p, SectionRef ref, const std::strin
   return cfg;
 }
 
-// A length-prefixed string. `field()` names it in an error message; it is
-// called only on the way to one, as a vocabulary has 10^5 strings.
+// A length-prefixed string, in place. `field()` names it in an error message;
+// it is called only on the way to one, as a vocabulary has 10^5 strings.
 template <class Field>
-std::string read_string(ByteCursor& c, const Field& field) {
+std::string_view read_string(ByteCursor& c, const Field& field) {
   if (c.remaining() >= 4) {
     const uint32_t len = c.peek_u32();
     if (len <= kMaxStringBytes && len <= c.remaining() - 4) {
       c.u32("string length");  // neither read can fail: checked above
-      return c.bytes(len, "string");
+      return c.view(len, "string");
     }
   }
   const std::string name = field();
@@ -160,7 +160,7 @@ std::string read_string(ByteCursor& c, const Field& field) {
   if (len > kMaxStringBytes)
     throw Error(c.where() + ": " + name + " length " + std::to_string(len) + " exceeds limit " +
                 std::to_string(kMaxStringBytes));
-  return c.bytes(len, name);
+  return c.view(len, name);
 }
 
 void require_consumed(const ByteCursor& c) {
@@ -169,9 +169,9 @@ void require_consumed(const ByteCursor& c) {
                 std::to_string(c.pos()));
 }
 
-TokenizerData read_tokenizer(const unsigned char* p, SectionRef ref, const ModelConfig& cfg, const std::string& path) {
+StoredTokenizer read_tokenizer(const unsigned char* p, SectionRef ref, const ModelConfig& cfg, const std::string& path) {
   ByteCursor c(p, ref.offset, ref.offset + ref.size, path + ": tokenizer section");
-  TokenizerData tok;
+  StoredTokenizer tok;
   tok.kind = static_cast<TokenizerKind>(c.u32("kind"));
   c.u32("reserved");
   tok.eos_id = c.i64("eos_id");
@@ -193,9 +193,9 @@ TokenizerData read_tokenizer(const unsigned char* p, SectionRef ref, const Model
     tok.tokens.push_back(read_string(c, [i] { return "token " + std::to_string(i); }));
   tok.merges.reserve(n_merges);
   for (uint64_t i = 0; i < n_merges; ++i) {
-    std::string a = read_string(c, [i] { return "merge " + std::to_string(i) + " left part"; });
-    std::string b = read_string(c, [i] { return "merge " + std::to_string(i) + " right part"; });
-    tok.merges.emplace_back(std::move(a), std::move(b));
+    const std::string_view a = read_string(c, [i] { return "merge " + std::to_string(i) + " left part"; });
+    const std::string_view b = read_string(c, [i] { return "merge " + std::to_string(i) + " right part"; });
+    tok.merges.emplace_back(a, b);
   }
   require_consumed(c);
   check_tokenizer(tok, cfg, path);
@@ -204,7 +204,7 @@ TokenizerData read_tokenizer(const unsigned char* p, SectionRef ref, const Model
 
 // Section kind 4: checked in full (formats/bpe_table.hpp's rules, sizes, offsets)
 // before any pointer into it is formed.
-StoredBpeTables read_tokenizer_tables(const unsigned char* p, SectionRef ref, const TokenizerData& tok,
+StoredBpeTables read_tokenizer_tables(const unsigned char* p, SectionRef ref, const StoredTokenizer& tok,
                                       const std::string& path) {
   const std::string where = path + ": tokenizer tables section";
   if (tok.kind != TokenizerKind::Gpt2Bpe)

@@ -14,7 +14,7 @@ namespace mmgpt::mmgpt_file {
 struct ParsedImage {
   uint32_t version = 0;
   ModelConfig config;
-  TokenizerData tokenizer;
+  StoredTokenizer tokenizer;  // points into the image
   std::vector<TensorView> tensors;  // data points into the image
   std::optional<StoredBpeTables> bpe_tables;  // points into the image
 };

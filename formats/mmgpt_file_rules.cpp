@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "formats/error.hpp"
+#include "formats/mmgpt_file.hpp"
 #include "formats/mmgpt_file_layout.hpp"
 
 namespace mmgpt::mmgpt_file {
@@ -45,7 +46,7 @@ bool valid_utf8(std::string_view s) {
 
 // `what()` names the string; called only for an error message.
 template <class What>
-void check_string(const std::string& s, const What& what_name, const std::string& source) {
+void check_string(std::string_view s, const What& what_name, const std::string& source) {
   if (!s.empty() && s.size() <= kMaxStringBytes && valid_utf8(s)) return;
   const std::string what = what_name();
   if (s.empty()) throw Error(source + ": " + what + " is empty");
@@ -114,7 +115,11 @@ std::string shape_string(const std::vector<uint64_t>& shape) {
   return s + "]";
 }
 
-void check_tokenizer(const TokenizerData& tok, const ModelConfig& config, const std::string& source) {
+namespace {
+
+// TokenizerData (owned strings) or StoredTokenizer (views into a file): the same rules.
+template <class Tok>
+void check_tokenizer_fields(const Tok& tok, const ModelConfig& config, const std::string& source) {
   const auto kind = static_cast<uint32_t>(tok.kind);
   const char* kind_name = tokenizer_kind_name(kind);
   if (!kind_name)
@@ -148,6 +153,16 @@ void check_tokenizer(const TokenizerData& tok, const ModelConfig& config, const 
     check_string(tok.merges[i].second, [i] { return "tokenizer merge " + std::to_string(i) + " right part"; },
                  source);
   }
+}
+
+}  // namespace
+
+void check_tokenizer(const TokenizerData& tok, const ModelConfig& config, const std::string& source) {
+  check_tokenizer_fields(tok, config, source);
+}
+
+void check_tokenizer(const StoredTokenizer& tok, const ModelConfig& config, const std::string& source) {
+  check_tokenizer_fields(tok, config, source);
 }
 
 void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t layout_id,

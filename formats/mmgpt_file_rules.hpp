@@ -9,6 +9,10 @@
 
 #include "formats/model_config.hpp"
 
+namespace mmgpt {
+struct StoredTokenizer;
+}  // namespace mmgpt
+
 namespace mmgpt::mmgpt_file {
 
 // The file layout id of a tensor: 0 for row-major, else its dtype's packing
@@ -22,6 +26,7 @@ Layout memory_layout(uint32_t layout_id);  // a known id, as the engine sees it
 // kMaxStringBytes; merges only for Gpt2Bpe, each half non-empty valid UTF-8;
 // eos_id is -1 or a valid id (of the tokens, or of the vocabulary for None).
 void check_tokenizer(const TokenizerData& tok, const ModelConfig& config, const std::string& source);
+void check_tokenizer(const StoredTokenizer& tok, const ModelConfig& config, const std::string& source);
 
 // One directory entry on its own (file ids): name well-formed, dtype and
 // layout known, a packed matrix in its dtype's packing and only element-wise

@@ -42,7 +42,7 @@ void validate_inputs(const std::string& path, const ModelConfig& config, const T
   for (const TensorToWrite& t : tensors) {
     check_tensor_entry(t.name, static_cast<uint32_t>(t.dtype), file_layout_id(t.dtype, t.layout), t.shape, t.nbytes,
                        path);
-    if (t.data == nullptr) throw Error(path + ": tensor '" + t.name + "': data is null");
+    if (t.data == nullptr && !t.produce) throw Error(path + ": tensor '" + t.name + "': data is null");
     named.push_back({&t.name, &t.shape, t.layout, t.dtype});
   }
   check_tensor_set(named, config, path);
@@ -164,9 +164,23 @@ void write_model_file(const std::string& path, const ModelConfig& config, const 
   out.write(meta.data(), meta.size());
   uint64_t written = meta.size();
   for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorToWrite& t = tensors[i];
     out.zeros(offsets[i] - written);
-    out.write(tensors[i].data, tensors[i].nbytes);
-    written = offsets[i] + tensors[i].nbytes;
+    if (t.data) {
+      out.write(t.data, t.nbytes);
+    } else {
+      uint64_t put = 0;
+      t.produce([&](const void* bytes, uint64_t n) {
+        if (n > t.nbytes - put)
+          throw Error(path + ": tensor '" + t.name + "': more than its " + std::to_string(t.nbytes) + " bytes produced");
+        out.write(bytes, n);
+        put += n;
+      });
+      if (put != t.nbytes)
+        throw Error(path + ": tensor '" + t.name + "': " + std::to_string(put) + " of its " + std::to_string(t.nbytes) +
+                    " bytes produced");
+    }
+    written = offsets[i] + t.nbytes;
   }
   out.commit();
 }

@@ -578,38 +578,13 @@ class Machine {
     if (numel > storage_numel && numel > kMaxExpandedNumel)
       fail("tensor rebuild: " + std::to_string(numel) + " elements from a storage of " + std::to_string(storage_numel));
 
-    const bool placeholder = st.data.size() != storage_numel;
+    const bool placeholder = !st.readable();
     ViewKey key{&st, offset, out->shape, strides};
     if (!placeholder) {
       if (const auto it = rebuilt_.find(key); it != rebuilt_.end()) return it->second.second;
       if (budget_) budget_->take(numel, r_.source);
-    }
-    if (!placeholder && numel > 0) {
-      out->data.resize(static_cast<size_t>(numel));
-      const float* src = st.data.data() + offset;
-      if (dims == 0) {
-        out->data[0] = src[0];
-      } else {
-        // Walk every index but the last with an odometer; the last is the inner loop.
-        std::vector<uint64_t> index(dims, 0);
-        const uint64_t inner = out->shape[dims - 1], inner_stride = strides[dims - 1];
-        float* dst = out->data.data();
-        for (uint64_t done = 0; done < numel; done += inner) {
-          uint64_t base = 0;
-          for (size_t d = 0; d + 1 < dims; ++d) base += index[d] * strides[d];
-          const float* row = src + base;
-          if (inner_stride == 1) {
-            std::memcpy(dst, row, inner * sizeof(float));
-          } else {
-            for (uint64_t k = 0; k < inner; ++k) dst[k] = row[k * inner_stride];
-          }
-          dst += inner;
-          for (size_t d = dims - 1; d-- > 0;) {
-            if (++index[d] < out->shape[d]) break;
-            index[d] = 0;
-          }
-        }
-      }
+      // Read on demand from the storage (its file stays mapped while the tensor lives).
+      *out = strided_view(storage.tensor, static_cast<uint64_t>(offset), out->shape, strides);
     }
     Ptr v = make(Value::Kind::Tensor);
     v->tensor = std::move(out);

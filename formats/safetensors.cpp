@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
@@ -130,7 +131,8 @@ class HeaderReader : public nlohmann::json_sax<Json> {
 }  // namespace
 
 std::vector<std::pair<std::string, HostTensor>> load_safetensors(const std::string& path) {
-  const FileBytes file(path);
+  const auto file_ptr = std::make_shared<const FileBytes>(path);
+  const FileBytes& file = *file_ptr;
   const uint8_t* data = file.data();
   const uint64_t size = file.size();
   auto fail = [&](const std::string& what) -> Error { return Error(path + ": bad safetensors file: " + what); };
@@ -199,13 +201,12 @@ std::vector<std::pair<std::string, HostTensor>> load_safetensors(const std::stri
   std::vector<std::pair<std::string, HostTensor>> out;
   out.reserve(entries.size());
   for (const Entry& e : entries) {
-    HostTensor t;
-    t.shape = e.shape;
-    t.source_dtype = e.dtype->torch;
     const uint64_t numel = (e.end - e.begin) / e.dtype->size;
-    t.data.resize(static_cast<size_t>(numel));
-    widen_to_f32(body + e.begin, numel, e.dtype->element, t.data.data());
-    out.emplace_back(e.name, std::move(t));
+    auto storage = std::make_shared<const HostTensor>(
+        stored_storage({file_ptr, body + e.begin, e.dtype->element, numel}, std::string(e.dtype->torch)));
+    std::vector<uint64_t> strides(e.shape.size(), 1);  // C order
+    for (size_t d = e.shape.size(); d-- > 1;) strides[d - 1] = strides[d] * e.shape[d];
+    out.emplace_back(e.name, strided_view(std::move(storage), 0, e.shape, std::move(strides)));
   }
   return out;
 }

@@ -1,5 +1,7 @@
 #include "formats/source_element.hpp"
 
+#include <cstring>
+
 #include "core/half.hpp"
 
 namespace mmgpt {
@@ -27,20 +29,47 @@ const SourceElementInfo* source_element_by_safetensors_name(std::string_view nam
   return nullptr;
 }
 
+uint64_t source_element_size(SourceElement element) {
+  for (const SourceElementInfo& e : kElements)
+    if (e.element == element) return e.size;
+  return 0;
+}
+
+namespace {
+
+template <typename F>
+void widen_each(const uint8_t* src, uint64_t numel, uint64_t size, float* dst, F convert) {
+  for (uint64_t i = 0; i < numel; ++i) dst[i] = convert(src + size * i);
+}
+
+}  // namespace
+
 void widen_to_f32(const uint8_t* src, uint64_t numel, SourceElement element, float* dst) {
-  for (uint64_t i = 0; i < numel; ++i) {
-    switch (element) {
-      case SourceElement::F32: dst[i] = load_le<float>(src + 4 * i); break;
-      case SourceElement::F16: dst[i] = f16_to_f32(load_le<uint16_t>(src + 2 * i)); break;
-      case SourceElement::BF16: dst[i] = bf16_to_f32(load_le<uint16_t>(src + 2 * i)); break;
-      case SourceElement::F64: dst[i] = static_cast<float>(load_le<double>(src + 8 * i)); break;
-      case SourceElement::I64: dst[i] = static_cast<float>(load_le<int64_t>(src + 8 * i)); break;
-      case SourceElement::I32: dst[i] = static_cast<float>(load_le<int32_t>(src + 4 * i)); break;
-      case SourceElement::I16: dst[i] = static_cast<float>(load_le<int16_t>(src + 2 * i)); break;
-      case SourceElement::I8: dst[i] = static_cast<float>(static_cast<int8_t>(src[i])); break;
-      case SourceElement::U8: dst[i] = static_cast<float>(src[i]); break;
-      case SourceElement::Bool: dst[i] = src[i] ? 1.0f : 0.0f; break;
-    }
+  switch (element) {
+    case SourceElement::F32: std::memcpy(dst, src, numel * sizeof(float)); break;
+    case SourceElement::F16:
+      widen_each(src, numel, 2, dst, [](const uint8_t* p) { return f16_to_f32(load_le<uint16_t>(p)); });
+      break;
+    case SourceElement::BF16:
+      widen_each(src, numel, 2, dst, [](const uint8_t* p) { return bf16_to_f32(load_le<uint16_t>(p)); });
+      break;
+    case SourceElement::F64:
+      widen_each(src, numel, 8, dst, [](const uint8_t* p) { return static_cast<float>(load_le<double>(p)); });
+      break;
+    case SourceElement::I64:
+      widen_each(src, numel, 8, dst, [](const uint8_t* p) { return static_cast<float>(load_le<int64_t>(p)); });
+      break;
+    case SourceElement::I32:
+      widen_each(src, numel, 4, dst, [](const uint8_t* p) { return static_cast<float>(load_le<int32_t>(p)); });
+      break;
+    case SourceElement::I16:
+      widen_each(src, numel, 2, dst, [](const uint8_t* p) { return static_cast<float>(load_le<int16_t>(p)); });
+      break;
+    case SourceElement::I8:
+      widen_each(src, numel, 1, dst, [](const uint8_t* p) { return static_cast<float>(static_cast<int8_t>(*p)); });
+      break;
+    case SourceElement::U8: widen_each(src, numel, 1, dst, [](const uint8_t* p) { return static_cast<float>(*p); }); break;
+    case SourceElement::Bool: widen_each(src, numel, 1, dst, [](const uint8_t* p) { return *p ? 1.0f : 0.0f; }); break;
   }
 }
 

@@ -23,6 +23,9 @@ const SourceElementInfo* source_element_by_torch_name(std::string_view name);
 // The element a safetensors header calls `name` ("F32", "BF16", ...), or null.
 const SourceElementInfo* source_element_by_safetensors_name(std::string_view name);
 
+// Bytes per element.
+uint64_t source_element_size(SourceElement element);
+
 // A little-endian T at p, which need not be aligned.
 template <typename T>
 T load_le(const uint8_t* p) {

@@ -4,6 +4,7 @@
 // 1-D f32 storage values for the tensor rebuild functions.
 #include <cstring>
 #include <map>
+#include <memory>
 #include <unordered_map>
 
 #include "formats/error.hpp"
@@ -37,24 +38,26 @@ const SourceElementInfo* storage_type(const std::string& name) {
   return it == torch_names.end() ? nullptr : source_element_by_torch_name(it->second);
 }
 
-// What one load may materialise: two float elements per file byte (every
-// storage byte once as a storage element, once more in the tensors viewing
-// it) plus room for views that repeat elements through zero strides.
+// The float elements one load's tensors may hold: two per file byte (every
+// storage byte once in a storage, once more in the tensors viewing it) plus
+// room for views that repeat elements through zero strides. Tensors are read
+// on demand, but a conversion reads each one it uses, so the cap bounds its work.
 pickle::ElementBudget load_budget(size_t file_size) {
   return pickle::ElementBudget(2 * uint64_t(file_size) + (uint64_t(1) << 24));
 }
 
-// A storage as the unpickler wants it: a 1-D Tensor value. With src == nullptr
-// it is a placeholder (shape only, see pickle.hpp).
-ValuePtr storage_value(const uint8_t* src, uint64_t numel, const SourceElementInfo& type, pickle::ElementBudget& budget,
-                       const std::string& source) {
-  auto t = std::make_shared<HostTensor>();
-  t->shape = {numel};
-  t->source_dtype = type.torch;
+// A storage as the unpickler wants it: a 1-D Tensor value, read on demand from
+// the mapped file. With src == nullptr it is a placeholder (shape only, see pickle.hpp).
+ValuePtr storage_value(const std::shared_ptr<const FileBytes>& file, const uint8_t* src, uint64_t numel,
+                       const SourceElementInfo& type, pickle::ElementBudget& budget, const std::string& source) {
+  std::shared_ptr<HostTensor> t;
   if (src) {
     budget.take(numel, source);
-    t->data.resize(static_cast<size_t>(numel));
-    widen_to_f32(src, numel, type.element, t->data.data());
+    t = std::make_shared<HostTensor>(stored_storage({file, src, type.element, numel}, std::string(type.torch)));
+  } else {
+    t = std::make_shared<HostTensor>();
+    t->shape = {numel};
+    t->source_dtype = type.torch;
   }
   auto v = std::make_shared<Value>();
   v->kind = Value::Kind::Tensor;
@@ -96,7 +99,8 @@ uint64_t storage_bytes(uint64_t numel, uint64_t elem, const std::string& source,
 
 // ---- zip format (torch >= 1.6) -----------------------------------------------
 
-ValuePtr load_zip(const FileBytes& file) {
+ValuePtr load_zip(const std::shared_ptr<const FileBytes>& file_ptr) {
+  const FileBytes& file = *file_ptr;
   const std::string& path = file.path();
   const ZipReader zip(file.data(), file.size(), path);
 
@@ -141,7 +145,7 @@ ValuePtr load_zip(const FileBytes& file) {
       throw Error(path + ": storage entry '" + name + "' holds " + std::to_string(entry->size) + " bytes, expected " +
                   std::to_string(bytes) + " (" + std::to_string(ref.numel) + " x " + std::string(ref.type->torch) +
                   ")");
-    ValuePtr v = storage_value(zip.bytes(*entry).data(), ref.numel, *ref.type, budget, path);
+    ValuePtr v = storage_value(file_ptr, zip.bytes(*entry).data(), ref.numel, *ref.type, budget, path);
     storages.emplace(ref.key, v);
     return v;
   };
@@ -166,7 +170,8 @@ struct LegacyStorage {
   const uint8_t* bytes = nullptr;  // set once located in the file
 };
 
-ValuePtr load_legacy(const FileBytes& file) {
+ValuePtr load_legacy(const std::shared_ptr<const FileBytes>& file_ptr) {
+  const FileBytes& file = *file_ptr;
   const std::string& path = file.path();
   const uint8_t* data = file.data();
   const size_t size = file.size();
@@ -217,13 +222,13 @@ ValuePtr load_legacy(const FileBytes& file) {
       offset = static_cast<uint64_t>(v.items[1]->integer);
       numel = static_cast<uint64_t>(v.items[2]->integer);
     }
-    if (!with_data) return storage_value(nullptr, numel, *ref.type, budget, main_source);
+    if (!with_data) return storage_value(file_ptr, nullptr, numel, *ref.type, budget, main_source);
     // Each distinct slice is copied once, however often it is referenced.
     const std::string cache_key =
         ref.view ? ref.key + "#" + std::to_string(offset) + ":" + std::to_string(numel) : ref.key;
     if (auto it = built.find(cache_key); it != built.end()) return it->second;
     if (!s.bytes) throw Error(main_source + ": storage '" + ref.key + "' has no data in the file");
-    ValuePtr v = storage_value(s.bytes + offset * ref.type->size, numel, *ref.type, budget, main_source);
+    ValuePtr v = storage_value(file_ptr, s.bytes + offset * ref.type->size, numel, *ref.type, budget, main_source);
     built.emplace(cache_key, v);
     return v;
   };
@@ -258,9 +263,9 @@ ValuePtr load_legacy(const FileBytes& file) {
 }  // namespace
 
 pickle::ValuePtr load_torch_file(const std::string& path) {
-  const FileBytes file(path);
-  if (ZipReader::looks_like_zip(file.data(), file.size())) return load_zip(file);
-  if (looks_legacy(file.data(), file.size())) return load_legacy(file);
+  const auto file = std::make_shared<const FileBytes>(path);
+  if (ZipReader::looks_like_zip(file->data(), file->size())) return load_zip(file);
+  if (looks_legacy(file->data(), file->size())) return load_legacy(file);
   throw Error(path + ": not a torch.save checkpoint (neither a zip archive nor the legacy format's magic number)");
 }
 

@@ -52,7 +52,7 @@ inline void write_random_model(const std::string& path, const ModelConfig& confi
       storage8.emplace_back(mmgpt::packed_weight_bytes(wt, spec.shape[0], spec.shape[1]));
       mmgpt::quantize_panels(data.data(), spec.shape[0], spec.shape[1], wt, storage8.back().data());
       tensors.push_back(
-          {spec.name, matrix_dtype, Layout::Panel16, spec.shape, storage8.back().data(), storage8.back().size()});
+          {spec.name, matrix_dtype, Layout::Panel16, spec.shape, storage8.back().data(), storage8.back().size(), {}});
       continue;
     }
     if (pack && matrix_dtype != WeightType::F32) {
@@ -64,7 +64,7 @@ inline void write_random_model(const std::string& path, const ModelConfig& confi
         mmgpt::pack_half_panels(data.data(), spec.shape[0], spec.shape[1], static_cast<mmgpt::WeightType>(matrix_dtype),
                                 storage16.back().data());
         tensors.push_back({spec.name, matrix_dtype, Layout::Panel16, spec.shape, storage16.back().data(),
-                           storage16.back().size() * sizeof(uint16_t)});
+                           storage16.back().size() * sizeof(uint16_t), {}});
         continue;
       }
     }
@@ -75,7 +75,7 @@ inline void write_random_model(const std::string& path, const ModelConfig& confi
     }
     storage.push_back(std::move(data));
     tensors.push_back({spec.name, WeightType::F32, pack ? Layout::Panel16 : Layout::RowMajor, spec.shape,
-                       storage.back().data(), storage.back().size() * sizeof(float)});
+                       storage.back().data(), storage.back().size() * sizeof(float), {}});
   }
   TokenizerData tok;
   if (!alphabet.empty()) {

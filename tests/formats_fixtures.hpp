@@ -69,7 +69,8 @@ inline std::string canon(const mmgpt::HostTensor& t) {
     s += std::to_string(t.shape[i]);
   }
   s += "]:";
-  return s += hex(t.data.data(), t.data.size() * sizeof(float));
+  const std::vector<float> v = t.readable() ? t.values() : std::vector<float>{};
+  return s += hex(v.data(), v.size() * sizeof(float));
 }
 
 // Must match canon() in make_torch_fixtures.py. (Built by appending: GCC 12

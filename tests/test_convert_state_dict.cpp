@@ -3,6 +3,7 @@
 // sniffing, the tensor rearrangements and layout detection.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -92,19 +93,35 @@ TEST_CASE("TensorTaker refusals") {
 
 TEST_CASE("tensor rearrangements") {
   const TensorPtr m = tensor({2, 3});  // 0 1 2 / 3 4 5
-  const TensorPtr t = transpose2d(*m);
+  const TensorPtr t = transpose2d(m);
   CHECK(t->shape == std::vector<uint64_t>{3, 2});
-  CHECK(t->data == std::vector<float>{0, 3, 1, 4, 2, 5});
-  const TensorPtr big = tensor({70, 130});
-  const TensorPtr bt = transpose2d(*big);
-  for (uint64_t r = 0; r < 70; ++r)
-    for (uint64_t c = 0; c < 130; ++c) REQUIRE(bt->data[c * 70 + r] == big->data[r * 130 + c]);
-  const TensorPtr c = concat_rows({m.get(), tensor({1, 3}, 10).get()});
-  CHECK(c->shape == std::vector<uint64_t>{3, 3});
-  CHECK(c->data == std::vector<float>{0, 1, 2, 3, 4, 5, 10, 11, 12});
+  CHECK(t->values() == std::vector<float>{0, 3, 1, 4, 2, 5});
+  std::vector<float> part(2);
+  t->read_rows(1, 1, part.data());
+  CHECK(part == std::vector<float>{1, 4});
+
+  // A source read in several pieces, and output rows read in ranges that do not line up with them.
+  const TensorPtr big = tensor({40000, 70});
+  const TensorPtr bt = transpose2d(big);
+  const std::vector<float> all = bt->values();
+  for (uint64_t r = 0; r < 40000; r += 7)
+    for (uint64_t c = 0; c < 70; ++c) REQUIRE(all[c * 40000 + r] == big->data[r * 70 + c]);
+  std::vector<float> some(3 * 40000);
+  bt->read_rows(31, 3, some.data());
+  CHECK(std::equal(some.begin(), some.end(), all.begin() + 31 * 40000));
+
+  const TensorPtr c = concat_rows({m, tensor({1, 3}, 10), tensor({2, 3}, 20)});
+  CHECK(c->shape == std::vector<uint64_t>{5, 3});
+  CHECK(c->values() == std::vector<float>{0, 1, 2, 3, 4, 5, 10, 11, 12, 20, 21, 22, 23, 24, 25});
+  std::vector<float> across(9);
+  c->read_rows(1, 3, across.data());  // the end of the first part, all of the second, the start of the third
+  CHECK(across == std::vector<float>{3, 4, 5, 10, 11, 12, 20, 21, 22});
   CHECK(same_values(*m, *tensor({2, 3})));
+  CHECK(same_values(*c, *c));
   CHECK_FALSE(same_values(*m, *tensor({3, 2})));
   CHECK_FALSE(same_values(*m, *tensor({2, 3}, 1)));
+  CHECK_FALSE(same_values(*big, *tensor({40000, 70}, 1)));
+  CHECK(same_values(*big, *tensor({40000, 70})));
 }
 
 TEST_CASE("container detection by content") {

@@ -498,7 +498,7 @@ std::string tiny_mmgpt() {
     uint64_t n = 1;
     for (uint64_t d : s.shape) n *= d;
     storage.emplace_back(n, 0.5f);
-    tensors.push_back({s.name, mmgpt::WeightType::F32, mmgpt::Layout::RowMajor, s.shape, storage.back().data(), n * 4});
+    tensors.push_back({s.name, mmgpt::WeightType::F32, mmgpt::Layout::RowMajor, s.shape, storage.back().data(), n * 4, {}});
   }
   mmgpt::TokenizerData tok;
   tok.kind = mmgpt::TokenizerKind::Char;

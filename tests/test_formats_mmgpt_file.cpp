@@ -17,6 +17,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "formats/error.hpp"
@@ -85,7 +86,7 @@ Model make_model(const ModelConfig& config, const TokenizerData& tokenizer) {
     for (uint64_t k = 0; k < n; ++k) v[k] = static_cast<float>(i) + static_cast<float>(k) * 0.001f;
     m.storage.push_back(std::move(v));
     m.tensors.push_back(
-        {specs[i].name, WeightType::F32, Layout::RowMajor, specs[i].shape, m.storage.back().data(), n * sizeof(float)});
+        {specs[i].name, WeightType::F32, Layout::RowMajor, specs[i].shape, m.storage.back().data(), n * sizeof(float), {}});
   }
   return m;
 }
@@ -341,6 +342,75 @@ TEST_CASE("round trip in memory: BPE tokenizer with merges; data points into the
   CHECK(f.tokenizer().merges == m.tokenizer.merges);
   CHECK(f.tokenizer().eos_id == 7);
   for (const TensorView& t : f.tensors()) CHECK(t.data == img.data() + t.offset);
+}
+
+TEST_CASE("the tokenizer section is read in place; its owned copy is built on first use") {
+  const Model m = make_model(tiny_config(), bpe_tokenizer());
+  const Bytes img = image_of(m);
+  const ModelFile f = parse_model_file_for_test(img.data(), img.size(), "mem.mmgpt");
+  const StoredTokenizer& st = f.stored_tokenizer();
+  CHECK(st.kind == TokenizerKind::Gpt2Bpe);
+  CHECK(st.eos_id == 7);
+  REQUIRE(st.tokens.size() == m.tokenizer.tokens.size());
+  for (size_t i = 0; i < st.tokens.size(); ++i) {
+    CHECK(st.tokens[i] == m.tokenizer.tokens[i]);
+    CHECK((st.tokens[i].data() >= reinterpret_cast<const char*>(img.data()) &&
+           st.tokens[i].data() < reinterpret_cast<const char*>(img.data() + img.size())));
+  }
+  REQUIRE(st.merges.size() == m.tokenizer.merges.size());
+  CHECK(st.merges[2].first == m.tokenizer.merges[2].first);
+  CHECK(st.merges[2].second == m.tokenizer.merges[2].second);
+  // Built once, from any number of threads at once: every caller sees the same object.
+  std::vector<const TokenizerData*> seen(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < seen.size(); ++i) threads.emplace_back([&, i] { seen[i] = &f.tokenizer(); });
+  for (std::thread& t : threads) t.join();
+  for (const TokenizerData* d : seen) CHECK(d == seen[0]);
+  CHECK(seen[0]->tokens == m.tokenizer.tokens);
+}
+
+TEST_CASE("a tensor written through produce() in pieces gives the bytes its data gives; a wrong count writes nothing") {
+  const std::string dir = test_dir("writer_produce");
+  const Model m = make_model(tiny_config(), char_tokenizer());
+  const std::string direct = dir + "/direct.mmgpt", streamed = dir + "/streamed.mmgpt";
+  write(direct, m);
+  Model p = m;
+  for (TensorToWrite& t : p.tensors) {
+    const auto* bytes = static_cast<const unsigned char*>(t.data);
+    const uint64_t n = t.nbytes;
+    t.data = nullptr;
+    t.produce = [bytes, n](const TensorToWrite::Put& put) {
+      for (uint64_t at = 0; at < n; at += 7) put(bytes + at, std::min<uint64_t>(7, n - at));
+    };
+  }
+  write(streamed, p);
+  CHECK(read_bytes(streamed) == read_bytes(direct));
+  std::filesystem::remove(direct);
+
+  const Bytes before = read_bytes(streamed);
+  for (const int64_t delta : {-1, 1}) {
+    CAPTURE(delta);
+    Model bad = p;
+    const uint64_t n = bad.tensors[1].nbytes;
+    const std::vector<unsigned char> data(n + 1, 0x5a);
+    bad.tensors[1].produce = [&data, n, delta](const TensorToWrite::Put& put) { put(data.data(), n + delta); };
+    std::string what;
+    try {
+      write(streamed, bad);
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    CHECK(what.find("tensor 'wpe'") != std::string::npos);
+    CHECK(what.find(streamed) != std::string::npos);
+    CHECK(read_bytes(streamed) == before);
+    CHECK_FALSE(has_stray_files(dir, "streamed.mmgpt"));
+  }
+  // An error thrown while producing (a value that cannot be stored) leaves the old file too.
+  Model failing = p;
+  failing.tensors[2].produce = [](const TensorToWrite::Put&) { throw Error("tensor 'x': cannot be stored"); };
+  CHECK_THROWS_AS(write(streamed, failing), Error);
+  CHECK(read_bytes(streamed) == before);
+  CHECK_FALSE(has_stray_files(dir, "streamed.mmgpt"));
 }
 
 TEST_CASE("the writer is deterministic and pads with zeros") {

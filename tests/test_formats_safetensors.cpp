@@ -34,7 +34,7 @@ TEST_CASE("safetensors values and order match what PyTorch wrote") {
   CHECK(dump == fixtures::read_file(path + ".txt"));
   REQUIRE(tensors.size() == 5);
   CHECK(tensors[0].first == "b.weight");                      // header order, not sorted
-  CHECK(tensors[1].second.data[1] == std::ldexp(1.0f, -24));  // f16 subnormal
+  CHECK(tensors[1].second.values()[1] == std::ldexp(1.0f, -24));  // f16 subnormal
 }
 
 TEST_CASE("safetensors: a header with no tensors") {

@@ -49,15 +49,15 @@ TEST_CASE("views, dtypes and tied weights") {
   const Value* wte = sd->get("wte.weight");
   const Value* head = sd->get("lm_head.weight");
   REQUIRE((wte && head && wte->is_tensor() && head->is_tensor()));
-  CHECK(wte->tensor->data == head->tensor->data);
+  CHECK(wte->tensor->values() == head->tensor->values());
   CHECK(sd->get("f16")->tensor->source_dtype == "float16");
   CHECK(sd->get("bf16")->tensor->source_dtype == "bfloat16");
   CHECK(sd->get("transposed")->tensor->shape == std::vector<uint64_t>{5, 6});
-  CHECK(sd->get("every_other")->tensor->data == std::vector<float>{3, 5, 7, 9, 11, 13, 15, 17, 19});
+  CHECK(sd->get("every_other")->tensor->values() == std::vector<float>{3, 5, 7, 9, 11, 13, 15, 17, 19});
   CHECK(sd->get("scalar")->tensor->shape.empty());
-  CHECK(sd->get("scalar")->tensor->data == std::vector<float>{3.5f});
+  CHECK(sd->get("scalar")->tensor->values() == std::vector<float>{3.5f});
   // f16 specials: -0, the smallest subnormal, 65504, +-inf
-  const auto& h = sd->get("f16")->tensor->data;
+  const std::vector<float> h = sd->get("f16")->tensor->values();
   CHECK((std::signbit(h[0]) && h[0] == 0.0f));
   CHECK(h[1] == std::ldexp(1.0f, -24));
   CHECK(h[3] == 65504.0f);
@@ -73,7 +73,7 @@ TEST_CASE("nanoGPT-style checkpoint: model, model_args, optimizer, scalars") {
     CHECK(ck->get("model_args")->get("n_layer")->integer == 1);
     CHECK(ck->get("model_args")->get("bias")->kind == K::Bool);
     CHECK(ck->get("iter_num")->integer == 5);
-    CHECK(ck->get("best_val_loss")->tensor->data == std::vector<float>{1.25f});
+    CHECK(ck->get("best_val_loss")->tensor->values() == std::vector<float>{1.25f});
     CHECK(ck->get("optimizer")->get("param_groups")->kind == K::List);
   }
 }

@@ -10,10 +10,13 @@
 // scalar reference bit for bit whatever their order of summation; the
 // quantized and bf16 dot-product kernels are defined bit for bit by their
 // own scalar references.
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/panel_layout.hpp"
 #include "core/weight_type.hpp"
 #include "kernels_testing.hpp"
 
@@ -103,4 +106,36 @@ TEST_CASE("every registered matmul gives its reference's bits, on every weight t
     }
   }
   CHECK(compared > 0);
+}
+
+TEST_CASE("every weight type packs a matrix panel by panel into the bytes it packs at once") {
+  // The converter packs a large matrix a piece of whole panels at a time and
+  // writes the pieces one after another (tools/convert/converter.cpp).
+  for (size_t i = 0; i < mmgpt::kWeightTypeCount; ++i) {
+    const WeightType t = static_cast<WeightType>(i);
+    const mmgpt::WeightTypeInfo& info = mmgpt::weight_type_info(t);
+    CAPTURE(std::string(info.name));
+    for (const auto& shape : std::vector<std::pair<size_t, size_t>>{{37, 70}, {48, 33}, {16, 1}, {5, 64}, {100, 7}}) {
+      const size_t N = shape.first, K = shape.second;
+      CAPTURE(N);
+      CAPTURE(K);
+      std::vector<float> w(N * K);
+      for (size_t j = 0; j < w.size(); ++j) w[j] = static_cast<float>(int((j * 7919) % 61) - 30) / 8.0f;
+      std::vector<uint8_t> whole(mmgpt::packed_weight_bytes(t, N, K));
+      info.pack(w.data(), N, K, whole.data());
+      const size_t unit = mmgpt::pack_row_unit(t);
+      CHECK(unit % mmgpt::kPanelWidth == 0);
+      for (size_t piece : {unit, 2 * unit, 3 * unit}) {
+        std::vector<uint8_t> joined;
+        for (size_t r = 0; r < N; r += piece) {
+          const size_t n = std::min(piece, N - r);
+          REQUIRE(joined.size() == mmgpt::packed_weight_bytes(t, r, K));
+          std::vector<uint8_t> part(mmgpt::packed_weight_bytes(t, n, K));
+          info.pack(w.data() + r * K, n, K, part.data());
+          joined.insert(joined.end(), part.begin(), part.end());
+        }
+        CHECK(joined == whole);
+      }
+    }
+  }
 }

@@ -1,4 +1,5 @@
-// .safetensors files through load_safetensors on a path.
+// .safetensors files through load_safetensors on a path, then every tensor
+// read, as a conversion reads them.
 #include <cstdint>
 #include <cstdlib>
 
@@ -12,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& [name, tensor] : mmgpt::load_safetensors(file.write(data, size))) {
       uint64_t numel = 1;
       for (auto d : tensor.shape) numel *= static_cast<uint64_t>(d);
-      if (numel != tensor.data.size()) std::abort();  // shape and data disagree
+      if (numel != tensor.values().size()) std::abort();  // shape and values disagree
     }
   } catch (const mmgpt::Error&) {
   }

@@ -12,7 +12,9 @@ namespace mmgpt::cli {
 std::string version_text() {
   std::string s = "mmgpt " + std::string(version()) + "\n";
   s += "commit    " + std::string(git_commit()) + "\n";
-  s += "compiler  " + std::string(compiler()) + ", C++" + std::to_string(__cplusplus / 100 % 100) + "\n";
+  s += "compiler  " + std::string(compiler()) + ", C++" + std::to_string(__cplusplus / 100 % 100);
+  if (!sanitizer().empty()) s += ", instrumented with " + std::string(sanitizer());
+  s += "\n";
   s += "kernels   built in: " + kernels::built_isas() + "\n";
   s += "          in use: " + std::string(kernels::isa_name()) + ", quantized " +
        std::string(kernels::quant_isa_name()) + ", bf16 " + kernels::describe_bf16() + ", decode prefetch " +

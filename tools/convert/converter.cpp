@@ -1,5 +1,6 @@
 #include "tools/convert/converter.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -7,12 +8,16 @@
 #include <optional>
 #include <set>
 
+#include <tbb/blocked_range.h>
+#include <tbb/partitioner.h>
+
 #include "core/weight_type.hpp"
 #include "formats/error.hpp"
 #include "formats/file_util.hpp"
 #include "formats/mmgpt_file.hpp"
 #include "formats/mmgpt_file_rules.hpp"
 #include "formats/tokenizer_files.hpp"
+#include "kernels/parallel.hpp"
 #include "tools/convert/checkpoint_loader.hpp"
 #include "tools/convert/layout.hpp"
 
@@ -50,14 +55,59 @@ std::string dtype_label(WeightType d) { return std::string(weight_type_name(d));
 
 // A block scale is stored as f16: a block whose largest magnitude needs a
 // scale beyond f16's range (or holds inf / NaN) cannot be quantized
-// faithfully, so it is an error rather than silently zeroed.
-void check_storable(const HostTensor& t, const std::string& name, WeightType dt) {
+// faithfully, so it is an error rather than silently zeroed. `first` is the
+// index of values[0] in the tensor.
+void check_storable(const float* values, uint64_t n, uint64_t first, const std::string& name, WeightType dt) {
   const float limit = weight_type_info(dt).max_magnitude;
   if (limit == std::numeric_limits<float>::infinity()) return;
-  for (size_t i = 0; i < t.data.size(); ++i)
-    if (!(std::fabs(t.data[i]) <= limit))
-      throw Error("tensor '" + name + "': value " + std::to_string(t.data[i]) + " at element " + std::to_string(i) +
-                  " cannot be stored as " + dtype_label(dt) + " (its block scale would exceed f16's range)");
+  for (uint64_t i = 0; i < n; ++i)
+    if (!(std::fabs(values[i]) <= limit))
+      throw Error("tensor '" + name + "': value " + std::to_string(values[i]) + " at element " +
+                  std::to_string(first + i) + " cannot be stored as " + dtype_label(dt) +
+                  " (its block scale would exceed f16's range)");
+}
+
+// A tensor is read, packed and written a piece of about this many f32 bytes at
+// a time, so conversion holds pieces, never whole tensors.
+constexpr uint64_t kPieceBytes = uint64_t(16) << 20;
+
+// Row-major f32, a piece of rows at a time.
+void stream_rows(const HostTensor& t, const TensorToWrite::Put& put) {
+  const uint64_t row = std::max<uint64_t>(1, t.row_size());
+  const uint64_t piece = std::max<uint64_t>(1, kPieceBytes / sizeof(float) / row);
+  std::vector<float> buf(static_cast<size_t>(std::min(piece, t.rows()) * row));
+  for (uint64_t r = 0; r < t.rows() && t.numel() > 0; r += piece) {
+    const uint64_t n = std::min(piece, t.rows() - r);
+    t.read_rows(r, n, buf.data());
+    put(buf.data(), n * row * sizeof(float));
+  }
+}
+
+// W[N, K] packed for `dt`, a piece of whole packing units at a time
+// (pack_row_unit: the pieces' bytes, one after another, are the whole's).
+void stream_packed(const HostTensor& t, uint64_t N, uint64_t K, WeightType dt, const std::string& name,
+                   const TensorToWrite::Put& put) {
+  const WeightTypeInfo& info = weight_type_info(dt);
+  const uint64_t unit = pack_row_unit(dt);
+  const uint64_t piece = std::max<uint64_t>(1, kPieceBytes / sizeof(float) / K / unit) * unit;
+  const uint64_t most = std::min(piece, N);
+  std::vector<float> buf(static_cast<size_t>(most * K));
+  std::vector<uint8_t> packed(packed_weight_bytes(dt, most, K));
+  for (uint64_t r = 0; r < N; r += piece) {
+    const uint64_t n = std::min(piece, N - r);
+    t.read_rows(r, n, buf.data());
+    check_storable(buf.data(), n * K, r * K, name, dt);
+    // Units pack independently: groups of them on every core.
+    const uint64_t group = 4 * unit;
+    mmgpt::parallel_for(
+        tbb::blocked_range<uint64_t>(0, (n + group - 1) / group, 1),
+        [&](const tbb::blocked_range<uint64_t>& g) {
+          const uint64_t r0 = g.begin() * group, r1 = std::min(n, g.end() * group);
+          info.pack(buf.data() + r0 * K, r1 - r0, K, packed.data() + packed_weight_bytes(dt, r0, K));
+        },
+        tbb::simple_partitioner());
+    put(packed.data(), packed_weight_bytes(dt, n, K));
+  }
 }
 
 // The tokenizer: --tokenizer, else files beside the checkpoint, else (nanoGPT
@@ -129,36 +179,33 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
   for (auto& [name, t] : model.tensors)
     if (!by_name.emplace(name, &t).second) throw Error("internal: layout produced '" + name + "' twice");
   std::vector<TensorToWrite> to_write;
-  std::vector<std::vector<uint8_t>> packed;  // the matrices, packed for their dtype
-  packed.reserve(model.tensors.size());
   uint64_t bytes = 0;
   std::set<std::string> dtypes;
   for (const TensorSpec& spec : required_tensors(model.config)) {
     auto it = by_name.find(spec.name);
     if (it == by_name.end())
       throw Error("internal: layout " + std::string(layout_name(kind)) + " did not produce " + spec.name);
-    const HostTensor& t = **it->second;
-    if (t.shape != spec.shape || t.data.size() != t.numel())
-      throw Error("internal: " + spec.name + " has shape " + shape_str(t.shape) + ", the format wants " +
+    const TensorPtr t = *it->second;
+    if (t->shape != spec.shape || !t->readable())
+      throw Error("internal: " + spec.name + " has shape " + shape_str(t->shape) + ", the format wants " +
                   shape_str(spec.shape));
-    if (!t.source_dtype.empty() && t.source_dtype != "float32") dtypes.insert(t.source_dtype);
+    if (!t->source_dtype.empty() && t->source_dtype != "float32") dtypes.insert(t->source_dtype);
     TensorToWrite w;
     w.name = spec.name;
     w.shape = spec.shape;
+    // Read from the checkpoint only as the file is written, a piece at a time.
     if (pack && spec.matrix) {
       // Packed (rounded, quantized) straight from the row-major matrix.
-      const size_t n = spec.shape[0], k = spec.shape[1];
+      const uint64_t n = spec.shape[0], k = spec.shape[1];
       w.layout = Layout::Panel16;
       w.dtype = spec.name == head_name ? dtype_head : dtype;
-      check_storable(t, spec.name, w.dtype);
-      packed.emplace_back(packed_weight_bytes(w.dtype, n, k));
-      weight_type_info(w.dtype).pack(t.data.data(), n, k, packed.back().data());
-      it->second->reset();  // frees the unpacked copy unless the checkpoint still holds it
-      w.data = packed.back().data();
-      w.nbytes = packed.back().size();
+      w.nbytes = packed_weight_bytes(w.dtype, n, k);
+      w.produce = [t, n, k, dt = w.dtype, name = spec.name](const TensorToWrite::Put& put) {
+        stream_packed(*t, n, k, dt, name, put);
+      };
     } else {
-      w.data = t.data.data();
-      w.nbytes = uint64_t(t.data.size()) * sizeof(float);
+      w.nbytes = t->numel() * sizeof(float);
+      w.produce = [t](const TensorToWrite::Put& put) { stream_rows(*t, put); };
     }
     bytes += w.nbytes;
     to_write.push_back(std::move(w));

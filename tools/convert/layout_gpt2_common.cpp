@@ -83,7 +83,7 @@ void map_gpt2_tensors(TensorTaker& taker, const Gpt2Naming& naming, MappedModel&
   taker.require(names);
   for (const auto& s : sources) {
     TensorPtr t = taker.take(s.name, s.shape);
-    out.tensors.emplace_back(s.canonical, s.transpose ? transpose2d(*t) : t);
+    out.tensors.emplace_back(s.canonical, s.transpose ? transpose2d(t) : t);
   }
 
   // The LM head: HF safetensors and the original GPT-2 file omit it (tied);

@@ -63,12 +63,12 @@ MappedModel map_llms_from_scratch(const LayoutInput& in) {
     TensorPtr q = taker.take(s + "att.W_query.weight", {d, d});
     TensorPtr k = taker.take(s + "att.W_key.weight", {d, d});
     TensorPtr v = taker.take(s + "att.W_value.weight", {d, d});
-    put(t + "attn.qkv.weight", concat_rows({q.get(), k.get(), v.get()}));
+    put(t + "attn.qkv.weight", concat_rows({q, k, v}));
     if (c.qkv_bias) {
       TensorPtr qb = taker.take(s + "att.W_query.bias", {d});
       TensorPtr kb = taker.take(s + "att.W_key.bias", {d});
       TensorPtr vb = taker.take(s + "att.W_value.bias", {d});
-      put(t + "attn.qkv.bias", concat_rows({qb.get(), kb.get(), vb.get()}));
+      put(t + "attn.qkv.bias", concat_rows({qb, kb, vb}));
     }
     put(t + "attn.proj.weight", taker.take(s + "att.out_proj.weight", {d, d}));
     put(t + "attn.proj.bias", taker.take(s + "att.out_proj.bias", {d}));

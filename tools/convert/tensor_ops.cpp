@@ -3,48 +3,97 @@
 #include <algorithm>
 #include <cstring>
 
+#include <tbb/blocked_range.h>
+#include <tbb/partitioner.h>
+
 #include "formats/error.hpp"
+#include "kernels/parallel.hpp"
 
 namespace mmgpt::convert {
 
-TensorPtr transpose2d(const HostTensor& t) {
-  if (t.shape.size() != 2 || t.data.size() != t.numel())
-    throw Error("internal: transpose2d needs a 2-D tensor, got " + shape_str(t.shape));
-  const uint64_t rows = t.shape[0], cols = t.shape[1];
+namespace {
+
+// Rows of at most this many bytes are read at once when a tensor is walked in pieces.
+constexpr uint64_t kPieceBytes = uint64_t(8) << 20;
+
+uint64_t rows_per_piece(uint64_t row_size) { return std::max<uint64_t>(1, kPieceBytes / 4 / std::max<uint64_t>(1, row_size)); }
+
+}  // namespace
+
+TensorPtr transpose2d(TensorPtr t) {
+  if (t->shape.size() != 2 || !t->readable())
+    throw Error("internal: transpose2d needs a 2-D tensor, got " + shape_str(t->shape));
+  const uint64_t rows = t->shape[0], cols = t->shape[1];
   auto out = std::make_shared<HostTensor>();
   out->shape = {cols, rows};
-  out->source_dtype = t.source_dtype;
-  out->data.resize(t.data.size());
-  // Blocked so both sides stay in cache for the 50257 x 768 sized matrices.
-  constexpr uint64_t B = 64;
-  for (uint64_t r0 = 0; r0 < rows; r0 += B)
-    for (uint64_t c0 = 0; c0 < cols; c0 += B)
-      for (uint64_t r = r0; r < rows && r < r0 + B; ++r)
-        for (uint64_t c = c0; c < cols && c < c0 + B; ++c) out->data[c * rows + r] = t.data[r * cols + c];
+  out->source_dtype = t->source_dtype;
+  // Output rows [first, first + count) are the source's columns: the source is
+  // read a piece of rows at a time and the wanted columns copied out, blocked
+  // so both sides stay in cache.
+  out->reader = [t = std::move(t), rows, cols](uint64_t first, uint64_t count, float* dst) {
+    const uint64_t piece = rows_per_piece(cols);
+    std::vector<float> buf(static_cast<size_t>(std::min(piece, rows) * cols));
+    for (uint64_t r0 = 0; r0 < rows; r0 += piece) {
+      const uint64_t n = std::min(piece, rows - r0);
+      t->read_rows(r0, n, buf.data());
+      constexpr uint64_t B = 64;
+      mmgpt::parallel_for(
+          tbb::blocked_range<uint64_t>(0, (count + B - 1) / B, 1),
+          [&](const tbb::blocked_range<uint64_t>& blocks) {
+            for (uint64_t cb = blocks.begin() * B; cb < count && cb < blocks.end() * B; cb += B)
+              for (uint64_t rb = 0; rb < n; rb += B)
+                for (uint64_t r = rb; r < n && r < rb + B; ++r)
+                  for (uint64_t c = cb; c < count && c < cb + B; ++c)
+                    dst[c * rows + r0 + r] = buf[r * cols + first + c];
+          },
+          tbb::auto_partitioner());
+    }
+  };
   return out;
 }
 
-TensorPtr concat_rows(const std::vector<const HostTensor*>& parts) {
+TensorPtr concat_rows(std::vector<TensorPtr> parts) {
   if (parts.empty()) throw Error("internal: concat_rows of nothing");
   auto out = std::make_shared<HostTensor>();
   out->shape = parts[0]->shape;
   out->source_dtype = parts[0]->source_dtype;
   if (out->shape.empty()) throw Error("internal: concat_rows of scalars");
   out->shape[0] = 0;
-  for (const HostTensor* p : parts) {
+  for (const TensorPtr& p : parts) {
     if (p->shape.size() != parts[0]->shape.size() ||
         !std::equal(p->shape.begin() + 1, p->shape.end(), parts[0]->shape.begin() + 1))
       throw Error("internal: concat_rows of mismatched shapes " + shape_str(p->shape) + " and " +
                   shape_str(parts[0]->shape));
+    if (!p->readable()) throw Error("internal: concat_rows of a placeholder");
     out->shape[0] += p->shape[0];
-    out->data.insert(out->data.end(), p->data.begin(), p->data.end());
   }
+  const uint64_t row = out->row_size();
+  out->reader = [parts = std::move(parts), row](uint64_t first, uint64_t count, float* dst) {
+    uint64_t start = 0;  // the first row of the current part
+    for (const TensorPtr& p : parts) {
+      const uint64_t end = start + p->shape[0];
+      if (first < end && first + count > start) {
+        const uint64_t lo = std::max(first, start), hi = std::min(first + count, end);
+        p->read_rows(lo - start, hi - lo, dst + (lo - first) * row);
+      }
+      start = end;
+    }
+  };
   return out;
 }
 
 bool same_values(const HostTensor& a, const HostTensor& b) {
-  return a.shape == b.shape && a.data.size() == b.data.size() &&
-         (a.data.empty() || std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(float)) == 0);
+  if (&a == &b) return true;
+  if (a.shape != b.shape) return false;
+  const uint64_t row = a.row_size(), piece = rows_per_piece(row);
+  std::vector<float> x(static_cast<size_t>(std::min(piece, a.rows()) * row)), y(x.size());
+  for (uint64_t r = 0; r < a.rows(); r += piece) {
+    const uint64_t n = std::min(piece, a.rows() - r);
+    a.read_rows(r, n, x.data());
+    b.read_rows(r, n, y.data());
+    if (std::memcmp(x.data(), y.data(), n * row * sizeof(float)) != 0) return false;
+  }
+  return true;
 }
 
 }  // namespace mmgpt::convert

@@ -7,11 +7,15 @@
 
 namespace mmgpt::convert {
 
-// [r, c] -> [c, r].
-TensorPtr transpose2d(const HostTensor& t);
+// Each returns a tensor read on demand from its sources, which it keeps alive;
+// nothing is copied until the converter reads it.
+
+// [r, c] -> [c, r]. Each read walks the whole source, a piece at a time.
+TensorPtr transpose2d(TensorPtr t);
 // Stacks tensors along their first dimension; all must agree on the others.
-TensorPtr concat_rows(const std::vector<const HostTensor*>& parts);
-// Same shape and bit-identical values (a tied head saved as its own copy).
+TensorPtr concat_rows(std::vector<TensorPtr> parts);
+// Same shape and bit-identical values (a tied head saved as its own copy),
+// compared a piece at a time.
 bool same_values(const HostTensor& a, const HostTensor& b);
 
 }  // namespace mmgpt::convert
