@@ -5,12 +5,17 @@
 #                     benchmarks (torch, clang, node, ...): scripts/test.sh's set-up
 #   setup.sh --run    only what building and running the mmgpt binary needs:
 #                     the main job's set-up (scripts/demo.sh)
+#   setup.sh --train  what tools/train_demo.py needs to retrain the demo model:
+#                     torch, numpy and OpenBLAS (Debian's torch then runs its
+#                     matrix products on OpenBLAS instead of the reference BLAS)
 set -euo pipefail
 
+train=0
 case "${1:-}" in
   "") all=1 ;;
   --run) all=0 ;;
-  *) echo "setup.sh: unknown option '$1' (use no option, or --run)" >&2; exit 2 ;;
+  --train) all=0 train=1 ;;
+  *) echo "setup.sh: unknown option '$1' (use no option, --run or --train)" >&2; exit 2 ;;
 esac
 
 # The compiler, CMake, Ninja, and the libraries the mmgpt binary is built with.
@@ -18,6 +23,11 @@ packages=(
   build-essential cmake ninja-build
   libxsimd-dev libtbb-dev nlohmann-json3-dev libcli11-dev libicu-dev
 )
+if [ "$train" = 1 ]; then
+  # The BLAS alternative prefers OpenBLAS once installed (priority 100 over the
+  # reference BLAS's 10); train_demo.py names a core type OpenBLAS 0.3.21 knows.
+  packages=(python3 python3-torch python3-numpy libopenblas0-pthread)
+fi
 if [ "$all" = 1 ]; then
   packages+=(
     pkg-config git

@@ -166,7 +166,8 @@ def main():
 
     def errors():
         assert 'demo' in state, 'demo conversion failed'
-        _, _, out = state['demo']
+        model, _, out = state['demo']
+        past = model.block_size + 1  # one more than the model's context
         bad = suite.path('bad_char.txt')
         with open(bad, 'w', encoding='utf-8') as f:
             f.write('To be, or not to b\u00e9')
@@ -176,7 +177,7 @@ def main():
         with open(ok, 'w') as f:
             f.write('To be, or not to be')
         cases = [(['-f', suite.path('nope.txt')], 'not found'), (['-f', empty], 'empty'),
-                 (['-f', bad], 'U+00E9'), (['-f', ok, '--ctx', 1], 'ctx 1 '), (['-f', ok, '--ctx', 65], 'ctx 65 '),
+                 (['-f', bad], 'U+00E9'), (['-f', ok, '--ctx', 1], 'ctx 1 '), (['-f', ok, '--ctx', past], f'ctx {past} '),
                  (['-f', ok, '--ctx', 8, '--stride', 9], 'stride 9 ')]
         for extra, needle in cases:
             rc, stdout, stderr = R.run_cli(suite.mmgpt, ['perplexity', '-m', out] + extra, expect_ok=False)
