@@ -14,8 +14,10 @@ Peak memory is the converter's high-water resident set (VmHWM), mapped file
 pages included. Prints the median and the range of each figure.
 """
 import argparse
+import json
 import os
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -114,8 +116,6 @@ def main():
 
 def largest_tensor_mb(src):
     """The checkpoint's largest tensor in MB (the memory bound is that plus 256 MB); safetensors only."""
-    import json
-    import struct
     with open(src, 'rb') as f:
         head = f.read(8)
         if len(head) < 8:

@@ -110,7 +110,8 @@ def limits(runs):
         for d in rounds:
             reps.add(d['repetitions'])
             hints.add(d.get('decode_prefetch') or '?')
-            share.append(d['model_share_on_2mb_pages'])
+            if d.get('model_share_on_2mb_pages') is not None:  # null where the system does not say
+                share.append(d['model_share_on_2mb_pages'])
             for t, v in d['fma_peak_gflops_by_threads'].items():
                 fma[int(t)].append(v)
             for r in d['results']:
@@ -121,7 +122,10 @@ def limits(runs):
         lines.append('%d thread%s: fp32 FMA peak %.0f-%.0f GFLOP/s; file probe %.1f-%.1f GB/s (median %.1f).' % (
             t, '' if t == 1 else 's', min(fma[t]), max(fma[t]), min(probe[t]), max(probe[t]),
             statistics.median(probe[t])))
-    lines.append('Model files on 2 MB pages: %.0f-%.0f%%.' % (100 * min(share), 100 * max(share)))
+    if share:
+        lines.append('Model files on 2 MB pages: %.0f-%.0f%%.' % (100 * min(share), 100 * max(share)))
+    else:
+        lines.append('Model files on 2 MB pages: not reported by this system.')
     lines.append('Decode prefetch: %s.' % ', '.join(sorted(hints)))
     return lines
 

@@ -7,6 +7,8 @@
 #include <new>
 #include <utility>
 
+#include "core/platform.hpp"
+
 namespace mmgpt {
 
 namespace {
@@ -27,7 +29,7 @@ HugePageBuffer::HugePageBuffer(size_t floats) : size_(floats) {
   }
   const uintptr_t aligned = (reinterpret_cast<uintptr_t>(map_) + kHugePage - 1) / kHugePage * kHugePage;
   data_ = reinterpret_cast<float*>(aligned);
-  ::madvise(data_, bytes, MADV_HUGEPAGE);  // advisory: where THP is off this is ordinary memory
+  platform::advise_huge_pages(data_, bytes);  // advisory: where THP is off this is ordinary memory
 }
 
 HugePageBuffer::HugePageBuffer(const HugePageBuffer& other) : HugePageBuffer(other.size_) {

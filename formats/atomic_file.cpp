@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <random>
 
+#include "core/platform.hpp"
 #include "formats/error.hpp"
 
 namespace mmgpt {
@@ -71,22 +72,13 @@ AtomicFile::AtomicFile(const std::string& target, Temp temp) : target_(target) {
   }
   remove_stale_temporaries(target_);
 
-#ifdef O_TMPFILE
   if (temp == Temp::Auto) {
-    fd_ = ::open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
-    // commit() names it through /proc/self/fd; without /proc, use a named temporary from the start.
-    if (fd_ >= 0 && ::access(("/proc/self/fd/" + std::to_string(fd_)).c_str(), F_OK) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
+    fd_ = platform::open_unnamed_temp(dir_);
     if (fd_ >= 0) {
       unnamed_ = true;
       ::flock(fd_, LOCK_EX);  // guards its hidden name between link and rename in commit()
     }
   }
-#else
-  (void)temp;
-#endif
   if (fd_ < 0) open_named();
   // A model file is ordinary data others may read (mkostemp creates 0600).
   ::fchmod(fd_, 0644);
@@ -96,12 +88,12 @@ void AtomicFile::open_named() {
   int err = 0;
   for (int attempt = 0; attempt < 16; ++attempt) {
     std::string tmpl = dir_ + "/." + base_ + ".tmp.XXXXXX";
-    const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
+    const int fd = platform::make_temp(tmpl);
     if (fd < 0) {
       err = errno;
       break;
     }
-    // Another process's stale-temporary sweep may catch it between mkostemp and
+    // Another process's stale-temporary sweep may catch it between mkstemp and
     // flock and unlink it; a temporary that lost its name is dropped and redone.
     struct stat st {};
     if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd, &st) == 0 && st.st_nlink > 0) {
@@ -197,10 +189,9 @@ void AtomicFile::zeros(uint64_t n) {
 // An O_TMPFILE cannot be renamed, only linked, and linkat() never replaces:
 // it gets a unique hidden name first, which rename() then moves over the target.
 void AtomicFile::link_unnamed() {
-  const std::string proc = "/proc/self/fd/" + std::to_string(fd_);
   for (int attempt = 0; attempt < 64; ++attempt) {
     const std::string name = dir_ + "/." + base_ + ".tmp." + random_suffix();
-    if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+    if (platform::link_unnamed_temp(fd_, name)) {
       tmp_ = name;
       return;
     }

@@ -7,7 +7,7 @@
 // SIGKILL leaves the target -- absent or an older file -- exactly as it was,
 // and no debris.
 //
-// Where O_TMPFILE is unsupported (some file systems, no /proc), the temporary
+// Where O_TMPFILE is unsupported (not Linux, some file systems, no /proc), the temporary
 // is a named `.<base>.tmp.XXXXXX` beside the target instead. A writer holds an
 // flock on its temporary for its whole life, so a temporary nobody holds
 // belongs to a dead writer: constructing an AtomicFile for a target removes

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/platform.hpp"
 #include "formats/error.hpp"
 
 namespace mmgpt {
@@ -30,20 +31,17 @@ FileBytes::FileBytes(const std::string& path) : path_(path) {
     }
     data_ = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);  // the mapping stays valid without the descriptor
+  fd_ = fd;
 }
 
 void FileBytes::release(const uint8_t* p, size_t n) const {
   if (!data_ || p < data_ || n == 0 || n > size_ || size_t(p - data_) > size_ - n) return;
-  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = (uintptr_t(p) + page - 1) / page * page, end = (uintptr_t(p) + n) / page * page;
-  // MADV_DONTNEED on a read-only private mapping only drops this process's
-  // references; a later read faults the same bytes back in from the file.
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  platform::drop_file_pages(data_, fd_, p, n);
 }
 
 FileBytes::~FileBytes() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace mmgpt

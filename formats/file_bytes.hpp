@@ -29,6 +29,7 @@ class FileBytes {
   std::string path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;  // kept open: where pages cannot be dropped in place, release maps them afresh
 };
 
 }  // namespace mmgpt

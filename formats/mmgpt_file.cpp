@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/platform.hpp"
 #include "formats/error.hpp"
 #include "formats/mmgpt_file_parse.hpp"
 
@@ -49,14 +50,12 @@ ModelFile ModelFile::open(const std::string& path) {
 
   void* map = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, guard.fd, 0);
   if (map == MAP_FAILED) throw Error(path + ": cannot map model file (" + std::strerror(errno) + ")");
-#ifdef MADV_HUGEPAGE
   // Pages of the file read in from now on come in 2 MiB folios, which the
   // mapping takes as 2 MB pages: decode streams every weight once a token and
   // on 4 KB pages pays a TLB miss every 4 KB (docs/kernels.md, "2 MB pages
   // for the weights"). Pages already cached keep their size. Advisory: a
   // kernel without transparent huge pages for files maps 4 KB pages.
-  ::madvise(map, static_cast<size_t>(size), MADV_HUGEPAGE);
-#endif
+  platform::advise_huge_pages(map, static_cast<size_t>(size));
   ModelFile file;  // owns the mapping from here on: its destructor unmaps on a parse error
   file.map_ = map;
   file.size_ = size;
@@ -152,17 +151,10 @@ const TensorView& ModelFile::tensor(std::string_view name) const {
   throw Error(path_ + ": no tensor named '" + std::string(name) + "'");
 }
 
-uint64_t ModelFile::resident_bytes() const {
-  if (!map_ || size_ == 0) return 0;
+std::optional<uint64_t> ModelFile::resident_bytes() const {
+  if (!map_ || size_ == 0) return uint64_t{0};
   if (!owns_map_) return size_;  // an in-memory image is resident by definition
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  const size_t pages = (static_cast<size_t>(size_) + page - 1) / page;
-  std::vector<unsigned char> in_core(pages);
-  if (::mincore(const_cast<void*>(map_), static_cast<size_t>(size_), in_core.data()) != 0) return 0;
-  uint64_t resident = 0;
-  for (size_t i = 0; i < pages; ++i)
-    if (in_core[i] & 1) resident += (i + 1 == pages) ? size_ - i * page : page;
-  return resident;
+  return platform::resident_bytes(map_, static_cast<size_t>(size_));
 }
 
 }  // namespace mmgpt

@@ -90,7 +90,8 @@ class ModelFile {
   const TensorView* find(std::string_view name) const;  // nullptr if absent
   // Bytes of the mapping currently in memory (page cache), from mincore(2):
   // how much of the model a process has touched, or shares with others.
-  uint64_t resident_bytes() const;
+  // Empty where the system cannot say.
+  std::optional<uint64_t> resident_bytes() const;
   // The whole mapped file (page-aligned base), e.g. to measure how fast its pages can be read.
   const unsigned char* mapped_bytes() const { return static_cast<const unsigned char*>(map_); }
   const TensorView& tensor(std::string_view name) const;  // throws mmgpt::Error if absent

@@ -35,6 +35,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/platform.hpp"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define MMGPT_LIMITS_X86 1
@@ -53,7 +55,7 @@ class ReadBuffer {
     if (kind == Kind::AnonHugePages) {
       void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p == MAP_FAILED) throw std::runtime_error("bandwidth probe: cannot map " + std::to_string(bytes_) + " bytes");
-      ::madvise(p, bytes_, MADV_HUGEPAGE);  // advisory: ignored where THP is off
+      platform::advise_huge_pages(p, bytes_);  // advisory: ignored where THP is off
       data_ = p;
       fill(static_cast<unsigned char*>(p));
       return;

@@ -7,6 +7,8 @@
 #  - the sanitizer stages (scripts/test-sanitizers.sh): the whole ctest suite
 #    under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan), and the
 #    threaded kernel and engine tests under ThreadSanitizer (build-tsan);
+#  - the ctest suite built with clang and only the POSIX fallbacks of
+#    core/platform.cpp (scripts/test-posix.sh, build-posix);
 #  - every host test with ctest (doctest unit tests, the PyTorch reference
 #    tests, the CLI contract, the tokenizer conformance), last, so its summary
 #    closes the output.
@@ -17,5 +19,6 @@ bash scripts/build.sh
 bash scripts/test-aarch64.sh
 MMGPT_FUZZ_SEED=1 bash scripts/fuzz-smoke.sh 10
 bash scripts/test-sanitizers.sh
+bash scripts/test-posix.sh
 cd build
 ctest --output-on-failure -j "$(nproc)" "$@"

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/platform.hpp"
 #include "formats/atomic_file.hpp"
 #include "formats/error.hpp"
 
@@ -50,17 +51,13 @@ std::set<std::string> names_in(const fs::path& dir) {
   return names;
 }
 
-// Whether this directory's file system has O_TMPFILE (ext4, xfs, tmpfs, btrfs do).
+// Whether AtomicFile can use an unnamed temporary here (O_TMPFILE on Linux's
+// ext4, xfs, tmpfs, btrfs; never with the POSIX fallbacks).
 bool tmpfile_supported(const fs::path& dir) {
-#ifdef O_TMPFILE
-  const int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR, 0600);
+  const int fd = mmgpt::platform::open_unnamed_temp(dir.string());
   if (fd < 0) return false;
   ::close(fd);
   return true;
-#else
-  (void)dir;
-  return false;
-#endif
 }
 
 // Runs `body` in a child process and returns what it wrote to the pipe and how it ended.

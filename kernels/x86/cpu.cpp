@@ -4,6 +4,9 @@
 #include <cpuid.h>
 
 #include <cstring>
+#include <optional>
+
+#include "core/platform.hpp"
 
 namespace mmgpt::kernels::detail::x86 {
 namespace {
@@ -25,6 +28,8 @@ bool runs_avx2() {
 }
 
 bool runs_avx512() {
+  // Where the system enables AVX-512 state on first use, XCR0 says no until then.
+  if (const std::optional<bool> enabled = platform::x86_avx512_enabled()) return runs_avx2() && *enabled;
   return runs_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 }

@@ -43,6 +43,15 @@ def run(*argv, timeout=300, env=None):
     return p.returncode, p.stdout.decode('utf-8', 'replace'), p.stderr.decode('utf-8', 'replace')
 
 
+def system_calls():
+    """The operating system calls this mmgpt uses: 'linux', 'macos' or 'posix' (the fallbacks), from --version."""
+    _, out, _ = run('--version')
+    for line in out.splitlines():
+        if line.startswith('system '):
+            return line.split()[1]
+    return 'unknown'
+
+
 def expect_error(name, *argv, mentions=()):
     """mmgpt must fail cleanly: non-zero exit (not a signal) and exactly one 'mmgpt: error:' line."""
     rc, out, err = run(*argv)

@@ -13,7 +13,7 @@ import sys
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_harness import MM, W, check, expect_error, finish, run, write_char_model  # noqa: E402
+from cli_harness import MM, W, check, expect_error, finish, run, system_calls, write_char_model  # noqa: E402
 
 # --- a tiny nanoGPT-style char model: 2 layers, width 32, context 16
 alphabet = sorted(set('\n !,.:;?abcdefghijklmnopqrstuvwxyz'))
@@ -99,7 +99,7 @@ if j is not None:
           and all(r['decode_frac_of_bw_with_kv'] > r['decode_frac_of_bw'] for r in res), str(r0)[:300])
     share = j.get('model_share_on_2mb_pages', 'absent')
     check('the share of the model on 2 MB pages: a fraction (Linux), or null where the kernel does not say',
-          (share is None and platform.system() != 'Linux') or (isinstance(share, (int, float)) and 0 <= share <= 1),
+          (share is None and system_calls() != 'linux') or (isinstance(share, (int, float)) and 0 <= share <= 1),
           str(share))
     check('no 2 MB page note for a model too small to fill one', '2 MB pages' not in err, err)
     check('prefill GFLOP/s and fraction of the FMA peak reported',

@@ -203,6 +203,8 @@ else:
 check('--version: names the compiler and the kernels built in and chosen',
       re.search(r'^compiler +(GCC|Clang) [0-9]', out, re.M) and
       re.search(r'^kernels +built in: .*scalar$', out, re.M) and 'in use: ' in out, out)
+check('--version: names the operating system calls in use (core/platform.hpp)',
+      re.search(r'^system +(linux|macos|posix \(POSIX calls only\))$', out, re.M), out)
 rc, out, err = run('--version', env={'MMGPT_ISA': 'scalar'})
 check('--version: the chosen kernels follow MMGPT_ISA', rc == 0 and 'in use: scalar, quantized scalar' in out,
       out)

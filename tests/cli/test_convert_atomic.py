@@ -17,7 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_harness import MM, W, check, finish, run, write_char_model  # noqa: E402
+from cli_harness import MM, W, check, finish, run, system_calls, write_char_model  # noqa: E402
 
 start = time.monotonic()
 alphabet = sorted(set('\n !,.:;?abcdefghijklmnopqrstuvwxyz'))
@@ -47,16 +47,18 @@ def tmpfile_supported(d):
         return False
 
 
-UNNAMED = tmpfile_supported(out_dir)
-print(f'O_TMPFILE in {out_dir}: {"yes" if UNNAMED else "no (named temporaries: a rerun sweeps them)"}')
+# mmgpt uses O_TMPFILE where the file system has it, unless built with the POSIX fallbacks only.
+UNNAMED = tmpfile_supported(out_dir) and system_calls() == 'linux'
+print(f'O_TMPFILE in {out_dir}, used: {"yes" if UNNAMED else "no (named temporaries: a rerun sweeps them)"}')
 
 
 def temporaries(d):
     return sorted(n for n in os.listdir(d) if n != 'model.mmgpt')
 
 
-def temp_size(pid, d):
-    """Bytes written so far to the convert's temporary, or None while it has none (read from /proc)."""
+def temp_size(pid, d, stale=()):
+    """Bytes written so far to the convert's temporary, or None while it has none (read from /proc).
+    stale: names of earlier runs' temporaries, which the convert opens to sweep them, not to write them."""
     try:
         fds = os.listdir(f'/proc/{pid}/fd')
     except OSError:
@@ -65,7 +67,8 @@ def temp_size(pid, d):
         try:
             target = os.readlink(f'/proc/{pid}/fd/{fd}')
             # An O_TMPFILE shows as "DIR/#INODE (deleted)"; a named temporary as DIR/.model.mmgpt.tmp.XXXXXX.
-            if target.startswith(d + '/') and ('/#' in target or '/.model.mmgpt.tmp.' in target):
+            if target.startswith(d + '/') and ('/#' in target or '/.model.mmgpt.tmp.' in target) \
+                    and os.path.basename(target).removesuffix(' (deleted)') not in stale:
                 return os.stat(f'/proc/{pid}/fd/{fd}').st_size
         except OSError:
             continue
@@ -110,7 +113,7 @@ def trace_me():
     ptrace(PTRACE_TRACEME, 0)  # in the child, before exec: it stops with SIGTRAP at the exec
 
 
-def step_until(p, at_bytes):
+def step_until(p, at_bytes, stale):
     """Runs the traced convert one system call at a time until its temporary holds at least at_bytes.
     Returns that size with the convert stopped, or None when it exited first (p.returncode then set)."""
     _, status = os.waitpid(p.pid, 0)  # the stop at exec
@@ -124,7 +127,7 @@ def step_until(p, at_bytes):
         _, status = os.waitpid(p.pid, 0)
         deliver = 0
         if os.WIFSTOPPED(status) and os.WSTOPSIG(status) == SYSCALL_STOP:
-            size = temp_size(p.pid, out_dir)
+            size = temp_size(p.pid, out_dir, stale)
             if size is not None and size >= at_bytes:
                 return size
         elif os.WIFSTOPPED(status) and os.WSTOPSIG(status) != signal.SIGTRAP:
@@ -147,15 +150,16 @@ kill_points += [(f'at a random {d:.3f} s', -d) for d in sorted(rng.uniform(0, co
 landed_in_write = []  # the kill points that stopped the convert with its temporary incomplete
 for what, at in kill_points:
     reset_output()
+    stale = set(temporaries(out_dir))
     p = subprocess.Popen([MM, 'convert', big_ckpt, '-o', out], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          preexec_fn=trace_me if at >= 0 else None)
     killed_at = None
     if at < 0:
         time.sleep(-at)
         if stop(p):
-            killed_at = temp_size(p.pid, out_dir)
+            killed_at = temp_size(p.pid, out_dir, stale)
     else:
-        killed_at = step_until(p, at * len(ref))
+        killed_at = step_until(p, at * len(ref), stale)
     if p.returncode is None:
         p.kill()  # a stopped or traced process dies of SIGKILL too
     if p.returncode is None:

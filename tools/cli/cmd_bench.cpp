@@ -21,10 +21,6 @@
 // the cache's dtype per position and sequence. frac_of_bw_with_kv adds those
 // bytes, which is what memory actually serves per step; at long contexts they
 // are a sizeable part of it (73.7 KB per position for 124M with an f32 cache).
-#include <fcntl.h>
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -41,6 +37,7 @@
 #include <tbb/global_control.h>
 #include <nlohmann/json.hpp>
 
+#include "core/platform.hpp"
 #include "engine/executor.hpp"
 #include "engine/mmgpt.hpp"
 #include "engine/sampler.hpp"
@@ -49,7 +46,6 @@
 #include "kernels/machine_limits.hpp"
 #include "tools/cli/bench_profile.hpp"
 #include "tools/cli/commands.hpp"
-#include "tools/cli/mapped_pages.hpp"
 #include "tools/cli/validate.hpp"
 
 namespace mmgpt::cli {
@@ -91,27 +87,6 @@ Spread spread(std::vector<double> v) {
   const size_t m = v.size() / 2;
   s.median = v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
   return s;
-}
-
-// Peak RSS since the last reset, from /proc (Linux). Resetting (clear_refs
-// "5") lets each combination report its own peak, not the probe's buffer or
-// an earlier, larger batch; where that is unavailable the lifetime peak
-// (getrusage) is reported and `scoped` says so.
-bool reset_peak_rss() {
-  const int fd = ::open("/proc/self/clear_refs", O_WRONLY);
-  if (fd < 0) return false;
-  const bool ok = ::write(fd, "5", 1) == 1;
-  ::close(fd);
-  return ok;
-}
-double peak_rss_mib() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_maxrss / 1024.0;
 }
 
 // Bytes of weights a decode step reads: every matrix and vector once, the LM
@@ -234,7 +209,7 @@ void run_bench(const BenchArgs& a) {
         std::vector<std::vector<int32_t>> prompts(b, std::vector<int32_t>(p));
         for (auto& pr : prompts)
           for (int32_t& x : pr) x = id(rng);
-        rss_scoped = reset_peak_rss() && rss_scoped;
+        rss_scoped = platform::reset_peak_rss() && rss_scoped;
         Executor exec(lm.shared_model());
         std::vector<KVCache> caches(b, KVCache(config, kv_dtype));
         run_once(exec, caches, prompts, n);  // warm-up: pages in the weights, plans the buffers
@@ -279,7 +254,7 @@ void run_bench(const BenchArgs& a) {
           res.kv_bytes_per_step = kv_bytes / double(n);
           res.frac_of_bw_with_kv = spread(frac_kv).median;
         }
-        res.peak_rss = peak_rss_mib();
+        res.peak_rss = platform::peak_rss_bytes() / 1048576.0;
         results.push_back(std::move(res));
       }
   }
@@ -287,7 +262,7 @@ void run_bench(const BenchArgs& a) {
   // After the runs, which read every page of the model. Said in a note only
   // for a model large enough to be streamed from memory (64 MiB, more than a
   // typical L3); a small one cannot fill 2 MB pages anyway.
-  const std::optional<double> on_2mb_pages = huge_mapped_share(lm.model().file().mapped_bytes());
+  const std::optional<double> on_2mb_pages = platform::huge_mapped_share(lm.model().file().mapped_bytes());
   if (on_2mb_pages && *on_2mb_pages < 0.9 && lm.model().file().file_size() >= (uint64_t{64} << 20))
     notes.push_back(fmt("%.0f%%", *on_2mb_pages * 100) + " of " + a.model +
                     " is mapped with 2 MB pages: the page cache holds it in small pieces (a copy by `cp`, or a "

@@ -1,6 +1,4 @@
 // mmgpt generate: prompt(s) (text or ids) -> continuation(s), streamed to stdout.
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +12,7 @@
 
 #include <tbb/global_control.h>
 
+#include "core/platform.hpp"
 #include "engine/mmgpt.hpp"
 #include "kernels/kernels.hpp"
 #include "tools/cli/commands.hpp"
@@ -59,8 +58,6 @@ void print_stats(const LanguageModel& lm, double load_s, double ttft_s, const st
   size_t prompt_tokens = 0, generated = 0;
   for (const auto& r : results) prompt_tokens += r.timings.prompt_tokens, generated += r.tokens.size();
   const GenerationTimings& t = results.front().timings;
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
   const ModelFile& f = lm.model().file();
   std::fprintf(stderr, "\n--- stats (kernels: %s, threads: %zu)\n", std::string(kernels::isa_name()).c_str(),
                tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism));
@@ -75,9 +72,12 @@ void print_stats(const LanguageModel& lm, double load_s, double ttft_s, const st
   std::fprintf(stderr, "first token   %8.2f ms\n", ttft_s * 1e3);
   // Decode steps (one token a sequence), by hint.
   std::fprintf(stderr, "prefetch      %s\n", kernels::describe_decode_prefetch().c_str());
-  std::fprintf(stderr, "peak RSS      %8.1f MiB\n", usage.ru_maxrss / 1024.0);
-  std::fprintf(stderr, "weights       %8.1f MiB mapped, %.1f MiB resident\n", f.file_size() / 1048576.0,
-               f.resident_bytes() / 1048576.0);
+  std::fprintf(stderr, "peak RSS      %8.1f MiB\n", platform::peak_rss_bytes() / 1048576.0);
+  if (const std::optional<uint64_t> resident = f.resident_bytes())
+    std::fprintf(stderr, "weights       %8.1f MiB mapped, %.1f MiB resident\n", f.file_size() / 1048576.0,
+                 *resident / 1048576.0);
+  else
+    std::fprintf(stderr, "weights       %8.1f MiB mapped, resident unknown on this system\n", f.file_size() / 1048576.0);
 }
 
 void run_generate(const GenerateArgs& a) {

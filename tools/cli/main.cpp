@@ -4,6 +4,7 @@
 #include <exception>
 #include <iostream>
 
+#include "core/platform.hpp"
 #include "formats/error.hpp"
 #include "tools/cli/commands.hpp"
 
@@ -11,6 +12,7 @@ int main(int argc, char** argv) {
   // Past a file-size limit (ulimit -f) a write then fails with EFBIG, which is
   // reported as one line naming the file, instead of the kernel killing mmgpt.
   std::signal(SIGXFSZ, SIG_IGN);
+  mmgpt::platform::remember_argv0(argc > 0 ? argv[0] : nullptr);
   CLI::App app{"mmgpt: run PyTorch-trained GPT models on the CPU", "mmgpt"};
   app.require_subcommand(1);
   app.set_version_flag("--version", mmgpt::cli::version_text);

@@ -11,6 +11,7 @@
 #include <tbb/blocked_range.h>
 #include <tbb/partitioner.h>
 
+#include "core/platform.hpp"
 #include "core/weight_type.hpp"
 #include "formats/error.hpp"
 #include "formats/file_util.hpp"
@@ -20,6 +21,7 @@
 #include "kernels/parallel.hpp"
 #include "tools/convert/checkpoint_loader.hpp"
 #include "tools/convert/layout.hpp"
+#include "tools/convert/tensor_ops.hpp"
 
 namespace mmgpt {
 
@@ -32,9 +34,8 @@ std::string bundled_data_dir() {
     std::error_code ec;
     return std::filesystem::is_regular_file(dir / "gpt2" / "encoder.json", ec);
   };
-  std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec && has_data(exe.parent_path().parent_path() / "share" / "mmgpt"))
+  const std::filesystem::path exe = platform::executable_path();
+  if (!exe.empty() && has_data(exe.parent_path().parent_path() / "share" / "mmgpt"))
     return (exe.parent_path().parent_path() / "share" / "mmgpt").string();
 #ifdef MMGPT_DATA_DIR
   if (has_data(MMGPT_DATA_DIR)) return MMGPT_DATA_DIR;
@@ -66,10 +67,6 @@ void check_storable(const float* values, uint64_t n, uint64_t first, const std::
                   std::to_string(first + i) + " cannot be stored as " + dtype_label(dt) +
                   " (its block scale would exceed f16's range)");
 }
-
-// A tensor is read, packed and written a piece of about this many f32 bytes at
-// a time, so conversion holds pieces, never whole tensors.
-constexpr uint64_t kPieceBytes = uint64_t(16) << 20;
 
 // Row-major f32, a piece of rows at a time.
 void stream_rows(const HostTensor& t, const TensorToWrite::Put& put) {

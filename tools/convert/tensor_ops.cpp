@@ -13,10 +13,9 @@ namespace mmgpt::convert {
 
 namespace {
 
-// Rows of at most this many bytes are read at once when a tensor is walked in pieces.
-constexpr uint64_t kPieceBytes = uint64_t(8) << 20;
-
-uint64_t rows_per_piece(uint64_t row_size) { return std::max<uint64_t>(1, kPieceBytes / 4 / std::max<uint64_t>(1, row_size)); }
+uint64_t rows_per_piece(uint64_t row_size) {
+  return std::max<uint64_t>(1, kPieceBytes / sizeof(float) / std::max<uint64_t>(1, row_size));
+}
 
 }  // namespace
 
@@ -29,10 +28,12 @@ TensorPtr transpose2d(TensorPtr t) {
   out->source_dtype = t->source_dtype;
   // Output rows [first, first + count) are the source's columns: the source is
   // read a piece of rows at a time and the wanted columns copied out, blocked
-  // so both sides stay in cache.
-  out->reader = [t = std::move(t), rows, cols](uint64_t first, uint64_t count, float* dst) {
+  // so both sides stay in cache. The piece buffer is kept from one read to the
+  // next until the last rows are read.
+  out->reader = [t = std::move(t), rows, cols, buf = std::vector<float>()](uint64_t first, uint64_t count,
+                                                                         float* dst) mutable {
     const uint64_t piece = rows_per_piece(cols);
-    std::vector<float> buf(static_cast<size_t>(std::min(piece, rows) * cols));
+    buf.resize(static_cast<size_t>(std::min(piece, rows) * cols));
     for (uint64_t r0 = 0; r0 < rows; r0 += piece) {
       const uint64_t n = std::min(piece, rows - r0);
       t->read_rows(r0, n, buf.data());
@@ -48,6 +49,7 @@ TensorPtr transpose2d(TensorPtr t) {
           },
           tbb::auto_partitioner());
     }
+    if (first + count == cols) buf = std::vector<float>();  // the last rows read: hold nothing until read again
   };
   return out;
 }

@@ -1,11 +1,16 @@
 #pragma once
 // The few rearrangements the layouts need to reach the canonical [out, in]
 // matrices: transposing Conv1D's [in, out] and stacking separate Q/K/V rows.
+#include <cstdint>
 #include <vector>
 
 #include "tools/convert/state_dict.hpp"
 
 namespace mmgpt::convert {
+
+// Conversion reads a tensor, or walks its source, a piece of about this many
+// f32 bytes at a time, so it holds pieces, never whole tensors.
+inline constexpr uint64_t kPieceBytes = uint64_t(16) << 20;
 
 // Each returns a tensor read on demand from its sources, which it keeps alive;
 // nothing is copied until the converter reads it.

@@ -1,32 +1,15 @@
 // Advanced SIMD (mandatory on AArch64): the xsimd kernels; the quantized
 // kernels with SDOT where the CPU has the dot product; BFDOT for bf16 where
 // it has the BF16 extension (else bf16 widened to f32). Compiled without ISA
-// flags; features from the kernel's hardware capabilities.
-#if defined(__linux__)
-#include <asm/hwcap.h>
-#include <sys/auxv.h>
-#endif
-
+// flags; features from what the system reports (core/platform.hpp).
+#include "core/platform.hpp"
 #include "kernels/arm/neon/neon.hpp"
 
 namespace mmgpt::kernels::detail {
 namespace {
 
-bool has_dotprod() {
-#if defined(__linux__)
-  return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
-#else
-  return false;
-#endif
-}
-
-bool has_bf16() {
-#if defined(__linux__) && defined(HWCAP2_BF16)
-  return (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
-#else
-  return false;
-#endif
-}
+bool has_dotprod() { return platform::arm_has_dotprod(); }
+bool has_bf16() { return platform::arm_has_bf16(); }
 
 const KernelSet* set(bool bf16dot) {
   static const KernelSet widen =
