@@ -46,7 +46,7 @@ bool ZipReader::looks_like_zip(const uint8_t* data, size_t size) {
 }
 
 ZipReader::ZipReader(const uint8_t* data, size_t size, std::string source)
-    : data_(data), size_(size), source_(std::move(source)) {
+    : data_(data), source_(std::move(source)) {
   const Bytes b{data, size, source_};
   if (size < kEocdSize)
     b.fail("file of " + std::to_string(size) + " bytes is too short for an end-of-central-directory record");

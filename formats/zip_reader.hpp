@@ -36,7 +36,6 @@ class ZipReader {
 
  private:
   const uint8_t* data_;
-  size_t size_;
   std::string source_;
   std::vector<ZipEntry> entries_;
   std::unordered_map<std::string, size_t> index_;

@@ -40,6 +40,12 @@
 #include "kernels/epilogue.hpp"
 #include "kernels/simd/widen_simd.hpp"
 
+// The microkernels are flattened on their own and called, not inlined, from
+// the flattened entries (kernels_simd.hpp, MMGPT_SIMD_ENTRY): a symbol of
+// PanelGemm<Arch, ...> belongs to this ISA alone, and each tile shape is
+// compiled once instead of at every call site.
+#define MMGPT_SIMD_LEAF [[gnu::flatten, gnu::noinline]]
+
 namespace mmgpt::kernels::simd {
 
 // Act supplies the vector GELUs (so gemm and the elementwise kernels share them).
@@ -134,7 +140,7 @@ struct PanelGemm {
   // a 16-bit pair), each line prefetched kDecodeAheadBytes ahead with hint H
   // (decode_prefetch.hpp).
   template <size_t R, size_t NP, bool Decode, DecodePrefetch H = DecodePrefetch::Nta>
-  static void micro(const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p, const Out& o) {
+  MMGPT_SIMD_LEAF static void micro(const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p, const Out& o) {
     constexpr size_t V = NP * VP;
     B acc[R][V];
 #pragma GCC unroll 8
@@ -176,7 +182,7 @@ struct PanelGemm {
   // NP panels from p, widened into `wide` as NP f32 panels of K k-steps:
   // panel j's k-step k at wide + (j * K + k) * 16, as micro_linear reads them.
   template <size_t NP>
-  static void widen_panels(const WE* wp, size_t N, size_t K, size_t p, float* wide) {
+  MMGPT_SIMD_LEAF static void widen_panels(const WE* wp, size_t N, size_t K, size_t p, float* wide) {
     PanelSteps st[NP];
 #pragma GCC unroll 8
     for (size_t j = 0; j < NP; ++j) st[j] = panel_steps_of<WE>(N, K, p + j);
@@ -197,7 +203,7 @@ struct PanelGemm {
   // from one pointer a panel: the GEMM's loop for f32 and widened 16-bit
   // weights. The same FMAs in the same order as micro, so the same bits.
   template <size_t R, size_t NP>
-  static void micro_linear(const float* x, size_t ldx, const float* w, size_t pstride, size_t K, const Out& o) {
+  MMGPT_SIMD_LEAF static void micro_linear(const float* x, size_t ldx, const float* w, size_t pstride, size_t K, const Out& o) {
     constexpr size_t V = NP * VP;
     B acc[R][V];
 #pragma GCC unroll 8

@@ -27,9 +27,9 @@
 // with different -m flags; where the compiler emits them out of line the
 // linker keeps one copy for all TUs, which could put AVX-512 code on the AVX2
 // or scalar path. So every kernel a set registers is flattened (all its
-// callees inlined; with optimisation on, nm then shows no symbol shared
-// between the ISA objects and the rest), and this header avoids std::
-// helpers. At -O0 GCC ignores flatten and a few xsimd helpers are shared by
+// callees inlined, but for the GEMM's microkernels, members of
+// PanelGemm<Arch, ...> flattened on their own: gemm_simd.hpp), and this
+// header avoids std:: helpers. At -O0 GCC ignores flatten and a few xsimd helpers are shared by
 // the two x86 TUs, but their AVX-512-TU copies contain only VEX (AVX)
 // instructions and are reached only from the SIMD paths, so even a Debug
 // build cannot run AVX-512 code on an AVX2 CPU.
@@ -128,20 +128,15 @@ struct Kernels {
     }
   }
 
+  // The panel GEMMs, the longest to compile: declared here, defined in
+  // gemm_entries.hpp, and instantiated by each set's gemm_f32.cpp,
+  // gemm_bf16.cpp and gemm_f16.cpp, so they build in parallel with the rest.
   MMGPT_SIMD_ENTRY static void gemm_panels(const float* x, const float* wp, const float* bias, float* y, size_t M,
-                                           size_t K, size_t N, size_t p0, size_t p1, Epilogue e) {
-    PanelGemm<Arch, Kernels>::run(x, wp, bias, y, M, K, N, p0, p1, e);
-  }
-
+                                           size_t K, size_t N, size_t p0, size_t p1, Epilogue e);
   MMGPT_SIMD_ENTRY static void gemm_panels_bf16(const float* x, const uint16_t* wp, const float* bias, float* y,
-                                                size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e) {
-    PanelGemm<Arch, Kernels, WeightBF16>::run(x, wp, bias, y, M, K, N, p0, p1, e);
-  }
-
+                                                size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e);
   MMGPT_SIMD_ENTRY static void gemm_panels_f16(const float* x, const uint16_t* wp, const float* bias, float* y,
-                                               size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e) {
-    PanelGemm<Arch, Kernels, WeightF16>::run(x, wp, bias, y, M, K, N, p0, p1, e);
-  }
+                                               size_t M, size_t K, size_t N, size_t p0, size_t p1, Epilogue e);
 
   // Queries over heads of a KV cache of element type WT (k, v: its elements).
   template <class WT = WeightF32>
