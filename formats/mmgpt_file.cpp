@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <cstring>
 #include <utility>
-#include <vector>
 
 #include "core/platform.hpp"
 #include "formats/error.hpp"

@@ -134,6 +134,18 @@ TEST_CASE("platform: temporary files, named and unnamed") {
 
   const int unnamed = platform::open_unnamed_temp(dir.string());
   if (std::string(platform::name()) != "linux") CHECK(unnamed == -1);
+#ifdef O_TMPFILE
+  // On Linux, where this file system takes O_TMPFILE (probed here directly),
+  // the call must give one: otherwise every AtomicFile would quietly use a
+  // named temporary and the tests would follow it.
+  if (std::string(platform::name()) == "linux") {
+    const int probe = ::open(dir.c_str(), O_TMPFILE | O_RDWR, 0600);
+    if (probe >= 0) {
+      ::close(probe);
+      CHECK(unnamed >= 0);
+    }
+  }
+#endif
   if (unnamed < 0) {
     CHECK_FALSE(platform::link_unnamed_temp(3, (dir / "never").string()));
     CHECK_FALSE(fs::exists(dir / "never"));

@@ -140,7 +140,8 @@ struct PanelGemm {
   // a 16-bit pair), each line prefetched kDecodeAheadBytes ahead with hint H
   // (decode_prefetch.hpp).
   template <size_t R, size_t NP, bool Decode, DecodePrefetch H = DecodePrefetch::Nta>
-  MMGPT_SIMD_LEAF static void micro(const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p, const Out& o) {
+  MMGPT_SIMD_LEAF static void micro(const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p,
+                                    const Out& o) {
     constexpr size_t V = NP * VP;
     B acc[R][V];
 #pragma GCC unroll 8
@@ -203,7 +204,8 @@ struct PanelGemm {
   // from one pointer a panel: the GEMM's loop for f32 and widened 16-bit
   // weights. The same FMAs in the same order as micro, so the same bits.
   template <size_t R, size_t NP>
-  MMGPT_SIMD_LEAF static void micro_linear(const float* x, size_t ldx, const float* w, size_t pstride, size_t K, const Out& o) {
+  MMGPT_SIMD_LEAF static void micro_linear(const float* x, size_t ldx, const float* w, size_t pstride, size_t K,
+                                           const Out& o) {
     constexpr size_t V = NP * VP;
     B acc[R][V];
 #pragma GCC unroll 8

@@ -29,8 +29,8 @@
 // or scalar path. So every kernel a set registers is flattened (all its
 // callees inlined, but for the GEMM's microkernels, members of
 // PanelGemm<Arch, ...> flattened on their own: gemm_simd.hpp), and this
-// header avoids std:: helpers. At -O0 GCC ignores flatten and a few xsimd helpers are shared by
-// the two x86 TUs, but their AVX-512-TU copies contain only VEX (AVX)
+// header avoids std:: helpers. At -O0 GCC ignores flatten and a few xsimd
+// helpers are shared by the two x86 TUs, but their AVX-512-TU copies contain only VEX (AVX)
 // instructions and are reached only from the SIMD paths, so even a Debug
 // build cannot run AVX-512 code on an AVX2 CPU.
 #define MMGPT_SIMD_ENTRY [[gnu::flatten]]

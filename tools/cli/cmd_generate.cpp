@@ -77,7 +77,8 @@ void print_stats(const LanguageModel& lm, double load_s, double ttft_s, const st
     std::fprintf(stderr, "weights       %8.1f MiB mapped, %.1f MiB resident\n", f.file_size() / 1048576.0,
                  *resident / 1048576.0);
   else
-    std::fprintf(stderr, "weights       %8.1f MiB mapped, resident unknown on this system\n", f.file_size() / 1048576.0);
+    std::fprintf(stderr, "weights       %8.1f MiB mapped, resident unknown on this system\n",
+                 f.file_size() / 1048576.0);
 }
 
 void run_generate(const GenerateArgs& a) {
