@@ -263,6 +263,20 @@ int make_temp(std::string& path_template) {
 #endif
 }
 
+bool write_uncached(int fd, bool on) {
+#if MMGPT_OS_LINUX && defined(O_DIRECT)
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0) return false;
+  if (::fcntl(fd, F_SETFL, on ? flags | O_DIRECT : flags & ~O_DIRECT) != 0) return false;
+  return on;
+#elif MMGPT_OS_MACOS
+  return ::fcntl(fd, F_NOCACHE, on ? 1 : 0) == 0 && on;
+#else
+  (void)fd, (void)on;
+  return false;
+#endif
+}
+
 bool arm_has_dotprod() {
 #if MMGPT_OS_LINUX && defined(__aarch64__) && defined(HWCAP_ASIMDDP)
   return (::getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;

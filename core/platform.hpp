@@ -55,6 +55,15 @@ bool link_unnamed_temp(int fd, const std::string& path);
 // mkstemp, close-on-exec from the start where the system can.
 int make_temp(std::string& path_template);
 
+// Writes to `fd` bypass the page cache from now on (`on`) or go through it
+// again: Linux O_DIRECT, macOS F_NOCACHE. Returns whether they bypass it now;
+// false where the system or the file system (tmpfs, some FUSE) has no such
+// mode. While bypassing, every write must start at a kDirectAlign-aligned
+// address and file offset and be a multiple of kDirectAlign bytes; a write
+// that is not fails with EINVAL.
+bool write_uncached(int fd, bool on);
+constexpr size_t kDirectAlign = 4096;
+
 // Aarch64 features the kernel reports (Linux hwcaps, macOS sysctl); false
 // where the system does not say.
 bool arm_has_dotprod();

@@ -47,7 +47,7 @@ std::string random_suffix() {
 
 }  // namespace
 
-AtomicFile::AtomicFile(const std::string& target, Temp temp) : target_(target) {
+AtomicFile::AtomicFile(const std::string& target, Temp temp, Cache cache) : target_(target) {
   split_path(target, dir_, base_);
   if (base_.empty()) throw Error(target + ": output path names a directory, not a file");
   struct stat st {};
@@ -80,6 +80,7 @@ AtomicFile::AtomicFile(const std::string& target, Temp temp) : target_(target) {
     }
   }
   if (fd_ < 0) open_named();
+  if (cache == Cache::Bypass) uncached_ = platform::write_uncached(fd_, true);
   // A model file is ordinary data others may read (mkostemp creates 0600).
   ::fchmod(fd_, 0644);
 }
@@ -146,14 +147,16 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::write(const void* data, uint64_t n) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    if (staged_ == 0 && n >= kRunBytes) {  // whole runs straight from the caller's bytes
+    // Whole runs straight from the caller's bytes (when uncached, only from an aligned address).
+    if (staged_ == 0 && n >= kRunBytes &&
+        (!uncached_ || reinterpret_cast<uintptr_t>(p) % platform::kDirectAlign == 0)) {
       const uint64_t runs = n - n % kRunBytes;
       write_through(p, runs);
       p += runs;
       n -= runs;
       continue;
     }
-    if (!stage_) stage_ = std::make_unique<char[]>(kRunBytes);
+    if (!stage_) stage_.reset(new (std::align_val_t{kRunBytes}) char[kRunBytes]);
     const size_t take = static_cast<size_t>(n < kRunBytes - staged_ ? n : kRunBytes - staged_);
     std::memcpy(stage_.get() + staged_, p, take);
     staged_ += take;
@@ -171,6 +174,10 @@ void AtomicFile::write_through(const char* p, uint64_t n) {
     const size_t chunk = n > (1u << 30) ? (1u << 30) : static_cast<size_t>(n);
     const ssize_t w = ::write(fd_, p, chunk);
     if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EINVAL && uncached_) {  // refused unbuffered after all (or cut short by a limit)
+      uncached_ = platform::write_uncached(fd_, false);
+      continue;
+    }
     if (w <= 0) fail("cannot write the new file", w < 0 ? errno : ENOSPC);
     p += w;
     n -= static_cast<uint64_t>(w);
@@ -201,6 +208,7 @@ void AtomicFile::link_unnamed() {
 }
 
 void AtomicFile::commit() {
+  if (uncached_ && staged_ % platform::kDirectAlign != 0) uncached_ = platform::write_uncached(fd_, false);
   if (staged_ > 0) write_through(stage_.get(), staged_);
   staged_ = 0;
   if (::fsync(fd_) != 0) fail("cannot flush the new file to disk", errno);

@@ -20,9 +20,14 @@
 // written tensor by tensor would end up mostly in small folios, and the
 // engine that maps it next would take a TLB miss every 4 KB of weights
 // (docs/kernels.md, "2 MB pages for the weights").
+//
+// The runs bypass the page cache where the file system allows (O_DIRECT,
+// F_NOCACHE): a model is written once and mapped later, and copying every
+// byte into the cache first costs more than the conversion's own work.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
 
 namespace mmgpt {
@@ -33,12 +38,16 @@ class AtomicFile {
     Auto,   // O_TMPFILE where the file system supports it, else a named temporary
     Named,  // always a named temporary (the fallback; tests use it)
   };
+  enum class Cache {
+    Bypass,  // writes skip the page cache where the file system allows it
+    Keep,    // ordinary buffered writes (the fallback; tests use it)
+  };
 
   // Throws mmgpt::Error naming `target` when its directory is missing, the
   // target is a directory or another non-regular file (a device, a FIFO), or
   // the temporary cannot be created. A symbolic link is written through: the
   // file it points to is replaced, the link is kept.
-  explicit AtomicFile(const std::string& target, Temp temp = Temp::Auto);
+  explicit AtomicFile(const std::string& target, Temp temp = Temp::Auto, Cache cache = Cache::Bypass);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -54,6 +63,7 @@ class AtomicFile {
 
   bool unnamed() const { return unnamed_; }              // the temporary is an O_TMPFILE
   const std::string& temp_path() const { return tmp_; }  // the named temporary; "" while unnamed
+  bool uncached() const { return uncached_; }            // writes bypass the page cache now
 
   // Removes the temporaries of `target` whose writer is dead (no flock held);
   // returns how many. Never throws: a temporary it cannot examine is kept.
@@ -67,9 +77,12 @@ class AtomicFile {
 
   std::string target_, dir_, base_, tmp_;
   int fd_ = -1;
-  std::unique_ptr<char[]> stage_;  // kRunBytes, allocated by the first write that needs it
-  size_t staged_ = 0;              // bytes in stage_: the file's next bytes, after a whole number of runs
-  bool unnamed_ = false, existed_ = false, committed_ = false;
+  struct FreeAligned {
+    void operator()(char* p) const { ::operator delete[](p, std::align_val_t{kRunBytes}); }
+  };
+  std::unique_ptr<char[], FreeAligned> stage_;  // kRunBytes, allocated by the first write that needs it
+  size_t staged_ = 0;  // bytes in stage_: the file's next bytes, after a whole number of runs
+  bool unnamed_ = false, existed_ = false, committed_ = false, uncached_ = false;
 };
 
 }  // namespace mmgpt

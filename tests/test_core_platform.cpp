@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,43 @@ TEST_CASE("platform: temporary files, named and unnamed") {
   CHECK_FALSE(platform::link_unnamed_temp(unnamed, (dir / "named").string()));  // never replaces
   CHECK(errno == EEXIST);
   ::close(unnamed);
+}
+
+TEST_CASE("platform: writes that bypass the page cache") {
+  const fs::path dir = scratch_dir("uncached");
+  const fs::path path = dir / "f";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(fd >= 0);
+  const bool on = platform::write_uncached(fd, true);
+  if (std::string(platform::name()) == "posix") CHECK_FALSE(on);
+#ifdef O_DIRECT
+  // On Linux, where this file system takes O_DIRECT (probed here directly),
+  // the call must turn it on: otherwise every conversion would quietly go
+  // through the page cache and the tests would follow it.
+  if (std::string(platform::name()) == "linux") {
+    const int probe = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (probe >= 0) {
+      ::close(probe);
+      CHECK(on);
+    }
+  }
+#endif
+  const size_t a = platform::kDirectAlign;
+  auto* aligned = static_cast<char*>(::operator new(2 * a, std::align_val_t{a}));
+  std::memset(aligned, 'x', 2 * a);
+  CHECK(::write(fd, aligned, 2 * a) == ssize_t(2 * a));  // aligned: written on either side
+#ifdef O_DIRECT
+  if (on && std::string(platform::name()) == "linux") {
+    errno = 0;
+    CHECK(::write(fd, aligned, 100) == -1);  // a length off the alignment is refused while bypassing
+    CHECK(errno == EINVAL);
+  }
+#endif
+  CHECK_FALSE(platform::write_uncached(fd, false));
+  CHECK(::write(fd, aligned + 1, 100) == 100);  // buffered again: any length, any address
+  ::operator delete(aligned, std::align_val_t{a});
+  ::close(fd);
+  CHECK(fs::file_size(path) == 2 * a + 100);
 }
 
 TEST_CASE("platform: CPU features the system reports") {

@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -16,6 +17,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
+#include <new>
+#include <optional>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -123,38 +127,63 @@ TEST_CASE("AtomicFile: commit replaces the target and leaves nothing else") {
 TEST_CASE(
     "AtomicFile: the file is written in whole aligned 2 MiB runs, the tail at commit; the bytes are the caller's") {
   // Pieces of every kind: small and unaligned, one that fills the stage
-  // exactly, several runs at once (straight from the caller) starting
-  // aligned and not, zeros across a run boundary.
+  // exactly, several runs at once (straight from the caller) from an aligned
+  // address and not, starting at a run boundary and not, zeros across a run
+  // boundary. Both with the page cache bypassed (where the file system
+  // allows) and kept.
   const size_t run = AtomicFile::kRunBytes;
-  const fs::path dir = fresh_dir("runs");
-  const fs::path target = dir / "out.bin";
-  AtomicFile f(target.string(), AtomicFile::Temp::Named);
-  std::string expected;
-  std::mt19937 gen(5);
-  auto piece = [&](size_t n) {
-    std::string s(n, '\0');
-    for (char& c : s) c = static_cast<char>(gen());
-    f.write(s.data(), s.size());
-    expected += s;
-  };
-  auto on_disk = [&] { return static_cast<size_t>(fs::file_size(f.temp_path())); };
-  piece(7);
-  CHECK(on_disk() == 0);  // staged
-  piece(run - 7);         // fills the stage: one run
-  CHECK(on_disk() == run);
-  piece(2 * run + 13);  // aligned start: two runs straight through, 13 bytes staged
-  CHECK(on_disk() == 3 * run);
-  piece(3 * run + 1);  // unaligned start: through the stage
-  CHECK(on_disk() == 6 * run);
-  f.zeros(run - 20);  // the stage filled by zeros (14 + run - 20 bytes: not yet a run)
-  expected += std::string(run - 20, '\0');
-  CHECK(on_disk() == 6 * run);
-  piece(100);
-  CHECK(on_disk() == 7 * run);
-  CHECK(on_disk() % run == 0);
-  f.commit();
-  CHECK(slurp(target) == expected);
-  CHECK(names_in(dir) == std::set<std::string>{"out.bin"});
+  for (AtomicFile::Cache cache : {AtomicFile::Cache::Bypass, AtomicFile::Cache::Keep}) {
+    const fs::path dir = fresh_dir("runs");
+    const fs::path target = dir / "out.bin";
+    AtomicFile f(target.string(), AtomicFile::Temp::Named, cache);
+    if (cache == AtomicFile::Cache::Keep) CHECK_FALSE(f.uncached());
+    std::string expected;
+    std::mt19937 gen(5);
+    auto piece = [&](size_t n) {
+      std::string s(n, '\0');
+      for (char& c : s) c = static_cast<char>(gen());
+      f.write(s.data(), s.size());
+      expected += s;
+    };
+    auto on_disk = [&] { return static_cast<size_t>(fs::file_size(f.temp_path())); };
+    piece(7);
+    CHECK(on_disk() == 0);  // staged
+    piece(run - 7);         // fills the stage: one run
+    CHECK(on_disk() == run);
+    {
+      const std::unique_ptr<char[], void (*)(char*)> aligned(
+          new (std::align_val_t{4096}) char[2 * run], [](char* p) { ::operator delete[](p, std::align_val_t{4096}); });
+      for (size_t i = 0; i < 2 * run; ++i) aligned[i] = static_cast<char>(gen());
+      f.write(aligned.get(), 2 * run);
+      expected.append(aligned.get(), 2 * run);
+    }
+    CHECK(on_disk() == 3 * run);
+    piece(2 * run + 13);  // a run boundary, an address of any alignment: two runs, 13 bytes staged
+    CHECK(on_disk() == 5 * run);
+    piece(3 * run + 1);  // unaligned start: through the stage
+    CHECK(on_disk() == 8 * run);
+    f.zeros(run - 20);  // the stage filled by zeros (14 + run - 20 bytes: not yet a run)
+    expected += std::string(run - 20, '\0');
+    CHECK(on_disk() == 8 * run);
+    piece(100);
+    CHECK(on_disk() == 9 * run);
+    CHECK(on_disk() % run == 0);
+    const bool uncached = f.uncached();
+    f.commit();
+    if (uncached) {
+      // The whole runs went around the page cache: none of their pages are in it.
+      const int fd = ::open(target.c_str(), O_RDONLY | O_CLOEXEC);
+      REQUIRE(fd >= 0);
+      void* map = ::mmap(nullptr, 9 * run, PROT_READ, MAP_SHARED, fd, 0);
+      REQUIRE(map != MAP_FAILED);
+      const std::optional<uint64_t> resident = mmgpt::platform::resident_bytes(map, 9 * run);
+      ::munmap(map, 9 * run);
+      ::close(fd);
+      if (resident) CHECK(*resident == 0);
+    }
+    CHECK(slurp(target) == expected);
+    CHECK(names_in(dir) == std::set<std::string>{"out.bin"});
+  }
 }
 
 TEST_CASE("AtomicFile: an exception before commit leaves the target as it was, and no temporary") {
@@ -228,17 +257,21 @@ TEST_CASE("AtomicFile: the sweep removes only unlocked temporaries of the same t
 }
 
 TEST_CASE("AtomicFile: a write past RLIMIT_FSIZE fails with one line naming the target; nothing is left") {
+  // A limit off the 4 KB alignment cuts an uncached write to a length the
+  // file system refuses (EINVAL): the writer must go on buffered and still
+  // report the limit.
+  for (const rlim_t limit : {rlim_t{64} << 10, (rlim_t{64} << 10) + 100})
   for (AtomicFile::Temp mode : {AtomicFile::Temp::Auto, AtomicFile::Temp::Named}) {
     const fs::path dir = fresh_dir("fsize");
     const fs::path target = dir / "out.bin";
     spit(target, kOld);
     const ChildResult r = in_child([&]() -> std::string {
       std::signal(SIGXFSZ, SIG_IGN);  // else the kernel kills the writer instead of returning EFBIG
-      const rlimit lim{64 << 10, 64 << 10};
+      const rlimit lim{limit, limit};
       if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return "setrlimit failed";
       try {
         AtomicFile f(target.string(), mode);
-        const std::vector<char> block(1 << 20, 'x');
+        const std::vector<char> block(3 << 20, 'x');  // a whole run written before commit, and a tail
         f.write(block.data(), block.size());
         f.commit();
         return "no error";
