@@ -109,6 +109,8 @@ TEST_CASE("tensor rearrangements") {
   std::vector<float> some(3 * 40000);
   bt->read_rows(31, 3, some.data());
   CHECK(std::equal(some.begin(), some.end(), all.begin() + 31 * 40000));
+  // A transpose read inside a transpose's read: each takes its own piece buffer.
+  CHECK(transpose2d(bt)->values() == big->data);
 
   const TensorPtr c = concat_rows({m, tensor({1, 3}, 10), tensor({2, 3}, 20)});
   CHECK(c->shape == std::vector<uint64_t>{5, 3});

@@ -72,11 +72,12 @@ void check_storable(const float* values, uint64_t n, uint64_t first, const std::
 void stream_rows(const HostTensor& t, const TensorToWrite::Put& put) {
   const uint64_t row = std::max<uint64_t>(1, t.row_size());
   const uint64_t piece = std::max<uint64_t>(1, kPieceBytes / sizeof(float) / row);
-  std::vector<float> buf(static_cast<size_t>(std::min(piece, t.rows()) * row));
+  Scratch<float> scratch(std::min(piece, t.rows()) * row);
+  float* buf = scratch.get();
   for (uint64_t r = 0; r < t.rows() && t.numel() > 0; r += piece) {
     const uint64_t n = std::min(piece, t.rows() - r);
-    t.read_rows(r, n, buf.data());
-    put(buf.data(), n * row * sizeof(float));
+    t.read_rows(r, n, buf);
+    put(buf, n * row * sizeof(float));
   }
 }
 
@@ -88,22 +89,24 @@ void stream_packed(const HostTensor& t, uint64_t N, uint64_t K, WeightType dt, c
   const uint64_t unit = pack_row_unit(dt);
   const uint64_t piece = std::max<uint64_t>(1, kPieceBytes / sizeof(float) / K / unit) * unit;
   const uint64_t most = std::min(piece, N);
-  std::vector<float> buf(static_cast<size_t>(most * K));
-  std::vector<uint8_t> packed(packed_weight_bytes(dt, most, K));
+  Scratch<float> rows(most * K);
+  Scratch<uint8_t> packing(packed_weight_bytes(dt, most, K));
+  float* buf = rows.get();
+  uint8_t* packed = packing.get();
   for (uint64_t r = 0; r < N; r += piece) {
     const uint64_t n = std::min(piece, N - r);
-    t.read_rows(r, n, buf.data());
-    check_storable(buf.data(), n * K, r * K, name, dt);
+    t.read_rows(r, n, buf);
+    check_storable(buf, n * K, r * K, name, dt);
     // Units pack independently: groups of them on every core.
     const uint64_t group = 4 * unit;
     mmgpt::parallel_for(
         tbb::blocked_range<uint64_t>(0, (n + group - 1) / group, 1),
         [&](const tbb::blocked_range<uint64_t>& g) {
           const uint64_t r0 = g.begin() * group, r1 = std::min(n, g.end() * group);
-          info.pack(buf.data() + r0 * K, r1 - r0, K, packed.data() + packed_weight_bytes(dt, r0, K));
+          info.pack(buf + r0 * K, r1 - r0, K, packed + packed_weight_bytes(dt, r0, K));
         },
         tbb::simple_partitioner());
-    put(packed.data(), packed_weight_bytes(dt, n, K));
+    put(packed, packed_weight_bytes(dt, n, K));
   }
 }
 
