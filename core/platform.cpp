@@ -98,20 +98,21 @@ void advise_huge_pages(void* p, size_t n) {
 #endif
 }
 
-void drop_file_pages(const void* map, int fd, const void* p, size_t n) {
+bool drop_file_pages(const void* map, int fd, const void* p, size_t n) {
   const uintptr_t page = page_size();
   const uintptr_t begin = (uintptr_t(p) + page - 1) / page * page, end = (uintptr_t(p) + n) / page * page;
-  if (end <= begin || uintptr_t(map) % page != 0 || begin < uintptr_t(map)) return;
+  if (end <= begin || uintptr_t(map) % page != 0 || begin < uintptr_t(map)) return true;
 #if MMGPT_OS_LINUX
   // On a read-only private mapping this only drops this process's references.
   (void)fd;
   ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  return true;
 #else
   // posix_madvise(POSIX_MADV_DONTNEED) may do nothing; mapping the same bytes
   // over the range replaces its pages, which still read the same.
-  if (fd < 0) return;
-  ::mmap(reinterpret_cast<void*>(begin), end - begin, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd,
-         static_cast<off_t>(begin - uintptr_t(map)));
+  if (fd < 0) return true;
+  return ::mmap(reinterpret_cast<void*>(begin), end - begin, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd,
+                static_cast<off_t>(begin - uintptr_t(map))) != MAP_FAILED;
 #endif
 }
 

@@ -25,7 +25,9 @@ void advise_huge_pages(void* p, size_t n);
 // `map`, a read-only private mapping of the file `fd` from offset 0. They stop
 // counting toward the resident set; a later read faults them in again from
 // the file. Linux: MADV_DONTNEED; elsewhere the range is mapped afresh.
-void drop_file_pages(const void* map, int fd, const void* p, size_t n);
+// False, with errno set, where mapping afresh failed: the range may then be
+// unmapped, and must not be read again.
+bool drop_file_pages(const void* map, int fd, const void* p, size_t n);
 
 // Bytes of [p, p + n) (page-aligned) in memory now (mincore); empty where the
 // system cannot say.

@@ -36,7 +36,8 @@ FileBytes::FileBytes(const std::string& path) : path_(path) {
 
 void FileBytes::release(const uint8_t* p, size_t n) const {
   if (!data_ || p < data_ || n == 0 || n > size_ || size_t(p - data_) > size_ - n) return;
-  platform::drop_file_pages(data_, fd_, p, n);
+  if (!platform::drop_file_pages(data_, fd_, p, n))
+    throw Error(path_ + ": cannot map the file's pages afresh after reading them: " + std::strerror(errno));
 }
 
 FileBytes::~FileBytes() {

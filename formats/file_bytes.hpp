@@ -22,7 +22,8 @@ class FileBytes {
   // Drops the whole pages inside [p, p + n) from this process's memory once
   // they have been read (they stay in the page cache, and reading them again
   // maps them again), so that streaming through a large file keeps the
-  // resident set small. A no-op where the system cannot do it.
+  // resident set small. Throws mmgpt::Error naming the file where mapping
+  // them afresh fails (the fallback off Linux); the range is then unreadable.
   void release(const uint8_t* p, size_t n) const;
 
  private:
