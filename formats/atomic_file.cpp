@@ -7,9 +7,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <mutex>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "core/platform.hpp"
 #include "formats/error.hpp"
@@ -46,6 +51,77 @@ std::string random_suffix() {
 }
 
 }  // namespace
+
+// Writes the runs handed to it, in order, on a thread of its own; hands the
+// buffers back for filling. The first failure stops it and is reported by the
+// next hand-off or by finish(); runs queued after it are dropped.
+struct AtomicFile::Background {
+  static constexpr size_t kInFlight = 4;  // runs queued or being written, at most
+
+  explicit Background(AtomicFile& file) : file_(file), thread_([this] { loop(); }) {}
+  ~Background() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  // Queues `run` (a whole one) and returns a buffer to fill next, waiting
+  // while kInFlight are out. Returns errno of a failed write instead, if any.
+  int hand(Run& run) {
+    std::unique_lock<std::mutex> lock(m_);
+    queued_.push_back(std::move(run));
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return error_ != 0 || !spare_.empty() || queued_.size() + writing_ < kInFlight; });
+    if (error_ != 0) return error_;
+    if (!spare_.empty()) {
+      run = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    return 0;  // run is empty when no spare was free: the caller allocates one
+  }
+
+  // Waits until every queued run is written; 0 or errno of the failure.
+  int finish() {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [&] { return error_ != 0 || (queued_.empty() && writing_ == 0); });
+    return error_;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(m_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || (!queued_.empty() && error_ == 0); });
+      if (stop_) return;
+      Run run = std::move(queued_.front());
+      queued_.pop_front();
+      writing_ = 1;
+      lock.unlock();
+      const int err = file_.write_all(run.get(), kRunBytes);
+      lock.lock();
+      writing_ = 0;
+      if (err != 0) {
+        error_ = err;
+        queued_.clear();
+      }
+      spare_.push_back(std::move(run));
+      cv_.notify_all();
+    }
+  }
+
+  AtomicFile& file_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<Run> queued_;
+  std::vector<Run> spare_;
+  size_t writing_ = 0;
+  int error_ = 0;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once the members it uses exist
+};
 
 AtomicFile::AtomicFile(const std::string& target, Temp temp, Cache cache) : target_(target) {
   split_path(target, dir_, base_);
@@ -140,6 +216,7 @@ size_t AtomicFile::remove_stale_temporaries(const std::string& target) {
 }
 
 AtomicFile::~AtomicFile() {
+  background_.reset();                                       // before the descriptor it writes to is closed
   if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());  // while still locked: no sweep can race it
   if (fd_ >= 0) ::close(fd_);
 }
@@ -147,9 +224,10 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::write(const void* data, uint64_t n) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    // Whole runs straight from the caller's bytes (when uncached, only from an aligned address).
-    if (staged_ == 0 && n >= kRunBytes &&
-        (!uncached_ || reinterpret_cast<uintptr_t>(p) % platform::kDirectAlign == 0)) {
+    // Whole runs straight from the caller's bytes, when written now. Once the background
+    // writer has started, every run goes through it, in order (copied: the caller may reuse
+    // its bytes once this returns), even after a refusal has turned the writes buffered.
+    if (staged_ == 0 && n >= kRunBytes && !uncached_ && !background_) {
       const uint64_t runs = n - n % kRunBytes;
       write_through(p, runs);
       p += runs;
@@ -163,13 +241,26 @@ void AtomicFile::write(const void* data, uint64_t n) {
     p += take;
     n -= take;
     if (staged_ == kRunBytes) {
-      write_through(stage_.get(), kRunBytes);
+      if (uncached_ || background_) {
+        hand_off_stage();
+      } else {
+        write_through(stage_.get(), kRunBytes);
+      }
       staged_ = 0;
     }
   }
 }
 
+void AtomicFile::hand_off_stage() {
+  if (!background_) background_ = std::make_unique<Background>(*this);
+  if (const int err = background_->hand(stage_)) fail("cannot write the new file", err);
+}
+
 void AtomicFile::write_through(const char* p, uint64_t n) {
+  if (const int err = write_all(p, n)) fail("cannot write the new file", err);
+}
+
+int AtomicFile::write_all(const char* p, uint64_t n) {
   while (n > 0) {
     const size_t chunk = n > (1u << 30) ? (1u << 30) : static_cast<size_t>(n);
     const ssize_t w = ::write(fd_, p, chunk);
@@ -178,10 +269,11 @@ void AtomicFile::write_through(const char* p, uint64_t n) {
       uncached_ = platform::write_uncached(fd_, false);
       continue;
     }
-    if (w <= 0) fail("cannot write the new file", w < 0 ? errno : ENOSPC);
+    if (w <= 0) return w < 0 ? errno : ENOSPC;
     p += w;
     n -= static_cast<uint64_t>(w);
   }
+  return 0;
 }
 
 void AtomicFile::zeros(uint64_t n) {
@@ -208,6 +300,11 @@ void AtomicFile::link_unnamed() {
 }
 
 void AtomicFile::commit() {
+  if (background_) {
+    const int err = background_->finish();
+    background_.reset();
+    if (err != 0) fail("cannot write the new file", err);
+  }
   if (uncached_ && staged_ % platform::kDirectAlign != 0) uncached_ = platform::write_uncached(fd_, false);
   if (staged_ > 0) write_through(stage_.get(), staged_);
   staged_ = 0;

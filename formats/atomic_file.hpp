@@ -23,7 +23,10 @@
 //
 // The runs bypass the page cache where the file system allows (O_DIRECT,
 // F_NOCACHE): a model is written once and mapped later, and copying every
-// byte into the cache first costs more than the conversion's own work.
+// byte into the cache first costs more than the conversion's own work. Such
+// writes wait for the device, so a thread of the writer's own does them while
+// the caller goes on filling the next runs (a few runs in flight at most).
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -74,15 +77,22 @@ class AtomicFile {
   void open_named();
   void link_unnamed();
   void write_through(const char* p, uint64_t n);  // to the file now, all of it
+  int write_all(const char* p, uint64_t n);       // the same, returning 0 or the errno of the failure
+  void hand_off_stage();                          // the full stage to the background writer
 
   std::string target_, dir_, base_, tmp_;
   int fd_ = -1;
   struct FreeAligned {
     void operator()(char* p) const { ::operator delete[](p, std::align_val_t{kRunBytes}); }
   };
-  std::unique_ptr<char[], FreeAligned> stage_;  // kRunBytes, allocated by the first write that needs it
-  size_t staged_ = 0;  // bytes in stage_: the file's next bytes, after a whole number of runs
-  bool unnamed_ = false, existed_ = false, committed_ = false, uncached_ = false;
+  using Run = std::unique_ptr<char[], FreeAligned>;
+  struct Background;
+
+  Run stage_;                               // kRunBytes, allocated by the first write that needs it
+  size_t staged_ = 0;                       // bytes in stage_: the file's next bytes, after a whole number of runs
+  std::unique_ptr<Background> background_;  // started by the first whole run written uncached
+  std::atomic<bool> uncached_ = false;      // cleared by whichever thread finds the file system refusing
+  bool unnamed_ = false, existed_ = false, committed_ = false;
 };
 
 }  // namespace mmgpt

@@ -9,7 +9,8 @@
 #     kernel file under -fsanitize=address,undefined; clang, a few seconds), whose
 #     runtimes come with libclang-rt-14-dev (scripts/setup.sh).
 #  2. ThreadSanitizer: the threaded kernel and engine tests (every test_kernels_* and
-#     test_engine* executable), in build-tsan, with g++ (libtsan2 comes with g++-12).
+#     test_engine* executable) and the atomic file writer's (its background writer
+#     thread), in build-tsan, with g++ (libtsan2 comes with g++-12).
 #     Debian's libtbb is not instrumented; kernels/parallel.hpp states TBB's fork/join
 #     ordering to TSan and tests/sanitizers/tsan.supp drops the reports on TBB's own
 #     task objects (docs/sanitizers.md says exactly what is and is not checked).
@@ -56,13 +57,15 @@ if [[ " $stages " == *" tsan "* ]]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${compiler[@]}" \
     -DMMGPT_SANITIZE=thread -DMMGPT_BUILD_BENCH=OFF >/dev/null
   targets=()
-  for src in tests/test_kernels_*.cpp tests/test_engine*.cpp; do targets+=("$(basename "$src" .cpp)"); done
+  for src in tests/test_kernels_*.cpp tests/test_engine*.cpp tests/test_formats_atomic_file.cpp; do
+    targets+=("$(basename "$src" .cpp)")
+  done
   echo "== TSan: building ${targets[*]} in $build"
   cmake --build "$build" -j "$jobs" --target "${targets[@]}"
   # halt_on_error: the first race fails its test. The suppressions only drop reports
   # on TBB's own objects (see the file); history_size=7 keeps enough access history
   # for TSan to restore the stack of the earlier access, which they are matched on.
   export TSAN_OPTIONS="halt_on_error=1:history_size=7:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp"
-  echo "== TSan: the threaded kernel and engine tests"
-  (cd "$build" && ctest --output-on-failure -j "$jobs" -R '^test_(kernels|engine)')
+  echo "== TSan: the threaded kernel, engine and atomic file tests"
+  (cd "$build" && ctest --output-on-failure -j "$jobs" -R '^test_(kernels|engine|formats_atomic_file)')
 fi
