@@ -1,5 +1,5 @@
 // The machine's own limits, measured in this run: read bandwidth with 1 and N
-// threads (N = all hardware threads), from anonymous huge-page memory and
+// threads (N = the CPUs this process may run on), from anonymous huge-page memory and
 // from a page-cache-backed file mapping, peak fp32 FMA throughput and peak
 // int8 dot-product throughput (the quantized kernels' instructions) per core
 // and on all cores. Every other figure in bench/ is read against these.
@@ -10,6 +10,7 @@
 // Counters: GB=x/s (1e9 bytes read per second, mean), best_GB/s; GFLOP/s (2 flops per FMA, mean),
 // the best rate and its per-thread share; the int8 probe counts 2 ops per byte product.
 // Google Benchmark repeats each case; ask for --benchmark_repetitions=5 to see spread.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -17,6 +18,10 @@
 #include <thread>
 
 #include <benchmark/benchmark.h>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 #include "kernels/machine_limits.hpp"
 
@@ -63,6 +68,15 @@ void bench_peak(benchmark::State& state, unsigned threads, const std::string& un
   state.SetLabel(label);
 }
 
+// The CPUs this process may run on (taskset, cgroups), else every hardware thread.
+unsigned usable_cpus() {
+#if defined(__linux__)
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return unsigned(CPU_COUNT(&set));
+#endif
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -70,7 +84,7 @@ int main(int argc, char** argv) {
   auto reg = [](const std::string& name, auto fn) {
     benchmark::RegisterBenchmark(name.c_str(), fn)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
   };
-  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned n = usable_cpus();
   for (unsigned t : {1u, n}) {
     const std::string th = "/threads=" + std::to_string(t);
     reg("read_bw/anon_hugepage" + th,
