@@ -108,7 +108,9 @@ void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, 
   if (how == Gemm::OpenBlas) mmgpt::bench::OpenBlas::get().set_threads(static_cast<int>(g_limits.threads));
   const auto x = random_floats(M * K, 1), b = random_floats(N, 3);
   const size_t wn = packed ? mmgpt::panel_floats(N, K) : N * K;
-  const size_t copies = M == 1 ? std::max<size_t>(1, ((size_t{256} << 20) / sizeof(float) + wn - 1) / wn) : 1;
+  // Decode and batched decode (M <= 16) read their weights from memory every
+  // step: cycle through 256 MiB of copies, as the engine's steps would.
+  const size_t copies = M <= 16 ? std::max<size_t>(1, ((size_t{256} << 20) / sizeof(float) + wn - 1) / wn) : 1;
   std::vector<float> w = random_floats(N * K, 2);
   if (packed) {
     std::vector<float> p(wn);
@@ -132,7 +134,8 @@ void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, 
     benchmark::ClobberMemory();
   }
   // One row is a GEMV: every weight read once, memory-bound. More rows reuse
-  // each weight M times: compute-bound once M is past a few dozen.
+  // each weight M times: compute-bound once M is past a few dozen (a batch
+  // of 16 sits between the two: both GB/s and frac_of_peak matter).
   set_rates(state, start, 2.0 * M * K * N, 4.0 * (M * K + N * K + N + M * N), M == 1 ? Bound::Memory : Bound::Compute);
 }
 
@@ -263,7 +266,7 @@ void bench_prefill_attention(benchmark::State& state, std::string isa, size_t d,
   set_rates(state, start, 4.0 * d * n * (n + 1) / 2, 2.0 * n * d * mmgpt::KVCache::element_bytes(kv), Bound::Compute);
 }
 
-// widths: model widths to cover; rows: matmul M values (1 = decode GEMV, 128/512 = prefill GEMM).
+// widths: model widths to cover; rows: matmul M values (1 = decode GEMV, 16 = batched decode, 128/512 = prefill GEMM).
 void register_all(const std::string& isa, std::initializer_list<size_t> widths, std::initializer_list<size_t> rows) {
   auto reg = [&](const std::string& name, auto fn) {
     benchmark::RegisterBenchmark(name.c_str(), fn)->UseRealTime()->Unit(benchmark::kMicrosecond);
@@ -378,7 +381,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("openblas", blas.describe());
 
   const std::string dispatched{k::isa_name()};
-  register_all(dispatched, {768, 1024, 1280, 1600}, {1, 128, 512});
+  register_all(dispatched, {768, 1024, 1280, 1600}, {1, 16, 128, 512});
   // The scalar reference is slow: GPT-2 small shapes only, as a baseline.
   if (dispatched != "scalar") register_all("scalar", {768}, {1, 128});
   benchmark::Initialize(&argc, argv);

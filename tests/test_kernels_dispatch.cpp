@@ -182,20 +182,20 @@ TEST_CASE(
   // The hint picks which instantiation of each decode loop runs
   // (decode_prefetch.hpp), for one row and for the small batches that
   // kernels stream the same way (a single row tile: up to 6 rows for the
-  // AVX-512 quantized and 16-bit kernels, 8 for bf16 on VDPBF16PS); a
-  // prefetch never changes a result, so the first m rows of a product, for
-  // m = 1 .. 8, must equal the same rows of a 12-row prefill (more than any
-  // tile's rows, so it runs no decode loop), at thread budgets 1 and 2
-  // (bf16 on the bf16 dot product has a decode loop for each). Shapes with
-  // K odd, K below a q8 block, and N not a multiple of the panel width;
-  // ranges of panels longer than the prefetch distance, so the prefetches
-  // run past panels and matrices.
+  // AVX-512 quantized and 16-bit kernels, 8 for bf16 on VDPBF16PS; f32
+  // batches of up to 16 rows); a prefetch never changes a result, so the
+  // first m rows of a product, for m = 1 .. 16, must equal the same rows of
+  // a 20-row prefill (more than any batch, so it runs no decode loop), at
+  // thread budgets 1 and 2 (bf16 on the bf16 dot product has a decode loop
+  // for each). Shapes with K odd, K below a q8 block, and N not a multiple
+  // of the panel width; ranges of panels longer than the prefetch distance,
+  // so the prefetches run past panels and matrices.
   kt::DecodePrefetchGuard guard;
   size_t compared = 0, differ = 0;
   kt::for_each_simd_isa([&](std::string_view isa) {
     for (WeightType t : {WeightType::F32, WeightType::BF16, WeightType::F16, WeightType::Q8_0, WeightType::Q4_0})
       for (auto nk : {std::pair<size_t, size_t>{13, 1}, {261, 95}, {70, 768}, {1031, 129}}) {
-        const size_t N = nk.first, K = nk.second, M = 12;
+        const size_t N = nk.first, K = nk.second, M = 20;
         const auto w = kt::random_floats(N * K, -1, 1, static_cast<uint32_t>(N + K));
         const auto x = kt::random_floats(M * K, -2, 2, static_cast<uint32_t>(7 * K + N));
         const auto bias = kt::random_floats(N, -1, 1, 3);
@@ -216,7 +216,7 @@ TEST_CASE(
                              {Activation::GeluTanh, false});
             for (const char* hint : {"nta", "t0", "none"}) {
               REQUIRE(k::force_decode_prefetch(hint));
-              for (size_t m = 1; m <= 8; ++m) {
+              for (size_t m = 1; m <= 16; ++m) {
                 std::vector<float> rows(m * N);
                 k::matmul_packed(x.data(), wp.data(), t, bias.data(), rows.data(), m, K, N,
                                  {Activation::GeluTanh, false});

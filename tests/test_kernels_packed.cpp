@@ -121,7 +121,7 @@ TEST_CASE("packed matmul matches the scalar reference on awkward shapes") {
   const size_t Ns[] = {1, 5, 15, 16, 17, 31, 32, 33, 47, 129};
   kt::for_each_simd_isa([&](std::string_view) {
     uint32_t seed = 1;
-    for (size_t M : {1, 2, 3, 5, 6, 7, 12, 13})
+    for (size_t M : {1, 2, 3, 5, 6, 7, 8, 9, 12, 13, 16, 17, 20, 25})
       for (size_t K : Ks)
         for (size_t N : Ns) {
           check_packed(M, K, N, true, {}, seed);
@@ -199,7 +199,7 @@ TEST_CASE("fused epilogues equal the unfused kernels bit for bit") {
 
 TEST_CASE("packed matmul: a row's result does not depend on M (decode equals prefill equals a batch)") {
   kt::for_each_simd_isa([](std::string_view) {
-    for (auto mk : {std::pair<size_t, size_t>{13, 7}, {17, 768}, {300, 1031}}) {
+    for (auto mk : {std::pair<size_t, size_t>{13, 7}, {16, 129}, {17, 768}, {300, 1031}}) {
       // Named copies, not a structured binding: clang 14 (the sanitizer build)
       // cannot capture bindings in CAPTURE's lambda.
       const size_t M = mk.first, K = mk.second;
@@ -223,7 +223,7 @@ TEST_CASE("packed matmul: a row's result does not depend on M (decode equals pre
 
 TEST_CASE("packed matmul results do not depend on the thread count") {
   kt::for_each_simd_isa([](std::string_view) {
-    for (auto mkn : {std::tuple<size_t, size_t, size_t>{1, 768, 2307}, {8, 768, 2307}, {300, 1031, 515}}) {
+    for (auto mkn : {std::tuple<size_t, size_t, size_t>{1, 768, 2307}, {8, 768, 2307}, {16, 65, 2307}, {300, 1031, 515}}) {
       const size_t M = std::get<0>(mkn), K = std::get<1>(mkn), N = std::get<2>(mkn);
       CAPTURE(M);
       const auto x = kt::random_floats(M * K, -1, 1, 5), w = kt::random_floats(N * K, -1, 1, 6);

@@ -7,12 +7,13 @@
 // k-step it loads 16P floats of W (P cache lines), broadcasts one x value per
 // row, and does MR x (16P / W) FMAs into register accumulators:
 //   AVX2 (W = 8):     MR = 6, P = 1: 12 accumulators of 16 registers;
-//   AVX-512 (W = 16): MR = 6, P = 2: 12 of 32;
+//   AVX-512 (W = 16): MR = 6, P = 2: 12 of 32 (8 rows over f32 panels, kGemmMR: 16);
 //   NEON (W = 4):     MR = 6, P = 1: 24 of 32.
 // Decode (M = 1) uses MR = 1 over one f32 panel or one pair of 16-bit panels
 // at a time, which lie in one run of memory, prefetched ahead as
 // decode_prefetch.hpp describes (1 to 8 accumulators, as the vector width
-// gives).
+// gives). f32 batches of 2 to 16 rows read the weights the same way, every
+// row against each panel in one pass on AVX-512 (run_batch).
 //
 // Numerics: every output is acc = fma(x[k], w[k], acc) for k = 0 .. K-1 from
 // acc = 0, then the epilogue (epilogue.hpp), whatever the tile or thread it
@@ -57,6 +58,9 @@ struct PanelGemm {
   static constexpr size_t VP = kPanelWidth / W;  // vectors per panel k-step
   static constexpr size_t MR = 6;
   static constexpr size_t P = W == 16 ? 2 : 1;  // panels per GEMM tile
+  // Rows of a GEMM tile over f32 panels (micro_linear): 8 x 2 panels on
+  // AVX-512 (16 accumulators; two lines of weights per 16 FMAs), MR elsewhere.
+  static constexpr size_t kGemmMR = W == 16 ? 8 : MR;
   // Small batches stream as decode does (run(), below): 16-bit weights
   // where a GEMM tile is a pair of panels too.
   static constexpr bool kStreamBatches = sizeof(WE) == 2 && P == 2;
@@ -65,6 +69,12 @@ struct PanelGemm {
   // tiles of rows share it; fewer rows widen in every tile (docs/kernels.md,
   // "The GEMM: blocking and microkernels").
   static constexpr size_t kWidenMinRows = 3 * MR;
+  // f32 batches of 2 .. kBatchMaxRows rows (batched decode) read their
+  // weights once, from memory under the decode prefetch (run_batch).
+  static constexpr size_t kBatchMaxRows = 16;
+  // Where a panel's k-step is more than one vector (AVX2, NEON): k-steps a
+  // block, which every tile of rows multiplies while it is in L1.
+  static constexpr size_t kBatchKSteps = 64;
   static_assert(kPanelWidth % W == 0, "a panel row must be whole vectors");
 
   using Out = detail::TileOut;
@@ -231,8 +241,14 @@ struct PanelGemm {
   template <size_t NP>
   static void micro_linear_rows(size_t rows, const float* x, size_t ldx, const float* w, size_t pstride, size_t K,
                                 const Out& o) {
-    static_assert(MR == 6, "the cases below cover rows 1 .. 6");
+    static_assert(kGemmMR == 6 || kGemmMR == 8, "the cases below cover rows 1 .. 8");
     switch (rows) {
+      case 8:
+        if constexpr (kGemmMR == 8) micro_linear<8, NP>(x, ldx, w, pstride, K, o);
+        break;
+      case 7:
+        if constexpr (kGemmMR == 8) micro_linear<7, NP>(x, ldx, w, pstride, K, o);
+        break;
       case 6: micro_linear<6, NP>(x, ldx, w, pstride, K, o); break;
       case 5: micro_linear<5, NP>(x, ldx, w, pstride, K, o); break;
       case 4: micro_linear<4, NP>(x, ldx, w, pstride, K, o); break;
@@ -240,6 +256,84 @@ struct PanelGemm {
       case 2: micro_linear<2, NP>(x, ldx, w, pstride, K, o); break;
       case 1: micro_linear<1, NP>(x, ldx, w, pstride, K, o); break;
       default: break;
+    }
+  }
+
+  // micro_linear over k-steps k0 .. k1 - 1 of one f32 panel (w at its
+  // k-step 0), for batched decode where a k-step is more than one vector:
+  // the accumulators start from zero at k0 == 0, else from the partial sums
+  // in part (R rows of 16 floats), and go back there unless k1 == K, where
+  // the epilogue writes them to o. A float stored and reloaded is the same
+  // float, so every output is still one FMA chain over k = 0 .. K-1 from
+  // zero. Ahead::Decode: the tile that reads a block first prefetches its
+  // lines as decode does.
+  template <size_t R, detail::Ahead A, DecodePrefetch H>
+  MMGPT_SIMD_LEAF static void micro_block(const float* x, size_t ldx, const float* w, size_t k0, size_t k1, size_t K,
+                                          float* part, const Out& o) {
+    B acc[R][VP];
+#pragma GCC unroll 8
+    for (size_t i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (size_t j = 0; j < VP; ++j) acc[i][j] = k0 == 0 ? B(0.0f) : B::load_aligned(part + (i * VP + j) * W);
+    w += k0 * kPanelWidth;
+    for (size_t k = k0; k < k1; ++k, w += kPanelWidth) {
+      if constexpr (A == detail::Ahead::Decode) detail::prefetch_decode<H>(w);
+      B wv[VP];
+#pragma GCC unroll 8
+      for (size_t v = 0; v < VP; ++v) wv[v] = B::load_unaligned(w + v * W);
+#pragma GCC unroll 8
+      for (size_t i = 0; i < R; ++i) {
+        const B xb(x[i * ldx + k]);
+#pragma GCC unroll 8
+        for (size_t j = 0; j < VP; ++j) acc[i][j] = xsimd::fma(xb, wv[j], acc[i][j]);
+      }
+    }
+    if (k1 == K) return finish<R, 1>(acc, o);
+#pragma GCC unroll 8
+    for (size_t i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (size_t j = 0; j < VP; ++j) acc[i][j].store_aligned(part + (i * VP + j) * W);
+  }
+
+  template <detail::Ahead A, DecodePrefetch H>
+  static void micro_block_rows(size_t rows, const float* x, size_t ldx, const float* w, size_t k0, size_t k1, size_t K,
+                               float* part, const Out& o) {
+    static_assert(MR == 6, "the cases below cover rows 1 .. 6");
+    switch (rows) {
+      case 6: micro_block<6, A, H>(x, ldx, w, k0, k1, K, part, o); break;
+      case 5: micro_block<5, A, H>(x, ldx, w, k0, k1, K, part, o); break;
+      case 4: micro_block<4, A, H>(x, ldx, w, k0, k1, K, part, o); break;
+      case 3: micro_block<3, A, H>(x, ldx, w, k0, k1, K, part, o); break;
+      case 2: micro_block<2, A, H>(x, ldx, w, k0, k1, K, part, o); break;
+      case 1: micro_block<1, A, H>(x, ldx, w, k0, k1, K, part, o); break;
+      default: break;
+    }
+  }
+
+  // Batched decode on AVX-512 (a panel's k-step is one vector): R rows
+  // against one f32 panel, read once as decode reads it (one stream,
+  // prefetched ahead with hint H); one accumulator a row.
+  template <size_t R, DecodePrefetch H>
+  MMGPT_SIMD_LEAF static void micro_stream(const float* x, size_t ldx, const float* w, size_t K, const Out& o) {
+    static_assert(VP == 1, "a panel's k-step is one vector");
+    B acc[R][1];
+#pragma GCC unroll 16
+    for (size_t i = 0; i < R; ++i) acc[i][0] = B(0.0f);
+    for (size_t k = 0; k < K; ++k, w += kPanelWidth) {
+      detail::prefetch_decode<H>(w);
+      const B wv = B::load_unaligned(w);
+#pragma GCC unroll 16
+      for (size_t i = 0; i < R; ++i) acc[i][0] = xsimd::fma(B(x[i * ldx + k]), wv, acc[i][0]);
+    }
+    finish<R, 1>(acc, o);
+  }
+
+  // micro_stream for rows = 2 .. kBatchMaxRows.
+  template <DecodePrefetch H, size_t R = 2>
+  static void micro_stream_rows(size_t rows, const float* x, size_t ldx, const float* w, size_t K, const Out& o) {
+    if constexpr (R <= kBatchMaxRows) {
+      if (rows == R) return micro_stream<R, H>(x, ldx, w, K, o);
+      micro_stream_rows<H, R + 1>(rows, x, ldx, w, K, o);
     }
   }
 
@@ -273,7 +367,7 @@ struct PanelGemm {
       const size_t np = p + P <= p1 ? P : 1;
       np == P ? widen_panels<P>(wp, N, K, p, wide.data()) : widen_panels<1>(wp, N, K, p, wide.data());
       for (size_t m = 0; m < M;) {
-        const size_t rows = M - m < MR ? M - m : MR;
+        const size_t rows = M - m < kGemmMR ? M - m : kGemmMR;
         np == P ? micro_linear_rows<P>(rows, x + m * K, K, wide.data(), K * kPanelWidth, K,
                                        tile_out(y, bias, e, N, m, p, P))
                 : micro_linear_rows<1>(rows, x + m * K, K, wide.data(), K * kPanelWidth, K,
@@ -282,6 +376,44 @@ struct PanelGemm {
       }
       p += np;
     }
+  }
+
+  // run() for f32 weights and 2 .. kBatchMaxRows rows (batched decode),
+  // which is bound by the weights' bandwidth at a few rows and by the FMAs
+  // at more: the weights stream from memory once, as decode streams them,
+  // so that both stay busy. On AVX-512 all the rows take one pass over each
+  // panel (micro_stream: an FMA a row per load of weights, its x broadcast
+  // from memory); elsewhere a panel goes block by block of k-steps, which
+  // every tile of rows multiplies while it is in L1 (micro_block).
+  [[gnu::noinline]] static void run_batch(const float* x, const float* wp, const float* bias, float* y, size_t M,
+                                          size_t K, size_t N, size_t p0, size_t p1, Epilogue e) {
+    detail::with_decode_hint([&](auto hint) {
+      constexpr DecodePrefetch H = decltype(hint)::value;
+      if constexpr (VP == 1) {
+        for (size_t p = p0; p < p1; ++p)
+          micro_stream_rows<H>(M, x, K, wp + p * kPanelWidth * K, K, tile_out(y, bias, e, N, 0, p, 1));
+      } else {
+        static_assert(P == 1, "a GEMM tile is one panel where a k-step is several vectors");
+        alignas(64) float part[kBatchMaxRows * kPanelWidth];
+        for (size_t p = p0; p < p1; ++p) {
+          const float* w = wp + p * kPanelWidth * K;
+          for (size_t k0 = 0;; k0 += kBatchKSteps) {
+            const size_t k1 = K - k0 <= kBatchKSteps ? K : k0 + kBatchKSteps;
+            for (size_t m = 0; m < M;) {
+              const size_t rows = M - m < MR ? M - m : MR;
+              const Out o = tile_out(y, bias, e, N, m, p, 1);
+              float* pt = part + m * kPanelWidth;
+              if (m == 0)
+                micro_block_rows<detail::Ahead::Decode, H>(rows, x, K, w, k0, k1, K, pt, o);
+              else
+                micro_block_rows<detail::Ahead::None, DecodePrefetch::None>(rows, x + m * K, K, w, k0, k1, K, pt, o);
+              m += rows;
+            }
+            if (k1 == K) break;
+          }
+        }
+      }
+    });
   }
 
   // Where a tile of rows m.. and np panels from p writes its outputs.
@@ -302,10 +434,8 @@ struct PanelGemm {
     // thread's share) takes that one alone (for_panel_pairs). Small
     // batches of 16-bit weights on AVX-512 (where a GEMM tile is a pair
     // too, P == 2) stream the same way, under the decode hint, which is
-    // the faster for them. f32 batches keep the GEMM tiles: in a batch
-    // f32 is FMA-bound, and two panels share each broadcast of x (fewer
-    // instructions an FMA) (docs/kernels.md, "Small batches stream like
-    // decode").
+    // the faster for them; f32 batches of up to kBatchMaxRows rows stream
+    // in run_batch (docs/kernels.md, "Small batches stream like decode").
     if (M == 1 || (kStreamBatches && M <= MR)) {
       detail::with_decode_hint([&](auto hint) {
         constexpr DecodePrefetch H = decltype(hint)::value;
@@ -324,6 +454,8 @@ struct PanelGemm {
       return;
     }
 
+    if constexpr (sizeof(WE) == 4)
+      if (M <= kBatchMaxRows) return run_batch(x, wp, bias, y, M, K, N, p0, p1, e);
     if constexpr (sizeof(WE) == 2)
       if (M >= kWidenMinRows) return run_widened(x, wp, bias, y, M, K, N, p0, p1, e);
     // A tile's panels (K k-steps of 16P floats) stay in L2 while every tile
@@ -331,7 +463,9 @@ struct PanelGemm {
     for (size_t p = p0; p < p1;) {
       const size_t np = p + P <= p1 ? P : 1;
       for (size_t m = 0; m < M;) {
-        const size_t rows = M - m < MR ? M - m : MR;
+        // micro_linear's tiles for f32, micro's (MR rows) for 16-bit weights widened in the tile.
+        const size_t mr = sizeof(WE) == 4 ? kGemmMR : MR;
+        const size_t rows = M - m < mr ? M - m : mr;
         if constexpr (sizeof(WE) == 4) {  // f32 panels: consecutive k-steps (micro_linear)
           const float* w = wp + p * kPanelWidth * K;
           np == P ? micro_linear_rows<P>(rows, x + m * K, K, w, kPanelWidth * K, K, out(m, p, P))
