@@ -168,7 +168,7 @@ void check_exact(WeightType t, size_t M, size_t K, size_t N, uint32_t seed) {
 }
 
 // 19: three tiles of rows and one, where 16-bit blocks are widened once for all tiles (gemm_simd.hpp).
-const size_t kMs[] = {1, 2, 5, 6, 7, 13, 19};
+const size_t kMs[] = {1, 2, 5, 6, 7, 8, 13, 16, 17, 19};
 const size_t kKs[] = {1, 3, 17, 64, 255, 769};
 const size_t kNs[] = {1, 15, 16, 17, 33, 50};
 const Epilogue kEpilogues[] = {

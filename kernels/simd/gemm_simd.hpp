@@ -259,55 +259,86 @@ struct PanelGemm {
     }
   }
 
-  // micro_linear over k-steps k0 .. k1 - 1 of one f32 panel (w at its
-  // k-step 0), for batched decode where a k-step is more than one vector:
-  // the accumulators start from zero at k0 == 0, else from the partial sums
-  // in part (R rows of 16 floats), and go back there unless k1 == K, where
-  // the epilogue writes them to o. A float stored and reloaded is the same
-  // float, so every output is still one FMA chain over k = 0 .. K-1 from
-  // zero. Ahead::Decode: the tile that reads a block first prefetches its
-  // lines as decode does.
-  template <size_t R, detail::Ahead A, DecodePrefetch H>
-  MMGPT_SIMD_LEAF static void micro_block(const float* x, size_t ldx, const float* w, size_t k0, size_t k1, size_t K,
-                                          float* part, const Out& o) {
-    B acc[R][VP];
+  // micro_linear over k-steps k0 .. k1 - 1 of NP f32 panels (w at k-step
+  // k0 of the first, the next pstride floats on), for batched decode: the
+  // accumulators start from zero at k0 == 0, else from the partial sums in
+  // part (R rows of NP * 16 floats), and go back there unless k1 == K,
+  // where the epilogue writes them to o. A float stored and reloaded is the
+  // same float, so every output is still one FMA chain over k = 0 .. K-1
+  // from zero. Ahead::Decode: the tile that reads a block from memory
+  // prefetches its lines as decode does.
+  template <size_t R, size_t NP, detail::Ahead A, DecodePrefetch H>
+  MMGPT_SIMD_LEAF static void micro_block(const float* x, size_t ldx, const float* w, size_t pstride, size_t k0,
+                                          size_t k1, size_t K, float* part, const Out& o) {
+    constexpr size_t V = NP * VP;
+    B acc[R][V];
 #pragma GCC unroll 8
     for (size_t i = 0; i < R; ++i)
 #pragma GCC unroll 8
-      for (size_t j = 0; j < VP; ++j) acc[i][j] = k0 == 0 ? B(0.0f) : B::load_aligned(part + (i * VP + j) * W);
-    w += k0 * kPanelWidth;
+      for (size_t j = 0; j < V; ++j) acc[i][j] = k0 == 0 ? B(0.0f) : B::load_aligned(part + (i * V + j) * W);
     for (size_t k = k0; k < k1; ++k, w += kPanelWidth) {
-      if constexpr (A == detail::Ahead::Decode) detail::prefetch_decode<H>(w);
-      B wv[VP];
+      B wv[V];
 #pragma GCC unroll 8
-      for (size_t v = 0; v < VP; ++v) wv[v] = B::load_unaligned(w + v * W);
+      for (size_t p = 0; p < NP; ++p) {
+        if constexpr (A == detail::Ahead::Decode) detail::prefetch_decode<H>(w + p * pstride);
+#pragma GCC unroll 8
+        for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = B::load_unaligned(w + p * pstride + v * W);
+      }
 #pragma GCC unroll 8
       for (size_t i = 0; i < R; ++i) {
         const B xb(x[i * ldx + k]);
 #pragma GCC unroll 8
-        for (size_t j = 0; j < VP; ++j) acc[i][j] = xsimd::fma(xb, wv[j], acc[i][j]);
+        for (size_t j = 0; j < V; ++j) acc[i][j] = xsimd::fma(xb, wv[j], acc[i][j]);
       }
     }
-    if (k1 == K) return finish<R, 1>(acc, o);
+    if (k1 == K) return finish<R, NP>(acc, o);
 #pragma GCC unroll 8
     for (size_t i = 0; i < R; ++i)
 #pragma GCC unroll 8
-      for (size_t j = 0; j < VP; ++j) acc[i][j].store_aligned(part + (i * VP + j) * W);
+      for (size_t j = 0; j < V; ++j) acc[i][j].store_aligned(part + (i * V + j) * W);
   }
 
-  template <detail::Ahead A, DecodePrefetch H>
-  static void micro_block_rows(size_t rows, const float* x, size_t ldx, const float* w, size_t k0, size_t k1, size_t K,
-                               float* part, const Out& o) {
-    static_assert(MR == 6, "the cases below cover rows 1 .. 6");
+  // micro_block for rows = 1 .. kGemmMR.
+  template <size_t NP, detail::Ahead A, DecodePrefetch H>
+  static void micro_block_rows(size_t rows, const float* x, size_t ldx, const float* w, size_t pstride, size_t k0,
+                               size_t k1, size_t K, float* part, const Out& o) {
+    static_assert(kGemmMR == 6 || kGemmMR == 8, "the cases below cover rows 1 .. 8");
     switch (rows) {
-      case 6: micro_block<6, A, H>(x, ldx, w, k0, k1, K, part, o); break;
-      case 5: micro_block<5, A, H>(x, ldx, w, k0, k1, K, part, o); break;
-      case 4: micro_block<4, A, H>(x, ldx, w, k0, k1, K, part, o); break;
-      case 3: micro_block<3, A, H>(x, ldx, w, k0, k1, K, part, o); break;
-      case 2: micro_block<2, A, H>(x, ldx, w, k0, k1, K, part, o); break;
-      case 1: micro_block<1, A, H>(x, ldx, w, k0, k1, K, part, o); break;
+      case 8:
+        if constexpr (kGemmMR == 8) micro_block<8, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o);
+        break;
+      case 7:
+        if constexpr (kGemmMR == 8) micro_block<7, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o);
+        break;
+      case 6: micro_block<6, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o); break;
+      case 5: micro_block<5, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o); break;
+      case 4: micro_block<4, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o); break;
+      case 3: micro_block<3, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o); break;
+      case 2: micro_block<2, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o); break;
+      case 1: micro_block<1, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o); break;
       default: break;
     }
+  }
+
+  // k-steps k0 .. k1 - 1 of NP 16-bit panels from p, widened into `wide`
+  // as NP f32 panels of kBatchKSteps k-steps (panel j's k-step k at wide +
+  // (j * kBatchKSteps + k - k0) * 16), each source line prefetched ahead as
+  // decode prefetches it (NP = 2: a pair's lines are one stream).
+  template <size_t NP, DecodePrefetch H>
+  MMGPT_SIMD_LEAF static void widen_block(const WE* wp, size_t N, size_t K, size_t p, size_t k0, size_t k1,
+                                          float* wide) {
+    PanelSteps st[NP];
+#pragma GCC unroll 8
+    for (size_t j = 0; j < NP; ++j) st[j] = panel_steps_of<WE>(N, K, p + j);
+    for (size_t k = k0; k < k1; ++k)
+#pragma GCC unroll 8
+      for (size_t j = 0; j < NP; ++j) {
+        const WE* at = wp + st[j].at(K, k);
+        if (k % 2 == 0) detail::prefetch_decode<H>(at);
+        float* to = wide + (j * kBatchKSteps + k - k0) * kPanelWidth;
+#pragma GCC unroll 8
+        for (size_t v = 0; v < VP; ++v) load_weights<WT, B>(at + v * W).store_aligned(to + v * W);
+      }
   }
 
   // Batched decode on AVX-512 (a panel's k-step is one vector): R rows
@@ -400,19 +431,51 @@ struct PanelGemm {
           for (size_t k0 = 0;; k0 += kBatchKSteps) {
             const size_t k1 = K - k0 <= kBatchKSteps ? K : k0 + kBatchKSteps;
             for (size_t m = 0; m < M;) {
-              const size_t rows = M - m < MR ? M - m : MR;
+              const size_t rows = M - m < kGemmMR ? M - m : kGemmMR;
               const Out o = tile_out(y, bias, e, N, m, p, 1);
               float* pt = part + m * kPanelWidth;
               if (m == 0)
-                micro_block_rows<detail::Ahead::Decode, H>(rows, x, K, w, k0, k1, K, pt, o);
+                micro_block_rows<1, detail::Ahead::Decode, H>(rows, x, K, w + k0 * kPanelWidth, 0, k0, k1, K, pt, o);
               else
-                micro_block_rows<detail::Ahead::None, DecodePrefetch::None>(rows, x + m * K, K, w, k0, k1, K, pt, o);
+                micro_block_rows<1, detail::Ahead::None, DecodePrefetch::None>(rows, x + m * K, K, w + k0 * kPanelWidth,
+                                                                               0, k0, k1, K, pt, o);
               m += rows;
             }
             if (k1 == K) break;
           }
         }
       }
+    });
+  }
+
+  // run() for 16-bit weights on AVX-512 between the streamed small batches
+  // and run_widened (MR < M < kWidenMinRows): a pair's lines stream from
+  // memory once, as decode reads them, a block of kBatchKSteps k-steps at a
+  // time widened into an f32 block in L1, which every tile of kGemmMR rows
+  // then multiplies (micro_block, partial sums kept between blocks).
+  [[gnu::noinline]] static void run_batch_widened(const float* x, const WE* wp, const float* bias, float* y, size_t M,
+                                                  size_t K, size_t N, size_t p0, size_t p1, Epilogue e) {
+    alignas(64) float wide[P * kBatchKSteps * kPanelWidth];
+    alignas(64) float part[kWidenMinRows * P * kPanelWidth];
+    detail::with_decode_hint([&](auto hint) {
+      constexpr DecodePrefetch H = decltype(hint)::value;
+      auto panels = [&]<size_t NP>(size_t p) {
+        for (size_t k0 = 0;; k0 += kBatchKSteps) {
+          const size_t k1 = K - k0 <= kBatchKSteps ? K : k0 + kBatchKSteps;
+          widen_block<NP, H>(wp, N, K, p, k0, k1, wide);
+          for (size_t m = 0; m < M;) {
+            const size_t rows = M - m < kGemmMR ? M - m : kGemmMR;
+            micro_block_rows<NP, detail::Ahead::None, DecodePrefetch::None>(
+                rows, x + m * K, K, wide, kBatchKSteps * kPanelWidth, k0, k1, K, part + m * NP * kPanelWidth,
+                tile_out(y, bias, e, N, m, p, NP));
+            m += rows;
+          }
+          if (k1 == K) break;
+        }
+      };
+      for_panel_pairs(
+          p0, p1, [&](size_t p) { panels.template operator()<1>(p); },
+          [&](size_t p) { panels.template operator()<2>(p); });
     });
   }
 
@@ -435,7 +498,9 @@ struct PanelGemm {
     // batches of 16-bit weights on AVX-512 (where a GEMM tile is a pair
     // too, P == 2) stream the same way, under the decode hint, which is
     // the faster for them; f32 batches of up to kBatchMaxRows rows stream
-    // in run_batch (docs/kernels.md, "Small batches stream like decode").
+    // in run_batch, and larger 16-bit ones below kWidenMinRows in
+    // run_batch_widened (docs/kernels.md, "Small batches stream like
+    // decode").
     if (M == 1 || (kStreamBatches && M <= MR)) {
       detail::with_decode_hint([&](auto hint) {
         constexpr DecodePrefetch H = decltype(hint)::value;
@@ -456,6 +521,8 @@ struct PanelGemm {
 
     if constexpr (sizeof(WE) == 4)
       if (M <= kBatchMaxRows) return run_batch(x, wp, bias, y, M, K, N, p0, p1, e);
+    if constexpr (kStreamBatches)
+      if (M < kWidenMinRows) return run_batch_widened(x, wp, bias, y, M, K, N, p0, p1, e);
     if constexpr (sizeof(WE) == 2)
       if (M >= kWidenMinRows) return run_widened(x, wp, bias, y, M, K, N, p0, p1, e);
     // A tile's panels (K k-steps of 16P floats) stay in L2 while every tile
