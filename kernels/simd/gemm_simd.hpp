@@ -88,8 +88,10 @@ struct PanelGemm {
     return v;
   }
 
+  // The epilogue, once per tile: out of line, so the flattened microkernels
+  // (one per row count, hint and weight type) share one copy per tile shape.
   template <size_t R, size_t NP>
-  static void finish(B (&acc)[R][NP * VP], const Out& o) {
+  [[gnu::noinline]] static void finish(B (&acc)[R][NP * VP], const Out& o) {
     constexpr size_t V = NP * VP;
     constexpr size_t C = NP * kPanelWidth;
     if (o.ncols == C) {
