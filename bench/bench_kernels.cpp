@@ -134,8 +134,9 @@ void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, 
     benchmark::ClobberMemory();
   }
   // One row is a GEMV: every weight read once, memory-bound. More rows reuse
-  // each weight M times: compute-bound once M is past a few dozen (a batch
-  // of 16 sits between the two: both GB/s and frac_of_peak matter).
+  // each weight M times, so the FMAs come to bound it; a batch of 16 still
+  // reads its weights from memory, so its GB/s is worth reading beside
+  // frac_of_peak.
   set_rates(state, start, 2.0 * M * K * N, 4.0 * (M * K + N * K + N + M * N), M == 1 ? Bound::Memory : Bound::Compute);
 }
 

@@ -498,11 +498,12 @@ struct PanelGemm {
     // dependent FMAs a line). A range that starts at an odd panel (a
     // thread's share) takes that one alone (for_panel_pairs). Small
     // batches of 16-bit weights on AVX-512 (where a GEMM tile is a pair
-    // too, P == 2) stream the same way, under the decode hint, which is
-    // the faster for them; f32 batches of up to kBatchMaxRows rows stream
-    // in run_batch, and larger 16-bit ones below kWidenMinRows in
-    // run_batch_widened (docs/kernels.md, "Small batches stream like
-    // decode").
+    // too, P == 2) stream the same way, under the decode hint: their rows
+    // fit one tile, so each line is read from memory once. Larger batches
+    // stream too, f32 up to kBatchMaxRows rows (run_batch) and 16-bit below
+    // kWidenMinRows (run_batch_widened), so that a batch reads its weights
+    // once rather than once per tile of rows (docs/kernels.md, "Small
+    // batches stream like decode").
     if (M == 1 || (kStreamBatches && M <= MR)) {
       detail::with_decode_hint([&](auto hint) {
         constexpr DecodePrefetch H = decltype(hint)::value;
