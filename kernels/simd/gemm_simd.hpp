@@ -28,10 +28,11 @@
 // the result of the f32 kernel on its widened values. In a GEMM of three
 // tiles of rows or more, a tile's panels are widened once into f32 panels
 // that every tile of rows then reads as the f32 GEMM reads its panels
-// (micro_linear): widening in the tile costs two more uops on the FMA ports
+// (micro_block): widening in the tile costs two more uops on the FMA ports
 // for every 12 FMAs (bf16: VPMOVZXWD + VPSLLD; f16: VCVTPH2PS is two on Intel).
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include <xsimd/xsimd.hpp>
@@ -58,7 +59,7 @@ struct PanelGemm {
   static constexpr size_t VP = kPanelWidth / W;  // vectors per panel k-step
   static constexpr size_t MR = 6;
   static constexpr size_t P = W == 16 ? 2 : 1;  // panels per GEMM tile
-  // Rows of a GEMM tile over f32 panels (micro_linear): 8 x 2 panels on
+  // Rows of a GEMM tile over f32 panels (micro_block): 8 x 2 panels on
   // AVX-512 (16 accumulators; two lines of weights per 16 FMAs), MR elsewhere.
   static constexpr size_t kGemmMR = W == 16 ? 8 : MR;
   // Small batches stream as decode does (run(), below): 16-bit weights
@@ -128,20 +129,32 @@ struct PanelGemm {
     }
   }
 
-  // acc[i][.] += x[i][k] * the k-step of each panel at w[p].
-  template <size_t R, size_t NP>
+  // acc[i][.] += x[i][k] * the k-step of each panel at w[p], whose weights
+  // are of type LT (WT, or f32 for panels already widened): the one k-step
+  // of every microkernel.
+  template <class LT, size_t R, size_t NP>
   [[gnu::always_inline]] static void kstep(B (&acc)[R][NP * VP], const float* x, size_t ldx, size_t k,
-                                           const WE* const (&w)[NP]) {
+                                           const typename LT::E* const (&w)[NP]) {
     B wv[NP * VP];
 #pragma GCC unroll 8
     for (size_t p = 0; p < NP; ++p)
 #pragma GCC unroll 8
-      for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = load_weights<WT, B>(w[p] + v * W);
-#pragma GCC unroll 8
+      for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = load_weights<LT, B>(w[p] + v * W);
+#pragma GCC unroll 16
     for (size_t i = 0; i < R; ++i) {
       const B xb(x[i * ldx + k]);
 #pragma GCC unroll 8
       for (size_t j = 0; j < NP * VP; ++j) acc[i][j] = xsimd::fma(xb, wv[j], acc[i][j]);
+    }
+  }
+
+  // f(std::integral_constant<size_t, rows>{}), for 1 <= rows <= Max: a tile's
+  // row count as a template argument.
+  template <size_t Max, size_t R = 1, class F>
+  [[gnu::always_inline]] static void with_rows(size_t rows, F&& f) {
+    if constexpr (R <= Max) {
+      if (rows == R) return f(std::integral_constant<size_t, R>{});
+      with_rows<Max, R + 1>(rows, f);
     }
   }
 
@@ -178,8 +191,8 @@ struct PanelGemm {
           for (size_t b = 0; b < 2 * kPanelWidth * sizeof(WE); b += 64) detail::prefetch_decode<H>(line[j], b);
         odd[j] = line[j] + kPanelWidth;
       }
-      kstep<R, NP>(acc, x, ldx, k, line);
-      kstep<R, NP>(acc, x, ldx, k + 1, odd);
+      kstep<WT, R, NP>(acc, x, ldx, k, line);
+      kstep<WT, R, NP>(acc, x, ldx, k + 1, odd);
 #pragma GCC unroll 8
       for (size_t j = 0; j < NP; ++j) line[j] += st[j].pitch;
     }
@@ -187,13 +200,13 @@ struct PanelGemm {
       const WE* at[NP];
 #pragma GCC unroll 8
       for (size_t j = 0; j < NP; ++j) at[j] = wp + st[j].at(K, k);
-      kstep<R, NP>(acc, x, ldx, k, at);
+      kstep<WT, R, NP>(acc, x, ldx, k, at);
     }
     finish<R, NP>(acc, o);
   }
 
   // NP panels from p, widened into `wide` as NP f32 panels of K k-steps:
-  // panel j's k-step k at wide + (j * K + k) * 16, as micro_linear reads them.
+  // panel j's k-step k at wide + (j * K + k) * 16, as micro_block reads them.
   template <size_t NP>
   MMGPT_SIMD_LEAF static void widen_panels(const WE* wp, size_t N, size_t K, size_t p, float* wide) {
     PanelSteps st[NP];
@@ -209,117 +222,53 @@ struct PanelGemm {
       }
   }
 
-  // micro over f32 panels whose K k-steps follow one another, 16 floats
-  // each: panel j's k-step k at w + j * pstride + k * 16. An f32 matrix's
+  // micro over f32 panels whose k-steps follow one another, 16 floats each:
+  // panel j's k-step k at w + j * pstride + (k - k0) * 16. An f32 matrix's
   // panels are so (panel_layout.hpp: its paired lines are consecutive
-  // k-steps), and so are those widen_panels wrote. One k-step an iteration
-  // from one pointer a panel: the GEMM's loop for f32 and widened 16-bit
-  // weights. The same FMAs in the same order as micro, so the same bits.
-  template <size_t R, size_t NP>
-  MMGPT_SIMD_LEAF static void micro_linear(const float* x, size_t ldx, const float* w, size_t pstride, size_t K,
-                                           const Out& o) {
-    constexpr size_t V = NP * VP;
-    B acc[R][V];
-#pragma GCC unroll 8
-    for (size_t i = 0; i < R; ++i)
-#pragma GCC unroll 8
-      for (size_t j = 0; j < V; ++j) acc[i][j] = B(0.0f);
-    for (size_t k = 0; k < K; ++k, w += kPanelWidth) {
-      B wv[V];
-#pragma GCC unroll 8
-      for (size_t p = 0; p < NP; ++p)
-#pragma GCC unroll 8
-        for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = B::load_unaligned(w + p * pstride + v * W);
-#pragma GCC unroll 8
-      for (size_t i = 0; i < R; ++i) {
-        const B xb(x[i * ldx + k]);
-#pragma GCC unroll 8
-        for (size_t j = 0; j < V; ++j) acc[i][j] = xsimd::fma(xb, wv[j], acc[i][j]);
-      }
-    }
-    finish<R, NP>(acc, o);
-  }
-
-  template <size_t NP>
-  static void micro_linear_rows(size_t rows, const float* x, size_t ldx, const float* w, size_t pstride, size_t K,
-                                const Out& o) {
-    static_assert(kGemmMR == 6 || kGemmMR == 8, "the cases below cover rows 1 .. 8");
-    switch (rows) {
-      case 8:
-        if constexpr (kGemmMR == 8) micro_linear<8, NP>(x, ldx, w, pstride, K, o);
-        break;
-      case 7:
-        if constexpr (kGemmMR == 8) micro_linear<7, NP>(x, ldx, w, pstride, K, o);
-        break;
-      case 6: micro_linear<6, NP>(x, ldx, w, pstride, K, o); break;
-      case 5: micro_linear<5, NP>(x, ldx, w, pstride, K, o); break;
-      case 4: micro_linear<4, NP>(x, ldx, w, pstride, K, o); break;
-      case 3: micro_linear<3, NP>(x, ldx, w, pstride, K, o); break;
-      case 2: micro_linear<2, NP>(x, ldx, w, pstride, K, o); break;
-      case 1: micro_linear<1, NP>(x, ldx, w, pstride, K, o); break;
-      default: break;
-    }
-  }
-
-  // micro_linear over k-steps k0 .. k1 - 1 of NP f32 panels (w at k-step
-  // k0 of the first, the next pstride floats on), for batched decode: the
-  // accumulators start from zero at k0 == 0, else from the partial sums in
-  // part (R rows of NP * 16 floats), and go back there unless k1 == K,
-  // where the epilogue writes them to o. A float stored and reloaded is the
-  // same float, so every output is still one FMA chain over k = 0 .. K-1
-  // from zero. Ahead::Decode: the tile that reads a block from memory
-  // prefetches its lines as decode does.
-  template <size_t R, size_t NP, detail::Ahead A, DecodePrefetch H>
+  // k-steps), and so are those widen_panels and widen_block wrote. One
+  // k-step an iteration from one pointer a panel: the same FMAs in the same
+  // order as micro, so the same bits. The loop of the f32 GEMM, of widened
+  // 16-bit weights and of batched decode.
+  //
+  // Over k-steps k0 .. k1 - 1: the accumulators start from zero at k0 == 0,
+  // else from the partial sums in part (R rows of NP * 16 floats), and go
+  // back there unless k1 == K, where the epilogue writes them to o. No
+  // part: all of k = 0 .. K-1 (k0 == 0, k1 == K). A float
+  // stored and reloaded is the same float, so every output is still one FMA
+  // chain over k = 0 .. K-1 from zero. Ahead::Decode: the tile that reads
+  // the panels from memory prefetches its lines as decode does.
+  template <size_t R, size_t NP, detail::Ahead A = detail::Ahead::None, DecodePrefetch H = DecodePrefetch::None>
   MMGPT_SIMD_LEAF static void micro_block(const float* x, size_t ldx, const float* w, size_t pstride, size_t k0,
                                           size_t k1, size_t K, float* part, const Out& o) {
     constexpr size_t V = NP * VP;
     B acc[R][V];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (size_t i = 0; i < R; ++i)
 #pragma GCC unroll 8
-      for (size_t j = 0; j < V; ++j) acc[i][j] = k0 == 0 ? B(0.0f) : B::load_aligned(part + (i * V + j) * W);
-    for (size_t k = k0; k < k1; ++k, w += kPanelWidth) {
-      B wv[V];
+      for (size_t j = 0; j < V; ++j) acc[i][j] = !part || k0 == 0 ? B(0.0f) : B::load_aligned(part + (i * V + j) * W);
+    const float* at[NP];
 #pragma GCC unroll 8
-      for (size_t p = 0; p < NP; ++p) {
-        if constexpr (A == detail::Ahead::Decode) detail::prefetch_decode<H>(w + p * pstride);
+    for (size_t p = 0; p < NP; ++p) at[p] = w + p * pstride;
+    for (size_t k = k0; k < k1; ++k) {
 #pragma GCC unroll 8
-        for (size_t v = 0; v < VP; ++v) wv[p * VP + v] = B::load_unaligned(w + p * pstride + v * W);
-      }
+      for (size_t p = 0; p < NP; ++p)
+        if constexpr (A == detail::Ahead::Decode) detail::prefetch_decode<H>(at[p]);
+      kstep<WeightF32, R, NP>(acc, x, ldx, k, at);
 #pragma GCC unroll 8
-      for (size_t i = 0; i < R; ++i) {
-        const B xb(x[i * ldx + k]);
-#pragma GCC unroll 8
-        for (size_t j = 0; j < V; ++j) acc[i][j] = xsimd::fma(xb, wv[j], acc[i][j]);
-      }
+      for (size_t p = 0; p < NP; ++p) at[p] += kPanelWidth;
     }
-    if (k1 == K) return finish<R, NP>(acc, o);
-#pragma GCC unroll 8
+    if (!part || k1 == K) return finish<R, NP>(acc, o);
+#pragma GCC unroll 16
     for (size_t i = 0; i < R; ++i)
 #pragma GCC unroll 8
       for (size_t j = 0; j < V; ++j) acc[i][j].store_aligned(part + (i * V + j) * W);
   }
 
-  // micro_block for rows = 1 .. kGemmMR.
-  template <size_t NP, detail::Ahead A, DecodePrefetch H>
-  static void micro_block_rows(size_t rows, const float* x, size_t ldx, const float* w, size_t pstride, size_t k0,
-                               size_t k1, size_t K, float* part, const Out& o) {
-    static_assert(kGemmMR == 6 || kGemmMR == 8, "the cases below cover rows 1 .. 8");
-    switch (rows) {
-      case 8:
-        if constexpr (kGemmMR == 8) micro_block<8, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o);
-        break;
-      case 7:
-        if constexpr (kGemmMR == 8) micro_block<7, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o);
-        break;
-      case 6: micro_block<6, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o); break;
-      case 5: micro_block<5, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o); break;
-      case 4: micro_block<4, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o); break;
-      case 3: micro_block<3, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o); break;
-      case 2: micro_block<2, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o); break;
-      case 1: micro_block<1, NP, A, H>(x, ldx, w, pstride, k0, k1, K, part, o); break;
-      default: break;
-    }
+  // micro_block over all K k-steps, R = rows (1 .. Max).
+  template <size_t Max, size_t NP, detail::Ahead A = detail::Ahead::None, DecodePrefetch H = DecodePrefetch::None>
+  static void micro_linear_rows(size_t rows, const float* x, size_t ldx, const float* w, size_t pstride, size_t K,
+                                const Out& o) {
+    with_rows<Max>(rows, [&](auto r) { micro_block<r, NP, A, H>(x, ldx, w, pstride, 0, K, K, nullptr, o); });
   }
 
   // k-steps k0 .. k1 - 1 of NP 16-bit panels from p, widened into `wide`
@@ -343,51 +292,15 @@ struct PanelGemm {
       }
   }
 
-  // Batched decode on AVX-512 (a panel's k-step is one vector): R rows
-  // against one f32 panel, read once as decode reads it (one stream,
-  // prefetched ahead with hint H); one accumulator a row.
-  template <size_t R, DecodePrefetch H>
-  MMGPT_SIMD_LEAF static void micro_stream(const float* x, size_t ldx, const float* w, size_t K, const Out& o) {
-    static_assert(VP == 1, "a panel's k-step is one vector");
-    B acc[R][1];
-#pragma GCC unroll 16
-    for (size_t i = 0; i < R; ++i) acc[i][0] = B(0.0f);
-    for (size_t k = 0; k < K; ++k, w += kPanelWidth) {
-      detail::prefetch_decode<H>(w);
-      const B wv = B::load_unaligned(w);
-#pragma GCC unroll 16
-      for (size_t i = 0; i < R; ++i) acc[i][0] = xsimd::fma(B(x[i * ldx + k]), wv, acc[i][0]);
-    }
-    finish<R, 1>(acc, o);
-  }
-
-  // micro_stream for rows = 2 .. kBatchMaxRows.
-  template <DecodePrefetch H, size_t R = 2>
-  static void micro_stream_rows(size_t rows, const float* x, size_t ldx, const float* w, size_t K, const Out& o) {
-    if constexpr (R <= kBatchMaxRows) {
-      if (rows == R) return micro_stream<R, H>(x, ldx, w, K, o);
-      micro_stream_rows<H, R + 1>(rows, x, ldx, w, K, o);
-    }
-  }
-
   template <size_t NP, bool Decode = false, DecodePrefetch H = DecodePrefetch::Nta>
   static void micro_rows(size_t rows, const float* x, size_t ldx, const WE* wp, size_t N, size_t K, size_t p,
                          const Out& o) {
-    static_assert(MR == 6, "the cases below cover rows 1 .. 6");
-    switch (rows) {
-      case 6: micro<6, NP, Decode, H>(x, ldx, wp, N, K, p, o); break;
-      case 5: micro<5, NP, Decode, H>(x, ldx, wp, N, K, p, o); break;
-      case 4: micro<4, NP, Decode, H>(x, ldx, wp, N, K, p, o); break;
-      case 3: micro<3, NP, Decode, H>(x, ldx, wp, N, K, p, o); break;
-      case 2: micro<2, NP, Decode, H>(x, ldx, wp, N, K, p, o); break;
-      case 1: micro<1, NP, Decode, H>(x, ldx, wp, N, K, p, o); break;
-      default: break;
-    }
+    with_rows<MR>(rows, [&](auto r) { micro<r, NP, Decode, H>(x, ldx, wp, N, K, p, o); });
   }
 
   // run() for 16-bit weights and kWidenMinRows rows or more: each tile's
   // panels widened once (widen_panels) into f32 panels that the f32 GEMM's
-  // loop (micro_linear) multiplies for every tile of rows. Not inlined into
+  // loop (micro_block) multiplies for every tile of rows. Not inlined into
   // run(): GCC's inlining of the whole GEMM shifts with any change to it, so
   // this path stays out of line and leaves the code of the decode and f32
   // paths in run() as it is.
@@ -401,9 +314,9 @@ struct PanelGemm {
       np == P ? widen_panels<P>(wp, N, K, p, wide.data()) : widen_panels<1>(wp, N, K, p, wide.data());
       for (size_t m = 0; m < M;) {
         const size_t rows = M - m < kGemmMR ? M - m : kGemmMR;
-        np == P ? micro_linear_rows<P>(rows, x + m * K, K, wide.data(), K * kPanelWidth, K,
+        np == P ? micro_linear_rows<kGemmMR, P>(rows, x + m * K, K, wide.data(), K * kPanelWidth, K,
                                        tile_out(y, bias, e, N, m, p, P))
-                : micro_linear_rows<1>(rows, x + m * K, K, wide.data(), K * kPanelWidth, K,
+                : micro_linear_rows<kGemmMR, 1>(rows, x + m * K, K, wide.data(), K * kPanelWidth, K,
                                        tile_out(y, bias, e, N, m, p, 1));
         m += rows;
       }
@@ -415,16 +328,17 @@ struct PanelGemm {
   // which is bound by the weights' bandwidth at a few rows and by the FMAs
   // at more: the weights stream from memory once, as decode streams them,
   // so that both stay busy. On AVX-512 all the rows take one pass over each
-  // panel (micro_stream: an FMA a row per load of weights, its x broadcast
-  // from memory); elsewhere a panel goes block by block of k-steps, which
-  // every tile of rows multiplies while it is in L1 (micro_block).
+  // panel (micro_block over all K: an FMA a row per load of weights);
+  // elsewhere a panel goes block by block of k-steps, which every tile of
+  // rows multiplies while it is in L1 (micro_block, partial sums kept).
   [[gnu::noinline]] static void run_batch(const float* x, const float* wp, const float* bias, float* y, size_t M,
                                           size_t K, size_t N, size_t p0, size_t p1, Epilogue e) {
     detail::with_decode_hint([&](auto hint) {
       constexpr DecodePrefetch H = decltype(hint)::value;
       if constexpr (VP == 1) {
         for (size_t p = p0; p < p1; ++p)
-          micro_stream_rows<H>(M, x, K, wp + p * kPanelWidth * K, K, tile_out(y, bias, e, N, 0, p, 1));
+          micro_linear_rows<kBatchMaxRows, 1, detail::Ahead::Decode, H>(M, x, K, wp + p * kPanelWidth * K, 0, K,
+                                                                          tile_out(y, bias, e, N, 0, p, 1));
       } else {
         static_assert(P == 1, "a GEMM tile is one panel where a k-step is several vectors");
         alignas(64) float part[kBatchMaxRows * kPanelWidth];
@@ -436,11 +350,12 @@ struct PanelGemm {
               const size_t rows = M - m < kGemmMR ? M - m : kGemmMR;
               const Out o = tile_out(y, bias, e, N, m, p, 1);
               float* pt = part + m * kPanelWidth;
-              if (m == 0)
-                micro_block_rows<1, detail::Ahead::Decode, H>(rows, x, K, w + k0 * kPanelWidth, 0, k0, k1, K, pt, o);
-              else
-                micro_block_rows<1, detail::Ahead::None, DecodePrefetch::None>(rows, x + m * K, K, w + k0 * kPanelWidth,
-                                                                               0, k0, k1, K, pt, o);
+              with_rows<kGemmMR>(rows, [&](auto r) {
+                if (m == 0)
+                  micro_block<r, 1, detail::Ahead::Decode, H>(x, K, w + k0 * kPanelWidth, 0, k0, k1, K, pt, o);
+                else
+                  micro_block<r, 1>(x + m * K, K, w + k0 * kPanelWidth, 0, k0, k1, K, pt, o);
+              });
               m += rows;
             }
             if (k1 == K) break;
@@ -467,9 +382,10 @@ struct PanelGemm {
           widen_block<NP, H>(wp, N, K, p, k0, k1, wide);
           for (size_t m = 0; m < M;) {
             const size_t rows = M - m < kGemmMR ? M - m : kGemmMR;
-            micro_block_rows<NP, detail::Ahead::None, DecodePrefetch::None>(
-                rows, x + m * K, K, wide, kBatchKSteps * kPanelWidth, k0, k1, K, part + m * NP * kPanelWidth,
-                tile_out(y, bias, e, N, m, p, NP));
+            with_rows<kGemmMR>(rows, [&](auto r) {
+              micro_block<r, NP>(x + m * K, K, wide, kBatchKSteps * kPanelWidth, k0, k1, K,
+                                 part + m * NP * kPanelWidth, tile_out(y, bias, e, N, m, p, NP));
+            });
             m += rows;
           }
           if (k1 == K) break;
@@ -533,13 +449,13 @@ struct PanelGemm {
     for (size_t p = p0; p < p1;) {
       const size_t np = p + P <= p1 ? P : 1;
       for (size_t m = 0; m < M;) {
-        // micro_linear's tiles for f32, micro's (MR rows) for 16-bit weights widened in the tile.
+        // micro_block's tiles for f32, micro's (MR rows) for 16-bit weights widened in the tile.
         const size_t mr = sizeof(WE) == 4 ? kGemmMR : MR;
         const size_t rows = M - m < mr ? M - m : mr;
-        if constexpr (sizeof(WE) == 4) {  // f32 panels: consecutive k-steps (micro_linear)
+        if constexpr (sizeof(WE) == 4) {  // f32 panels: consecutive k-steps (micro_block)
           const float* w = wp + p * kPanelWidth * K;
-          np == P ? micro_linear_rows<P>(rows, x + m * K, K, w, kPanelWidth * K, K, out(m, p, P))
-                  : micro_linear_rows<1>(rows, x + m * K, K, w, kPanelWidth * K, K, out(m, p, 1));
+          np == P ? micro_linear_rows<kGemmMR, P>(rows, x + m * K, K, w, kPanelWidth * K, K, out(m, p, P))
+                  : micro_linear_rows<kGemmMR, 1>(rows, x + m * K, K, w, kPanelWidth * K, K, out(m, p, 1));
         } else {
           np == P ? micro_rows<P>(rows, x + m * K, K, wp, N, K, p, out(m, p, P))
                   : micro_rows<1>(rows, x + m * K, K, wp, N, K, p, out(m, p, 1));
