@@ -130,7 +130,10 @@ PerplexityResult evaluate(Executor& executor, Executor* base, std::span<const in
                   " is shorter than the window " + std::to_string(ctx));
   }
 
-  const std::vector<Window> windows = plan_windows(tokens.size(), ctx, stride);
+  const std::vector<Window> plan = plan_windows(tokens.size(), ctx, stride);
+  const size_t w0 = std::min(options.window_begin, plan.size());
+  const size_t w1 = std::max(w0, std::min(options.window_end, plan.size()));
+  const std::span<const Window> windows = std::span(plan).subspan(w0, w1 - w0);
   size_t total = 0;
   for (const Window& w : windows) total += w.targets;
 
@@ -170,7 +173,10 @@ PerplexityResult evaluate(Executor& executor, Executor* base, std::span<const in
   result.tokens = scored;
   result.ctx = ctx;
   result.stride = stride;
-  result.mean_nll = nll_sum / static_cast<double>(scored);  // scored >= 1: every planned window has a target
+  result.windows_planned = plan.size();
+  result.nll_sum = nll_sum;
+  // scored >= 1 unless the range held no window: every planned window has a target
+  result.mean_nll = scored ? nll_sum / static_cast<double>(scored) : 0.0;
   result.perplexity = std::exp(result.mean_nll);
   result.tokens_per_second = result.seconds > 0.0 ? static_cast<double>(fed) / result.seconds : 0.0;
   if (base && divergence) {

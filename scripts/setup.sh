@@ -5,17 +5,20 @@
 #                     benchmarks (torch, clang, node, ...): scripts/test.sh's set-up
 #   setup.sh --run    only what building and running the mmgpt binary needs:
 #                     the main job's set-up (scripts/demo.sh)
+#   setup.sh --python what `pip install --no-build-isolation .` needs to build
+#                     and install the Python package into Debian's python3
 #   setup.sh --train  what tools/train_demo.py needs to retrain the demo model:
 #                     torch, numpy and OpenBLAS (Debian's torch then runs its
 #                     matrix products on OpenBLAS instead of the reference BLAS)
 set -euo pipefail
 
-train=0
+train=0 python=0
 case "${1:-}" in
-  "") all=1 ;;
+  "") all=1 python=1 ;;
   --run) all=0 ;;
+  --python) all=0 python=1 ;;
   --train) all=0 train=1 ;;
-  *) echo "setup.sh: unknown option '$1' (use no option, --run or --train)" >&2; exit 2 ;;
+  *) echo "setup.sh: unknown option '$1' (use no option, --run, --python or --train)" >&2; exit 2 ;;
 esac
 
 # The compiler, CMake, Ninja, and the libraries the mmgpt binary is built with.
@@ -27,6 +30,13 @@ if [ "$train" = 1 ]; then
   # The BLAS alternative prefers OpenBLAS once installed (priority 100 over the
   # reference BLAS's 10); train_demo.py names a core type OpenBLAS 0.3.21 knows.
   packages=(python3 python3-torch python3-numpy libopenblas0-pthread)
+fi
+if [ "$python" = 1 ]; then
+  # The Python package (setup.py, python/): pybind11 and the interpreter's
+  # headers to build it, pip and venv to install it, numpy at run time, and
+  # for its tests and mmgpt.dask, pytest and Dask's distributed scheduler.
+  packages+=(python3 python3-dev python3-pip python3-venv python3-numpy pybind11-dev python3-pybind11
+             python3-pytest python3-distributed)
 fi
 if [ "$all" = 1 ]; then
   packages+=(

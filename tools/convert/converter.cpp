@@ -27,6 +27,15 @@ namespace mmgpt {
 
 using namespace convert;
 
+namespace {
+std::string& data_dir_override() {
+  static std::string dir;
+  return dir;
+}
+}  // namespace
+
+void set_bundled_data_dir(std::string dir) { data_dir_override() = std::move(dir); }
+
 std::string bundled_data_dir() {
   // An installed mmgpt has its data in PREFIX/share/mmgpt, beside PREFIX/bin;
   // a build tree's is the source tree's data/ (MMGPT_DATA_DIR).
@@ -34,6 +43,7 @@ std::string bundled_data_dir() {
     std::error_code ec;
     return std::filesystem::is_regular_file(dir / "gpt2" / "encoder.json", ec);
   };
+  if (!data_dir_override().empty() && has_data(data_dir_override())) return data_dir_override();
   const std::filesystem::path exe = platform::executable_path();
   if (!exe.empty() && has_data(exe.parent_path().parent_path() / "share" / "mmgpt"))
     return (exe.parent_path().parent_path() / "share" / "mmgpt").string();
@@ -110,13 +120,15 @@ void stream_packed(const HostTensor& t, uint64_t N, uint64_t K, WeightType dt, c
   }
 }
 
-// The tokenizer: --tokenizer, else files beside the checkpoint, else (nanoGPT
-// trained on GPT-2 BPE, the default) the bundled GPT-2 files, else none.
-std::optional<FoundTokenizer> choose_tokenizer(const ConvertOptions& opt, const std::string& checkpoint,
+// The tokenizer: --tokenizer, else files in the checkpoint's directory (none
+// for one in memory), else (nanoGPT trained on GPT-2 BPE, the default) the
+// bundled GPT-2 files, else none.
+std::optional<FoundTokenizer> choose_tokenizer(const ConvertOptions& opt, const std::string& directory,
                                                LayoutKind layout, const ModelConfig& config,
                                                std::vector<std::string>& notes) {
   if (!opt.tokenizer.empty()) return load_tokenizer_path(opt.tokenizer);
-  if (std::optional<FoundTokenizer> beside = find_tokenizer_in(parent_dir(checkpoint))) return beside;
+  if (!directory.empty())
+    if (std::optional<FoundTokenizer> beside = find_tokenizer_in(directory)) return beside;
   if (layout == LayoutKind::NanoGpt && config.vocab_size >= kGpt2Vocab) {
     const std::string dir = bundled_data_dir();
     if (!dir.empty()) {
@@ -135,30 +147,32 @@ std::optional<FoundTokenizer> choose_tokenizer(const ConvertOptions& opt, const 
   return std::nullopt;
 }
 
-}  // namespace
+// A checkpoint's contents, read from a file or handed over in memory.
+struct Source {
+  std::string name;       // the file, or what messages call the in-memory checkpoint
+  std::string directory;  // where config.json and tokenizer files may sit; "" in memory
+  std::string container;  // for the summary
+  const StateDict* weights = nullptr;
+  const pickle::Value* root = nullptr;  // the top-level object (nanoGPT's model_args), or null
+};
 
-ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
-  if (opt.input.empty()) throw Error("convert: no input checkpoint given");
+void check_options(const ConvertOptions& opt) {
   if (opt.output.empty()) throw Error("convert: no output file given (-o OUT.mmgpt)");
   if (opt.n_head < 0) throw Error("--n-head " + std::to_string(opt.n_head) + " is not a positive number");
+}
+
+ConvertSummary convert_source(const Source& src, const ConvertOptions& opt) {
   std::optional<LayoutKind> forced;
   if (opt.layout != "auto") forced = parse_layout_name(opt.layout);
-
+  const std::string& file = src.name;
   ConvertSummary summary;
-  const std::string file = find_checkpoint_file(opt.input);
-  if (is_file(opt.output)) {
-    std::error_code ec;
-    if (std::filesystem::equivalent(file, opt.output, ec))
-      throw Error(opt.output + ": the output would overwrite the input checkpoint");
-  }
-  LoadedCheckpoint ck = load_checkpoint(file);
-  const LayoutKind kind = forced ? *forced : detect_layout(ck.weights, file);
+  const LayoutKind kind = forced ? *forced : detect_layout(*src.weights, file);
 
   LayoutInput in;
   in.file = file;
-  in.weights = &ck.weights;
-  in.root = ck.root.get();
-  in.directory = parent_dir(file);
+  in.weights = src.weights;
+  in.root = src.root;
+  in.directory = src.directory;
   in.n_head = uint32_t(opt.n_head);
   MappedModel model = map_layout(kind, in);
   validate_config(model.config, file);
@@ -224,7 +238,7 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
   for (const std::string& dt : dtypes)
     summary.notes.push_back("weights stored as " + dt + " in the checkpoint were widened to float32");
 
-  std::optional<FoundTokenizer> tok = choose_tokenizer(opt, file, kind, model.config, summary.notes);
+  std::optional<FoundTokenizer> tok = choose_tokenizer(opt, src.directory, kind, model.config, summary.notes);
   TokenizerData tokenizer;
   if (tok) {
     if (tok->data.tokens.size() > model.config.vocab_size)
@@ -248,13 +262,38 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
 
   summary.layout = layout_name(kind);
   summary.checkpoint = file;
-  summary.container = container_name(ck.container);
+  summary.container = src.container;
   summary.config = model.config;
   summary.tokenizer_kind = tokenizer.kind;
   summary.tokenizer_size = tokenizer.tokens.size();
   summary.tensors = to_write.size();
   summary.bytes = bytes;
   return summary;
+}
+
+}  // namespace
+
+ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
+  if (opt.input.empty()) throw Error("convert: no input checkpoint given");
+  check_options(opt);
+  const std::string file = find_checkpoint_file(opt.input);
+  if (is_file(opt.output)) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(file, opt.output, ec))
+      throw Error(opt.output + ": the output would overwrite the input checkpoint");
+  }
+  const LoadedCheckpoint ck = load_checkpoint(file);
+  return convert_source(Source{file, parent_dir(file), container_name(ck.container), &ck.weights, ck.root.get()},
+                        opt);
+}
+
+ConvertSummary convert_in_memory(const pickle::Value& root, const std::string& name, const ConvertOptions& opt) {
+  check_options(opt);
+  std::string key;
+  std::vector<std::string> skipped;
+  StateDict weights = find_state_dict(root, name, &key, &skipped);
+  strip_wrapper_prefixes(weights, name);
+  return convert_source(Source{name, "", "in memory", &weights, &root}, opt);
 }
 
 }  // namespace mmgpt

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "formats/model_config.hpp"
+#include "formats/pickle_value.hpp"
 
 namespace mmgpt {
 
@@ -46,9 +47,19 @@ struct ConvertSummary {
 // the output file is then left as it was (absent, or the previous file).
 ConvertSummary convert_checkpoint(const ConvertOptions& options);
 
+// The same for a checkpoint already in memory (the Python package's): `root`
+// is what torch.load would give (a state dict, or a dict holding one under
+// 'model' / 'state_dict' / 'model_state_dict', nanoGPT's model_args beside
+// it), named `name` in messages. options.input is not read; tokenizer files
+// come only from options.tokenizer (or the bundled GPT-2 vocabulary).
+ConvertSummary convert_in_memory(const pickle::Value& root, const std::string& name, const ConvertOptions& options);
+
 // The directory of the bundled data files (gpt2/encoder.json, vocab.bpe):
 // PREFIX/share/mmgpt for an installed mmgpt, else the source tree's data/
 // (MMGPT_DATA_DIR); "" when neither holds them.
 std::string bundled_data_dir();
+// For a program that carries its own copy (the Python package): bundled_data_dir()
+// returns dir when it holds the files. Call before converting.
+void set_bundled_data_dir(std::string dir);
 
 }  // namespace mmgpt

@@ -27,7 +27,7 @@ struct LayoutInput {
   std::string file;  // the checkpoint, for messages
   const StateDict* weights = nullptr;
   const pickle::Value* root = nullptr;  // torch files: the top-level object (nanoGPT's model_args), else null
-  std::string directory;                // the checkpoint's directory (HF config.json)
+  std::string directory;                // the checkpoint's directory (HF config.json); "" for one in memory
   uint32_t n_head = 0;                  // --n-head, 0 when not given
 };
 

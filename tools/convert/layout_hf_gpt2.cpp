@@ -99,8 +99,8 @@ MappedModel map_hf_gpt2(const LayoutInput& in) {
   // tensor that does not fit, not by a missing config field.
   map_gpt2_tensors(taker, naming, out);
 
-  const std::string config_path = join_path(in.directory, "config.json");
-  if (is_file(config_path)) {
+  const std::string config_path = in.directory.empty() ? "" : join_path(in.directory, "config.json");
+  if (!config_path.empty() && is_file(config_path)) {
     try {
       apply_config_json(config_path, shapes, in.n_head, c);
     } catch (const nlohmann::json::exception& e) {  // a field of the wrong JSON type

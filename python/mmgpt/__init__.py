@@ -1,0 +1,226 @@
+"""mmgpt: run GPT-family language models converted to .mmgpt files, on the CPU.
+
+    import mmgpt
+    lm = mmgpt.load("model.mmgpt")
+    print(lm.generate("ROMEO:", max_new_tokens=50, seed=1).text)
+    for piece in lm.stream("ROMEO:", max_new_tokens=50):
+        print(piece, end="", flush=True)
+    print(lm.perplexity(open("test.txt").read()).perplexity)
+
+Every call gives what the mmgpt command line gives for the same inputs,
+options and seed. Errors raise mmgpt.Error (a ValueError) with the command
+line's one-line message. The engine runs with the GIL released, so Python
+threads can run models in parallel; Ctrl-C stops a long call within a token
+or window.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterator, List, Optional, Sequence, Union
+
+from . import _mmgpt
+from ._mmgpt import Config, Error
+
+# The bundled GPT-2 vocabulary (setup.py copies it beside this file), for
+# checkpoints converted without tokenizer files.
+_mmgpt._set_data_dir(os.path.join(os.path.dirname(__file__), "data"))
+
+__all__ = ["Error", "Config", "Model", "GenerationResult", "PerplexityResult", "load", "convert"]
+
+Prompt = Union[str, Sequence[int]]
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """One continuation: its text (without the prompt), the generated ids,
+    and why it stopped: "length" (max_new_tokens), "eos" (the end-of-text
+    token), "stop" (a stop string) or "interrupted"."""
+
+    text: str
+    tokens: List[int]
+    stop_reason: str
+    text_bytes: bytes = field(repr=False)  # the exact bytes (text decodes them, invalid UTF-8 replaced)
+    prompt_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class PerplexityResult:
+    """Perplexity over sliding windows, as `mmgpt perplexity` reports it."""
+
+    perplexity: float
+    mean_nll: float  # nats per scored token
+    tokens: int  # tokens whose prediction was scored
+    windows: int = 0
+    ctx: int = 0
+    stride: int = 0
+
+
+def _result(d: dict) -> GenerationResult:
+    raw = d["text"]
+    return GenerationResult(
+        text=raw.decode("utf-8", errors="replace"),
+        tokens=list(d["tokens"]),
+        stop_reason=d["stop_reason"],
+        text_bytes=raw,
+        prompt_tokens=d["prompt_tokens"],
+    )
+
+
+def _threads(threads: Optional[int]) -> int:
+    if threads is None:
+        return 0
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise Error(f"threads: must be a positive integer or None, not {threads!r}")
+    return threads
+
+
+def _sampling(max_new_tokens, greedy, temperature, top_k, top_p, min_p, repetition_penalty, seed, stop, ignore_eos):
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise Error(f"max_new_tokens: must be a non-negative integer, not {max_new_tokens!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise Error(f"top_k: must be a non-negative integer (0 = all tokens), not {top_k!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64):
+        raise Error(f"seed: must be an integer in [0, 2**64) or None, not {seed!r}")
+    if isinstance(stop, str):
+        stop = (stop,)
+    for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p),
+                        ("repetition_penalty", repetition_penalty)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise Error(f"{name}: must be a number, not {value!r}")
+    return dict(max_new_tokens=max_new_tokens, greedy=bool(greedy), temperature=float(temperature), top_k=top_k,
+                top_p=None if top_p is None else float(top_p), min_p=None if min_p is None else float(min_p),
+                repetition_penalty=float(repetition_penalty), seed=seed, stop=list(stop),
+                ignore_eos=bool(ignore_eos))
+
+
+class Model:
+    """A loaded .mmgpt model (mmgpt.load). Its weights are memory-mapped and
+    shared by every call; calls from several Python threads run in parallel."""
+
+    def __init__(self, native: "_mmgpt.Model", path: str):
+        self._m = native
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"mmgpt.Model({self.path!r}, {self.config!r})"
+
+    @property
+    def config(self) -> Config:
+        """n_layer, n_head, n_embd, vocab_size and n_ctx."""
+        return self._m.config
+
+    def encode(self, text: str, allow_special: bool = True) -> List[int]:
+        """Text -> token ids. With allow_special, "<|endoftext|>" is the end-of-text token."""
+        return self._m.encode(text, allow_special)
+
+    def decode_bytes(self, ids: Sequence[int]) -> bytes:
+        """Token ids -> their exact bytes."""
+        return self._m.decode_bytes(list(ids))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Token ids -> text (bytes that are not valid UTF-8 become U+FFFD)."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def logits(self, ids: Sequence[int], *, threads: Optional[int] = None):
+        """The logits after every token: a float32 numpy array [len(ids), vocab_size],
+        the values `mmgpt logits` prints. At most n_ctx ids."""
+        return self._m.logits(list(ids), _threads(threads))
+
+    def generate(self, prompt: Prompt, max_new_tokens: int = 256, *, greedy: bool = False, temperature: float = 0.8,
+                 top_k: int = 200, top_p: Optional[float] = None, min_p: Optional[float] = None,
+                 repetition_penalty: float = 1.0, seed: Optional[int] = None, stop: Sequence[str] = (),
+                 ignore_eos: bool = False, threads: Optional[int] = None) -> GenerationResult:
+        """A continuation of `prompt` (a str, or a list of token ids): exactly
+        what `mmgpt generate` prints after the prompt for the same options and seed."""
+        return self.generate_batch([prompt], max_new_tokens, greedy=greedy, temperature=temperature, top_k=top_k,
+                                   top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, seed=seed,
+                                   stop=stop, ignore_eos=ignore_eos, threads=threads)[0]
+
+    def generate_batch(self, prompts: Sequence[Prompt], max_new_tokens: int = 256, *, greedy: bool = False,
+                       temperature: float = 0.8, top_k: int = 200, top_p: Optional[float] = None,
+                       min_p: Optional[float] = None, repetition_penalty: float = 1.0, seed: Optional[int] = None,
+                       stop: Sequence[str] = (), ignore_eos: bool = False,
+                       threads: Optional[int] = None) -> List[GenerationResult]:
+        """Continuations of several prompts, run together in batched steps;
+        each is what generate() gives for that prompt alone."""
+        if isinstance(prompts, (str, bytes)):
+            raise Error("prompts: give a list of prompts (for one prompt, use generate)")
+        opts = _sampling(max_new_tokens, greedy, temperature, top_k, top_p, min_p, repetition_penalty, seed, stop,
+                         ignore_eos)
+        return [_result(d) for d in self._m.generate_batch(list(prompts), threads=_threads(threads), **opts)]
+
+    def stream(self, prompt: Prompt, max_new_tokens: int = 256, *, greedy: bool = False, temperature: float = 0.8,
+               top_k: int = 200, top_p: Optional[float] = None, min_p: Optional[float] = None,
+               repetition_penalty: float = 1.0, seed: Optional[int] = None, stop: Sequence[str] = (),
+               ignore_eos: bool = False, threads: Optional[int] = None) -> Iterator[str]:
+        """generate(), as an iterator of text pieces while they are made (never
+        half a UTF-8 character, never part of a stop string). Joined, they are
+        generate()'s text. Leaving the loop early stops generation."""
+        opts = _sampling(max_new_tokens, greedy, temperature, top_k, top_p, min_p, repetition_penalty, seed, stop,
+                         ignore_eos)
+        native = self._m.stream(prompt, threads=_threads(threads), **opts)
+        return _stream(native)
+
+    def perplexity(self, text_or_ids: Union[str, Sequence[int]], ctx: Optional[int] = None,
+                   stride: Optional[int] = None, *, threads: Optional[int] = None) -> PerplexityResult:
+        """Perplexity of a text (or token ids) over sliding windows of ctx tokens
+        advancing by stride (defaults as `mmgpt perplexity`): the same figures."""
+        for name, value in (("ctx", ctx), ("stride", stride)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise Error(f"{name}: must be a positive integer or None, not {value!r}")
+        ids = text_or_ids if isinstance(text_or_ids, str) else list(text_or_ids)
+        d = self._m.perplexity(ids, ctx, stride, _threads(threads))
+        return PerplexityResult(perplexity=d["perplexity"], mean_nll=d["mean_nll"], tokens=d["tokens"],
+                                windows=d["windows"], ctx=d["ctx"], stride=d["stride"])
+
+
+def _stream(native) -> Iterator[str]:
+    try:
+        while True:
+            piece = native.next()
+            if piece is None:
+                return
+            yield piece.decode("utf-8", errors="replace")
+    finally:
+        native.close()
+
+
+def load(path: str) -> Model:
+    """Maps and validates a .mmgpt file (as the command line does); raises mmgpt.Error naming what is wrong."""
+    path = os.fspath(path)
+    return Model(_mmgpt.Model.load(path), path)
+
+
+def convert(src, out, *, layout: Optional[str] = None, n_head: Optional[int] = None, dtype: str = "f32",
+            dtype_head: Optional[str] = None, tokenizer: Optional[str] = None) -> None:
+    """Converts a PyTorch model to the .mmgpt file `out`, as `mmgpt convert` does.
+
+    src is a checkpoint path (a file, or a folder holding one), a checkpoint as
+    torch.load returns it (nanoGPT's dict with 'model' and 'model_args'), a
+    state dict (name -> torch.Tensor or numpy array), or an nn.Module (its
+    state_dict()). In-memory input is read where it lies: nothing is written
+    but `out`, nothing is pickled. The file equals what the command line
+    writes for the same weights saved with torch.save.
+
+    layout: "hf-gpt2", "nanogpt" or "llms-from-scratch" (None: detected).
+    n_head: needed where neither the checkpoint nor a module's config says it.
+    dtype, dtype_head: "f32", "bf16", "f16", "q8_0" or "q4_0" for the weight
+    matrices and the LM head (dtype_head None: as dtype).
+    tokenizer: meta.pkl, vocab.json/merges.txt or encoder.json/vocab.bpe, or a
+    folder holding them (a path src also finds them beside the checkpoint).
+    """
+    if n_head is not None and (isinstance(n_head, bool) or not isinstance(n_head, int) or n_head < 1):
+        raise Error(f"n_head: must be a positive integer or None, not {n_head!r}")
+    args = (os.fspath(out), layout or "auto", n_head or 0, dtype, dtype_head or "",
+            "" if tokenizer is None else os.fspath(tokenizer))
+    if isinstance(src, (str, os.PathLike)):
+        _mmgpt.convert(os.fspath(src), *args)
+        return
+    if not isinstance(src, dict) and callable(getattr(src, "state_dict", None)):
+        if n_head is None:  # nanoGPT's and Hugging Face's modules say it in their config
+            n_head = getattr(getattr(src, "config", None), "n_head", None)
+            if isinstance(n_head, int) and not isinstance(n_head, bool) and n_head > 0:
+                args = args[:2] + (n_head,) + args[3:]
+        src = src.state_dict()
+    _mmgpt.convert_object(src, *args)
