@@ -76,10 +76,10 @@ def _threads(threads: Optional[int]) -> int:
 
 
 def _sampling(max_new_tokens, greedy, temperature, top_k, top_p, min_p, repetition_penalty, seed, stop, ignore_eos):
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise Error(f"max_new_tokens: must be a non-negative integer, not {max_new_tokens!r}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise Error(f"top_k: must be a non-negative integer (0 = all tokens), not {top_k!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or not 0 <= max_new_tokens <= 2**24:
+        raise Error(f"max_new_tokens: must be an integer in [0, 2**24], not {max_new_tokens!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k < 2**32:
+        raise Error(f"top_k: must be an integer in [0, 2**32) (0 = all tokens), not {top_k!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64):
         raise Error(f"seed: must be an integer in [0, 2**64) or None, not {seed!r}")
     if isinstance(stop, str):

@@ -146,6 +146,12 @@ def test_errors(lm, work):
         lm.generate("A", 5, top_p=1.5)
     with pytest.raises(mmgpt.Error, match="max_new_tokens"):
         lm.generate("A", -1)
+    with pytest.raises(mmgpt.Error, match="max_new_tokens"):
+        lm.generate("A", 10**30)
+    with pytest.raises(mmgpt.Error, match="top_k"):
+        lm.generate("A", 5, top_k=2**40)
+    with pytest.raises(mmgpt.Error, match="temperature"):
+        lm.generate("A", 5, temperature=float("nan"))
     with pytest.raises(mmgpt.Error, match="seed"):
         lm.generate("A", 5, seed=-3)
     with pytest.raises(mmgpt.Error, match="threads"):
