@@ -156,14 +156,15 @@ struct Source {
   const pickle::Value* root = nullptr;  // the top-level object (nanoGPT's model_args), or null
 };
 
-void check_options(const ConvertOptions& opt) {
+// The checks that need no input; returns the layout --layout forces, if any.
+std::optional<LayoutKind> check_options(const ConvertOptions& opt) {
   if (opt.output.empty()) throw Error("convert: no output file given (-o OUT.mmgpt)");
   if (opt.n_head < 0) throw Error("--n-head " + std::to_string(opt.n_head) + " is not a positive number");
+  if (opt.layout == "auto") return std::nullopt;
+  return parse_layout_name(opt.layout);
 }
 
-ConvertSummary convert_source(const Source& src, const ConvertOptions& opt) {
-  std::optional<LayoutKind> forced;
-  if (opt.layout != "auto") forced = parse_layout_name(opt.layout);
+ConvertSummary convert_source(const Source& src, std::optional<LayoutKind> forced, const ConvertOptions& opt) {
   const std::string& file = src.name;
   ConvertSummary summary;
   const LayoutKind kind = forced ? *forced : detect_layout(*src.weights, file);
@@ -275,7 +276,7 @@ ConvertSummary convert_source(const Source& src, const ConvertOptions& opt) {
 
 ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
   if (opt.input.empty()) throw Error("convert: no input checkpoint given");
-  check_options(opt);
+  const std::optional<LayoutKind> forced = check_options(opt);
   const std::string file = find_checkpoint_file(opt.input);
   if (is_file(opt.output)) {
     std::error_code ec;
@@ -284,16 +285,16 @@ ConvertSummary convert_checkpoint(const ConvertOptions& opt) {
   }
   const LoadedCheckpoint ck = load_checkpoint(file);
   return convert_source(Source{file, parent_dir(file), container_name(ck.container), &ck.weights, ck.root.get()},
-                        opt);
+                        forced, opt);
 }
 
 ConvertSummary convert_in_memory(const pickle::Value& root, const std::string& name, const ConvertOptions& opt) {
-  check_options(opt);
+  const std::optional<LayoutKind> forced = check_options(opt);
   std::string key;
   std::vector<std::string> skipped;
   StateDict weights = find_state_dict(root, name, &key, &skipped);
   strip_wrapper_prefixes(weights, name);
-  return convert_source(Source{name, "", "in memory", &weights, &root}, opt);
+  return convert_source(Source{name, "", "in memory", &weights, &root}, forced, opt);
 }
 
 }  // namespace mmgpt
