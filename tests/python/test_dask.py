@@ -38,10 +38,18 @@ def test_perplexity_sharded_equals_one_process(client, demo, lm, text):
 
 
 def test_each_worker_maps_the_model_once(client, demo, text):
+    def loaded():
+        return client.run(lambda: {p: id(m) for p, m in mmgpt.dask._models.items()})
+
     mmgpt.dask.perplexity(client, str(demo), text, 64, threads=1)
-    loaded = client.run(lambda: sorted(mmgpt.dask._models))
-    assert len(loaded) == 2
-    assert all(paths == [str(demo)] for paths in loaded.values())
+    first = loaded()
+    mmgpt.dask.perplexity(client, str(demo), text, 32, threads=1)
+    second = loaded()
+    assert any(str(demo) in models for models in first.values())
+    for w, models in first.items():  # the same Model object: not loaded again
+        assert set(models) <= {str(demo)}
+        if models:
+            assert second[w] == models
 
 
 def test_generate_in_prompt_order(client, demo, lm):
