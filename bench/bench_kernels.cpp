@@ -133,10 +133,10 @@ void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, 
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  // One row is a GEMV: every weight read once, memory-bound. More rows reuse
-  // each weight M times, so the FMAs come to bound it; a batch of 16 still
-  // reads its weights from memory, so its GB/s is worth reading beside
-  // frac_of_peak.
+  // One row is a GEMV: every weight read once, read against the bandwidth.
+  // More rows reuse each weight M times and are read against the FMA peak;
+  // GB/s is reported for every M, since small batches read their weights
+  // from memory too.
   set_rates(state, start, 2.0 * M * K * N, 4.0 * (M * K + N * K + N + M * N), M == 1 ? Bound::Memory : Bound::Compute);
 }
 

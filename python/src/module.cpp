@@ -127,8 +127,6 @@ py::dict result_dict(const GenerationResult& r) {
   d["text"] = py::bytes(r.text);
   d["stop_reason"] = stop_reason_name(r.reason);
   d["prompt_tokens"] = r.timings.prompt_tokens;
-  d["prefill_seconds"] = r.timings.prefill_seconds;
-  d["decode_seconds"] = r.timings.decode_seconds;
   return d;
 }
 
@@ -323,8 +321,6 @@ PYBIND11_MODULE(_mmgpt, m) {
           },
           py::arg("path"))
       .def_property_readonly("config", &LanguageModel::config, py::return_value_policy::copy)
-      .def_property_readonly("has_tokenizer",
-                             [](const LanguageModel& lm) { return lm.tokenizer().kind() != TokenizerKind::None; })
       .def(
           "encode",
           [](const LanguageModel& lm, const std::string& text, bool allow_special) {
