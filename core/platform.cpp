@@ -90,6 +90,14 @@ size_t page_size() {
   return page;
 }
 
+uint64_t physical_memory_bytes() {
+#if defined(_SC_PHYS_PAGES)
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  if (pages > 0) return static_cast<uint64_t>(pages) * page_size();
+#endif
+  return 0;
+}
+
 void advise_huge_pages(void* p, size_t n) {
 #if MMGPT_OS_LINUX && defined(MADV_HUGEPAGE)
   ::madvise(p, n, MADV_HUGEPAGE);

@@ -15,6 +15,8 @@ namespace mmgpt::platform {
 const char* name();
 
 size_t page_size();
+// The machine's memory in bytes (sysconf _SC_PHYS_PAGES); 0 where the system cannot say.
+uint64_t physical_memory_bytes();
 
 // Asks for [p, p + n) to be backed by 2 MiB pages: anonymous memory, and the
 // page cache's folios for file pages read from now on (Linux MADV_HUGEPAGE).

@@ -1,12 +1,9 @@
 #pragma once
 // Autoregressive generation for one or many sequences on top of the
 // executor: one batched prefill of all prompts, then decode steps in which
-// every unfinished sequence contributes one row to each matmul.
-//
-// Past the context length the window slides as nanoGPT's generate() does: the
-// model sees the last n_ctx tokens at positions 0..n_ctx-1. With learned
-// absolute positions the cached keys/values are then stale, so each step past
-// the context re-runs that sequence's window (a prefill of n_ctx tokens).
+// every unfinished sequence contributes one row to each matmul. Each
+// sequence is a GenerationSequence (engine/sequence.hpp), which also says how
+// the window slides past the context length.
 #include <vector>
 
 #include "engine/executor.hpp"

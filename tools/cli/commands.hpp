@@ -15,6 +15,7 @@ void add_tokenize(CLI::App& app);
 void add_detokenize(CLI::App& app);
 void add_perplexity(CLI::App& app);
 void add_bench(CLI::App& app);
+void add_serve(CLI::App& app);
 
 // What `mmgpt --version` prints: "mmgpt X.Y.Z" first, then the build's commit,
 // compiler and kernels.

@@ -1,0 +1,277 @@
+#include "engine/scheduler.hpp"
+
+#include <algorithm>
+#include <optional>
+
+#include "engine/executor.hpp"
+#include "engine/sampler.hpp"
+#include "engine/sequence.hpp"
+
+namespace mmgpt {
+
+JobUpdate Job::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, timeout, [&] { return !text_.empty() || tokens_ > 0 || (finished_ && !taken_); });
+  JobUpdate u;
+  u.text = std::move(text_);
+  text_.clear();
+  u.new_tokens = tokens_;
+  tokens_ = 0;
+  if (finished_ && !taken_) {
+    taken_ = true;
+    u.finished = true;
+    u.result = std::move(result_);
+    u.error = error_;
+  }
+  return u;
+}
+
+void Job::cancel() {
+  std::lock_guard lock(mutex_);
+  cancelled_ = true;
+}
+
+SteadyClock::time_point Job::first_token() const {
+  std::lock_guard lock(mutex_);
+  return first_token_ == SteadyClock::time_point{} ? submitted_ : first_token_;
+}
+
+void Job::push(std::string_view text, size_t tokens) {
+  {
+    std::lock_guard lock(mutex_);
+    if (tokens > 0 && first_token_ == SteadyClock::time_point{}) first_token_ = SteadyClock::now();
+    text_ += text;
+    tokens_ += tokens;
+  }
+  changed_.notify_all();
+}
+
+void Job::finish(GenerationResult result, std::string error) {
+  {
+    std::lock_guard lock(mutex_);
+    result_ = std::move(result);
+    error_ = std::move(error);
+    finished_ = true;
+  }
+  changed_.notify_all();
+}
+
+struct Scheduler::Running {
+  std::shared_ptr<Job> job;
+  std::optional<GenerationSequence> seq;
+  SteadyClock::time_point started;
+};
+
+bool Job::cancelled() const {
+  std::lock_guard lock(mutex_);
+  return cancelled_;
+}
+
+Scheduler::Scheduler(LanguageModel lm, const SchedulerOptions& options) : lm_(std::move(lm)), options_(options) {
+  if (options_.max_running == 0) throw Error("the scheduler needs room for at least one running sequence");
+  if (options_.prefill_chunk == 0) throw Error("the prefill chunk must be at least one token");
+  KVCache check(lm_.config(), options_.kv_dtype, 1);  // refuses a KV dtype that is not f32, bf16 or f16
+  (void)check;
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<Job> Scheduler::submit(std::vector<int32_t> prompt, const GenerateOptions& options) {
+  const ModelConfig& c = lm_.config();
+  if (prompt.empty()) throw Error("the prompt is empty: generation needs a token");
+  for (int32_t id : prompt)
+    if (id < 0 || static_cast<uint64_t>(id) >= c.vocab_size)
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                  std::to_string(c.vocab_size - 1) + ")");
+  if (options.max_new_tokens > c.n_ctx || prompt.size() + options.max_new_tokens > c.n_ctx)
+    throw Error("the prompt's " + std::to_string(prompt.size()) + " tokens and " +
+                std::to_string(options.max_new_tokens) + " new ones exceed the context length " +
+                std::to_string(c.n_ctx));
+  if (options.kv_dtype != options_.kv_dtype) throw Error("a request's KV dtype must be the scheduler's");
+  Sampler check(options.sampling);  // throws for options out of range
+  (void)check;
+  std::shared_ptr<Job> job(new Job(std::move(prompt), options));
+  {
+    std::lock_guard lock(mutex_);
+    if (draining_ || stop_) throw SchedulerFull("the server is shutting down");
+    if (queue_.size() >= options_.max_queued)
+      throw SchedulerFull("the queue is full (" + std::to_string(queue_.size()) + " requests waiting)");
+    queue_.push_back(job);
+  }
+  wake_.notify_all();
+  return job;
+}
+
+void Scheduler::drain(SteadyClock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  draining_ = true;
+  deadline_ = deadline;
+  wake_.notify_all();
+  idle_.wait(lock, [&] { return queue_.empty() && running_.empty(); });
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard lock(mutex_);
+  SchedulerStats s = stats_;
+  s.running = running_.size();
+  s.queued = queue_.size();
+  return s;
+}
+
+KVCache Scheduler::take_cache(const std::vector<int32_t>& prompt, size_t& cached_tokens) {
+  // The kept cache sharing the longest prefix with the prompt (at least one token left to run).
+  size_t best = prefix_.size(), best_len = 0;
+  for (size_t i = 0; i < prefix_.size(); ++i) {
+    const std::vector<int32_t>& t = prefix_[i].tokens;
+    const size_t n = std::min(t.size(), prompt.size() - 1);
+    const size_t len = static_cast<size_t>(std::mismatch(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n),
+                                                         prompt.begin())
+                                               .first -
+                                           t.begin());
+    if (len > best_len) best = i, best_len = len;
+  }
+  if (best == prefix_.size() && !prefix_.empty() && prefix_.size() >= options_.prefix_cache)
+    best = 0;  // nothing shared: reuse the oldest kept cache's memory rather than grow
+  cached_tokens = best_len;
+  if (best == prefix_.size()) return KVCache(lm_.config(), options_.kv_dtype);
+  KVCache cache = std::move(prefix_[best].cache);
+  prefix_.erase(prefix_.begin() + static_cast<std::ptrdiff_t>(best));
+  return cache;
+}
+
+void Scheduler::admit(std::unique_lock<std::mutex>&) {
+  while (running_.size() < options_.max_running && !queue_.empty()) {
+    std::shared_ptr<Job> job = std::move(queue_.front());
+    queue_.pop_front();
+    auto r = std::make_unique<Running>();
+    r->job = job;
+    r->started = SteadyClock::now();
+    size_t cached = 0;
+    KVCache cache = take_cache(job->prompt_, cached);
+    job->cached_tokens_ = cached;
+    r->seq.emplace(lm_.config(), job->options_, job->prompt_, std::move(cache), cached);
+    stats_.prompt_tokens_reused += cached;
+    running_.push_back(std::move(r));
+  }
+}
+
+void Scheduler::retire(Running& r) {
+  GenerationSequence& s = *r.seq;
+  const std::string rest = s.flush();
+  if (!rest.empty() && s.result().reason != StopReason::Callback) r.job->push(rest, 0);
+  GenerationResult result = s.result();
+  // Keep the cache for the prefix it holds; the oldest kept one goes when full.
+  if (options_.prefix_cache > 0 && s.cached_prefix() > 0) {
+    std::vector<int32_t> held(s.tokens().begin(), s.tokens().begin() + static_cast<std::ptrdiff_t>(s.cached_prefix()));
+    if (prefix_.size() >= options_.prefix_cache) prefix_.erase(prefix_.begin());
+    prefix_.push_back({std::move(held), s.take_cache()});
+  }
+  r.job->finish(std::move(result), {});
+}
+
+void Scheduler::drop_queue() {
+  GenerationResult none;
+  none.reason = StopReason::Callback;
+  for (auto& job : queue_) job->finish(none, "the server shut down before the request ran");
+  queue_.clear();
+}
+
+bool Scheduler::step() {
+  // Cancelled sequences leave first; then each running sequence's rows: one
+  // token for those decoding, prompt chunks for the others within the budget.
+  std::vector<Running*> members;
+  std::vector<SequenceStep> steps;
+  size_t budget = options_.prefill_chunk;
+  {
+    std::lock_guard lock(mutex_);
+    const bool past_deadline = draining_ && SteadyClock::now() >= deadline_;
+    for (auto it = running_.begin(); it != running_.end();) {
+      Running& r = **it;
+      if (past_deadline || r.job->cancelled()) r.seq->finish(StopReason::Callback);
+      if (r.seq->done()) {
+        retire(r);
+        it = running_.erase(it);
+        continue;
+      }
+      ++it;
+    }
+    if (past_deadline) drop_queue();
+    for (auto& r : running_) {
+      const size_t pending = r->seq->pending_tokens();
+      if (pending > 1 && budget == 0) continue;  // waits for the next step's budget
+      const size_t rows = pending == 1 ? 1 : std::min(pending, budget);
+      if (pending > 1) budget -= rows;
+      steps.push_back(r->seq->next_step(rows));
+      members.push_back(r.get());
+    }
+  }
+  if (steps.empty()) return false;
+
+  std::span<const float> logits;
+  std::string failure;
+  try {
+    logits = executor_->run(steps);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  const size_t vocab = lm_.config().vocab_size;
+  std::lock_guard lock(mutex_);
+  ++stats_.steps;
+  stats_.step_sequences += members.size();
+  stats_.last_batch = members.size();
+  for (size_t k = 0; k < members.size(); ++k) {
+    Running& r = *members[k];
+    GenerationSequence& s = *r.seq;
+    if (!failure.empty()) {
+      s.finish(StopReason::Callback);
+      r.job->finish(s.result(), failure);
+      continue;
+    }
+    if (s.result().tokens.empty()) stats_.prompt_tokens_run += steps[k].ids.size();
+    const std::optional<GenerationSequence::Sampled> made = s.advance(logits.subspan(k * vocab, vocab), lm_.tokenizer());
+    if (made && made->token >= 0) {
+      ++stats_.generated_tokens;
+      r.job->push(made->text, 1);
+    }
+  }
+  if (!failure.empty())
+    std::erase_if(running_, [&](const std::unique_ptr<Running>& r) {
+      return std::find(members.begin(), members.end(), r.get()) != members.end();
+    });
+  return true;
+}
+
+void Scheduler::loop() {
+  executor_ = std::make_unique<Executor>(lm_.shared_model());
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || !queue_.empty() || !running_.empty(); });
+      if (stop_) break;
+      if (!draining_ || SteadyClock::now() < deadline_) admit(lock);
+    }
+    step();
+    {
+      std::lock_guard lock(mutex_);
+      if (queue_.empty() && running_.empty()) idle_.notify_all();
+    }
+  }
+  std::lock_guard lock(mutex_);
+  for (auto& r : running_) {
+    r->seq->finish(StopReason::Callback);
+    retire(*r);
+  }
+  running_.clear();
+  drop_queue();
+  idle_.notify_all();
+}
+
+}  // namespace mmgpt

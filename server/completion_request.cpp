@@ -1,0 +1,184 @@
+#include "server/completion_request.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace mmgpt::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kMaxDepth = 8;  // the deepest valid request is an array of arrays inside the object
+constexpr size_t kMaxStops = 16;
+
+[[noreturn]] void bad(const std::string& field, const std::string& what) {
+  throw RequestError(400, "'" + field + "' " + what, field);
+}
+
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+uint64_t get_count(const json& body, const char* name, uint64_t max) {
+  const json& v = *field(body, name);
+  if (v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0)) {
+    const uint64_t n = v.get<uint64_t>();
+    if (n > max) bad(name, "must be at most " + std::to_string(max) + ", got " + std::to_string(n));
+    return n;
+  }
+  if (v.is_number_integer()) bad(name, "must not be negative, got " + std::to_string(v.get<int64_t>()));
+  bad(name, "must be a non-negative integer");
+}
+
+double get_number(const json& body, const char* name) {
+  const json& v = *field(body, name);
+  if (!v.is_number()) bad(name, "must be a number");
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || std::abs(x) > std::numeric_limits<float>::max()) bad(name, "must be a finite number");
+  return x;
+}
+
+bool get_bool(const json& body, const char* name) {
+  const json& v = *field(body, name);
+  if (!v.is_boolean()) bad(name, "must be true or false");
+  return v.get<bool>();
+}
+
+std::vector<int32_t> get_ids(const json& v, const char* name) {
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (const json& e : v) {
+    if (!e.is_number_integer()) bad(name, "must be a string or an array of token ids");
+    const int64_t id = e.get<int64_t>();
+    if (e.is_number_unsigned() || id < 0 || id > std::numeric_limits<int32_t>::max())
+      bad(name, "holds token id " + e.dump() + ", outside the vocabulary");
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+}  // namespace
+
+json parse_json_body(std::string_view body) {
+  try {
+    json j = json::parse(body, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxDepth) throw RequestError(400, "the JSON body is nested too deeply");
+      return true;
+    });
+    if (!j.is_object()) throw RequestError(400, "the request body must be a JSON object");
+    return j;
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    if (const size_t colon = what.find("] "); colon != std::string::npos) what.erase(0, colon + 2);
+    throw RequestError(400, "the request body is not valid JSON: " + what);
+  }
+}
+
+CompletionRequest parse_completion_request(const json& body, const CompletionDefaults& defaults) {
+  if (!body.is_object()) throw RequestError(400, "the request body must be a JSON object");
+  CompletionRequest r;
+  if (const json* v = field(body, "model")) {
+    if (!v->is_string()) bad("model", "must be a string");
+    r.model = v->get<std::string>();
+  }
+
+  // prompt: a string, token ids, or a batch of one of either.
+  const json* p = field(body, "prompt");
+  if (!p) throw RequestError(400, "'prompt' is required", "prompt");
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  else if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array()))
+    throw RequestError(400, "'prompt' holds " + std::to_string(p->size()) +
+                                " prompts; this server completes one prompt per request",
+                       "prompt");
+  if (p->is_string())
+    r.text = p->get<std::string>();
+  else if (p->is_array())
+    r.ids = get_ids(*p, "prompt");
+  else
+    bad("prompt", "must be a string or an array of token ids");
+  if ((r.text && r.text->empty()) || (!r.text && r.ids.empty())) bad("prompt", "is empty");
+
+  if (const json* v = field(body, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
+    bad("n", "must be 1: this server makes one completion per request");
+  if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
+    bad("best_of", "must be 1: this server makes one completion per request");
+  if (const json* v = field(body, "logprobs"); v && !(v->is_number_integer() && v->get<int64_t>() == 0))
+    bad("logprobs", "is not supported (give null or 0)");
+  if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
+    bad("suffix", "is not supported");
+  for (const char* name : {"presence_penalty", "frequency_penalty"})
+    if (field(body, name) && get_number(body, name) != 0.0)
+      bad(name, "is not supported (give 0; repetition_penalty is)");
+  if (const json* v = field(body, "logit_bias"); v && !(v->is_object() && v->empty()))
+    bad("logit_bias", "is not supported");
+
+  GenerateOptions& o = r.options;
+  o.max_new_tokens = field(body, "max_tokens") ? get_count(body, "max_tokens", uint64_t{1} << 24) : defaults.max_tokens;
+  SamplingOptions& s = o.sampling;
+  s = defaults.sampling;
+  if (field(body, "temperature")) {
+    const double t = get_number(body, "temperature");
+    if (t < 0) bad("temperature", "must not be negative (0 is greedy)");
+    s.greedy = t == 0.0;
+    if (t > 0) s.temperature = static_cast<float>(t);
+  }
+  if (field(body, "top_p")) {
+    const double v = get_number(body, "top_p");
+    if (!(v > 0 && v <= 1)) bad("top_p", "must be in (0, 1]");
+    s.top_p = static_cast<float>(v);
+  }
+  if (field(body, "top_k")) s.top_k = static_cast<uint32_t>(get_count(body, "top_k", UINT32_MAX));
+  if (field(body, "min_p")) {
+    const double v = get_number(body, "min_p");
+    if (!(v >= 0 && v < 1)) bad("min_p", "must be in [0, 1)");
+    s.min_p = static_cast<float>(v);
+  }
+  for (const char* name : {"repetition_penalty", "repeat_penalty"})  // vLLM's name and llama.cpp's
+    if (field(body, name)) {
+      const double v = get_number(body, name);
+      if (!(v > 0)) bad(name, "must be greater than 0 (1 = off)");
+      s.repetition_penalty = static_cast<float>(v);
+    }
+  if (field(body, "seed")) {
+    s.seed = get_count(body, "seed", UINT64_MAX);
+    r.seeded = true;
+  }
+  if (const json* v = field(body, "stop")) {
+    if (v->is_string()) {
+      o.stop.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+      if (v->size() > kMaxStops) bad("stop", "holds more than " + std::to_string(kMaxStops) + " strings");
+      for (const json& e : *v) {
+        if (!e.is_string()) bad("stop", "must be a string or an array of strings");
+        o.stop.push_back(e.get<std::string>());
+      }
+    } else {
+      bad("stop", "must be a string or an array of strings");
+    }
+  }
+  if (field(body, "ignore_eos")) o.ignore_eos = get_bool(body, "ignore_eos");
+  if (field(body, "stream")) r.stream = get_bool(body, "stream");
+  if (field(body, "echo")) r.echo = get_bool(body, "echo");
+  if (const json* v = field(body, "stream_options")) {
+    if (!v->is_object()) bad("stream_options", "must be an object");
+    if (field(*v, "include_usage")) {
+      if (!(*v)["include_usage"].is_boolean()) bad("stream_options.include_usage", "must be true or false");
+      r.include_usage = (*v)["include_usage"].get<bool>();
+    }
+  }
+  return r;
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string error_body(const std::string& message, const std::string& type, const std::string& param,
+                       const std::string& code) {
+  json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  if (!code.empty()) e["code"] = code;
+  return dump(json{{"error", e}});
+}
+
+}  // namespace mmgpt::server

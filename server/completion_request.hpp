@@ -1,0 +1,65 @@
+#pragma once
+// The body of POST /v1/completions (OpenAI's completions API, with
+// llama.cpp's sampling extensions), checked and turned into generation
+// options. Independent of the HTTP library, so it is unit-tested and fuzzed
+// on its own (tests/fuzz/fuzz_completion_request.cpp).
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/generation.hpp"
+
+namespace mmgpt::server {
+
+// A request the server refuses: HTTP status, OpenAI's error type, the field at fault.
+class RequestError : public std::runtime_error {
+ public:
+  RequestError(int status, std::string message, std::string param = {},
+               std::string type = "invalid_request_error", std::string code = {})
+      : std::runtime_error(std::move(message)),
+        status(status),
+        param(std::move(param)),
+        type(std::move(type)),
+        code(std::move(code)) {}
+  int status;
+  std::string param, type, code;
+};
+
+// Parses a JSON request body (an object, nested at most a few levels);
+// throws RequestError(400) for malformed JSON.
+nlohmann::json parse_json_body(std::string_view body);
+
+struct CompletionRequest {
+  std::string model;                    // empty when not given
+  std::optional<std::string> text;      // the prompt as text ...
+  std::vector<int32_t> ids;             // ... or as token ids
+  GenerateOptions options;              // max_tokens, sampling, seed, stop, ignore_eos
+  bool seeded = false;                  // a seed was given (otherwise the server draws one)
+  bool stream = false;
+  bool include_usage = false;           // stream_options.include_usage
+  bool echo = false;                    // the prompt's text comes before the completion
+};
+
+// The defaults of fields a request leaves out.
+struct CompletionDefaults {
+  size_t max_tokens = 16;  // OpenAI's default
+  SamplingOptions sampling;  // mmgpt generate's: temperature 0.8, top-k 200
+};
+
+// Checks every field's type and range; throws RequestError naming the field.
+CompletionRequest parse_completion_request(const nlohmann::json& body, const CompletionDefaults& defaults = {});
+
+// An error body as OpenAI sends it: {"error": {"message", "type", "param", "code"}}.
+std::string error_body(const std::string& message, const std::string& type, const std::string& param = {},
+                       const std::string& code = {});
+
+// JSON text; bytes that are not valid UTF-8 become U+FFFD.
+std::string dump(const nlohmann::json& j);
+
+}  // namespace mmgpt::server

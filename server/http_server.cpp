@@ -1,0 +1,443 @@
+#include "server/http_server.hpp"
+
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include <httplib.h>
+#include <tbb/global_control.h>
+
+#include "core/platform.hpp"
+#include "engine/mmgpt.hpp"
+#include "engine/scheduler.hpp"
+#include "formats/error.hpp"
+#include "server/completion_request.hpp"
+#include "server/metrics.hpp"
+
+namespace mmgpt::server {
+
+using nlohmann::json;
+using Clock = SteadyClock;
+
+namespace {
+
+const char* status_text(int status) {
+  switch (status) {
+    case 400: return "bad request";
+    case 401: return "unauthorized";
+    case 404: return "not found";
+    case 408: return "request timeout";
+    case 411: return "length required";
+    case 413: return "the request body is too large";
+    case 414: return "the request URI is too long";
+    case 429: return "too many requests";
+    case 500: return "internal server error";
+    case 503: return "service unavailable";
+    default: return status >= 500 ? "server error" : "request error";
+  }
+}
+
+const char* error_type(int status) {
+  switch (status) {
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 503: return "unavailable_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+void send_error(httplib::Response& res, const RequestError& e) {
+  res.status = e.status;
+  res.set_content(error_body(e.what(), e.type.empty() ? error_type(e.status) : e.type, e.param, e.code),
+                  "application/json");
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string random_id() {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t salt = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "cmpl-%016llx%04llx", static_cast<unsigned long long>(salt),
+                static_cast<unsigned long long>(counter.fetch_add(1) & 0xffff));
+  return buf;
+}
+
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+std::string finish_reason(StopReason r) { return r == StopReason::Length ? "length" : "stop"; }
+
+// One completion's identity and what its response needs, shared by its handler and stream provider.
+struct Completion {
+  std::shared_ptr<Job> job;
+  std::string id, model, echo;
+  int64_t created = 0;
+  bool include_usage = false;
+  bool echoed = false;
+
+  json chunk(const std::string& text, const json& reason) const {
+    return {{"id", id},
+            {"object", "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"choices", json::array({{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason}}})}};
+  }
+  json usage(const GenerationResult& r) const {
+    const size_t prompt = job->prompt_tokens();
+    return {{"prompt_tokens", prompt}, {"completion_tokens", r.tokens.size()}, {"total_tokens", prompt + r.tokens.size()}};
+  }
+};
+
+class Service {
+ public:
+  Service(const ServeOptions& o, LanguageModel lm, const SchedulerOptions& so)
+      : options_(o), lm_(std::move(lm)), scheduler_(lm_, so), kv_dtype_(so.kv_dtype) {}
+
+  void install(httplib::Server& svr);
+  void begin_shutdown() { stopping_ = true; }
+  Scheduler& scheduler() { return scheduler_; }
+
+ private:
+  void completions(const httplib::Request& req, httplib::Response& res);
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
+  json model_object() const {
+    return {{"id", options_.model_id}, {"object", "model"}, {"created", created_}, {"owned_by", "mmgpt"}};
+  }
+  void record(const Job& job, const GenerationResult& r, Clock::time_point end);
+
+  const ServeOptions& options_;
+  LanguageModel lm_;
+  Scheduler scheduler_;
+  WeightType kv_dtype_;
+  Metrics metrics_;
+  std::atomic<bool> stopping_{false};
+  const int64_t created_ = static_cast<int64_t>(std::time(nullptr));
+};
+
+void Service::record(const Job& job, const GenerationResult& r, Clock::time_point end) {
+  metrics_.count_tokens(job.prompt_tokens(), r.tokens.size());
+  if (r.tokens.empty()) return;
+  metrics_.observe_first_token(seconds(job.first_token() - job.submitted()));
+  if (r.tokens.size() > 1) metrics_.observe_token_interval(seconds(end - job.first_token()) / double(r.tokens.size() - 1));
+}
+
+void Service::install(httplib::Server& svr) {
+  // Before the body is read: the API key, and chunked bodies (which the
+  // library would read past the size limit).
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.has_header("Transfer-Encoding")) {
+      res.set_header("Connection", "close");
+      send_error(res, RequestError(411, "chunked request bodies are not supported: send Content-Length"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!options_.api_key.empty() && req.path != "/health" &&
+        !same_secret(req.get_header_value("Authorization"), "Bearer " + options_.api_key)) {
+      send_error(res, RequestError(401, "a valid API key is required: send 'Authorization: Bearer KEY'", {},
+                                   "authentication_error", "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // Every status >= 400 passes here, ours and the library's (400 for broken
+  // HTTP, 404, 413, 414): each gets an OpenAI-shaped body.
+  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message = status_text(res.status);
+    if (res.status == 404) message = "no such endpoint: " + req.method + " " + req.path;
+    res.set_content(error_body(message, error_type(res.status)), "application/json");
+  });
+  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string message = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+    }
+    res.status = 500;
+    res.set_content(error_body(message, "server_error"), "application/json");
+  });
+  svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics_.count_response(res.status);
+    std::fprintf(stderr, "mmgpt serve: %s %s %s -> %d\n", req.remote_addr.c_str(), req.method.c_str(),
+                 req.path.c_str(), res.status);
+  });
+
+  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    res.status = stopping_ ? 503 : 200;
+    res.set_content(stopping_ ? R"({"status":"shutting down"})" : R"({"status":"ok"})", "application/json");
+  });
+  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.render(scheduler_.stats()), "text/plain; version=0.0.4");
+  });
+  svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump(json{{"object", "list"}, {"data", json::array({model_object()})}}), "application/json");
+  });
+  svr.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] != options_.model_id)
+      return send_error(res, RequestError(404, "the model '" + std::string(req.matches[1]) + "' does not exist",
+                                          "model", "invalid_request_error", "model_not_found"));
+    res.set_content(dump(model_object()), "application/json");
+  });
+  auto guarded = [this](void (Service::*handler)(const httplib::Request&, httplib::Response&)) {
+    return [this, handler](const httplib::Request& req, httplib::Response& res) {
+      try {
+        (this->*handler)(req, res);
+      } catch (const RequestError& e) {
+        send_error(res, e);
+      } catch (const SchedulerFull& e) {
+        res.set_header("Retry-After", "1");
+        send_error(res, RequestError(503, e.what(), {}, "unavailable_error"));
+      } catch (const Error& e) {  // the engine refused the request (ids, lengths, options)
+        send_error(res, RequestError(400, e.what()));
+      }
+    };
+  };
+  svr.Post("/v1/completions", guarded(&Service::completions));
+  svr.Post("/tokenize", guarded(&Service::tokenize));
+  svr.Post("/detokenize", guarded(&Service::detokenize));
+}
+
+void Service::completions(const httplib::Request& req, httplib::Response& res) {
+  if (stopping_) throw SchedulerFull("the server is shutting down");
+  const json body = parse_json_body(req.body);
+  CompletionRequest r = parse_completion_request(body);
+  if (!r.model.empty() && r.model != options_.model_id)
+    throw RequestError(404, "the model '" + r.model + "' does not exist (this server has '" + options_.model_id + "')",
+                       "model", "invalid_request_error", "model_not_found");
+  std::vector<int32_t> ids;
+  if (r.text) {
+    if (lm_.tokenizer().kind() == TokenizerKind::None)
+      throw RequestError(400, "this model has no tokenizer: give the prompt as token ids", "prompt");
+    ids = lm_.encode(*r.text);
+  } else {
+    ids = std::move(r.ids);
+  }
+  const ModelConfig& c = lm_.config();
+  for (int32_t id : ids)
+    if (static_cast<uint64_t>(id) >= c.vocab_size)
+      throw RequestError(400, "'prompt' holds token id " + std::to_string(id) + ", outside the vocabulary (0.." +
+                                  std::to_string(c.vocab_size - 1) + ")",
+                         "prompt");
+  if (ids.size() + r.options.max_new_tokens > c.n_ctx)
+    throw RequestError(400,
+                       "the prompt's " + std::to_string(ids.size()) + " tokens and max_tokens " +
+                           std::to_string(r.options.max_new_tokens) + " exceed the context length " +
+                           std::to_string(c.n_ctx),
+                       "max_tokens", "invalid_request_error", "context_length_exceeded");
+  if (!r.seeded) r.options.sampling.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  r.options.kv_dtype = kv_dtype_;
+
+  auto done = std::make_shared<Completion>();
+  done->id = random_id();
+  done->model = options_.model_id;
+  done->created = static_cast<int64_t>(std::time(nullptr));
+  done->include_usage = r.include_usage;
+  if (r.echo) done->echo = r.text ? *r.text : lm_.decode(ids);
+  done->job = scheduler_.submit(std::move(ids), r.options);
+
+  if (!r.stream) {
+    std::string text = done->echo;
+    for (;;) {
+      JobUpdate u = done->job->wait(std::chrono::milliseconds(500));
+      if (!u.finished) continue;
+      if (!u.error.empty()) throw RequestError(503, u.error, {}, "unavailable_error");
+      if (u.result.reason == StopReason::Callback)
+        throw RequestError(503, "the server shut down before the completion finished", {}, "unavailable_error");
+      record(*done->job, u.result, Clock::now());
+      text += u.result.text;
+      json out = done->chunk(text, finish_reason(u.result.reason));
+      out["usage"] = done->usage(u.result);
+      res.set_content(dump(out), "application/json");
+      return;
+    }
+  }
+
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, done](size_t, httplib::DataSink& sink) {
+        // Runs on this connection's worker after the handler returned: nothing may throw out of it.
+        try {
+          auto event = [&](const json& j) {
+            const std::string s = "data: " + dump(j) + "\n\n";
+            return sink.write(s.data(), s.size());
+          };
+          if (!done->echoed) {
+            done->echoed = true;
+            if (!done->echo.empty() && !event(done->chunk(done->echo, nullptr))) return false;
+          }
+          JobUpdate u = done->job->wait(std::chrono::milliseconds(200));
+          if (!u.text.empty() && !event(done->chunk(u.text, nullptr))) return false;
+          if (u.finished) {
+            if (!u.error.empty() || u.result.reason == StopReason::Callback) {
+              const std::string why = u.error.empty() ? "the server shut down before the completion finished" : u.error;
+              event(json::parse(error_body(why, "unavailable_error")));
+            } else {
+              record(*done->job, u.result, Clock::now());
+              if (!event(done->chunk("", finish_reason(u.result.reason)))) return false;
+              if (done->include_usage) {
+                json usage = done->chunk("", nullptr);
+                usage["choices"] = json::array();
+                usage["usage"] = done->usage(u.result);
+                if (!event(usage)) return false;
+              }
+            }
+            const char last[] = "data: [DONE]\n\n";
+            sink.write(last, sizeof last - 1);
+            sink.done();
+            return true;
+          }
+          // Nothing new: a client that has gone away cancels its sequence.
+          return u.text.empty() ? sink.is_writable() : true;
+        } catch (...) {
+          return false;
+        }
+      },
+      [done](bool) { done->job->cancel(); });
+}
+
+void Service::tokenize(const httplib::Request& req, httplib::Response& res) {
+  const json body = parse_json_body(req.body);
+  const auto it = body.find("content");
+  if (it == body.end() || !it->is_string()) throw RequestError(400, "'content' must be a string", "content");
+  bool with_pieces = false;
+  if (auto p = body.find("with_pieces"); p != body.end() && !p->is_null()) {
+    if (!p->is_boolean()) throw RequestError(400, "'with_pieces' must be true or false", "with_pieces");
+    with_pieces = p->get<bool>();
+  }
+  if (lm_.tokenizer().kind() == TokenizerKind::None) throw RequestError(400, "this model has no tokenizer");
+  const std::vector<int32_t> ids = lm_.encode(it->get<std::string>());
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    if (!with_pieces) {
+      tokens.push_back(id);
+      continue;
+    }
+    const std::string bytes = lm_.tokenizer().token_bytes(id);
+    json piece = bytes;
+    try {
+      (void)json(bytes).dump();  // valid UTF-8: the piece as text, otherwise its bytes (as llama.cpp does)
+    } catch (const json::exception&) {
+      piece = json::array();
+      for (unsigned char b : bytes) piece.push_back(b);
+    }
+    tokens.push_back({{"id", id}, {"piece", piece}});
+  }
+  res.set_content(dump(json{{"tokens", tokens}}), "application/json");
+}
+
+void Service::detokenize(const httplib::Request& req, httplib::Response& res) {
+  const json body = parse_json_body(req.body);
+  const auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array()) throw RequestError(400, "'tokens' must be an array of token ids", "tokens");
+  std::vector<int32_t> ids;
+  for (const json& e : *it) {
+    bool ok = e.is_number_integer();
+    uint64_t id = 0;
+    if (ok && e.is_number_unsigned()) id = e.get<uint64_t>();
+    else if (ok) ok = e.get<int64_t>() >= 0, id = static_cast<uint64_t>(e.get<int64_t>());
+    if (!ok || id >= lm_.config().vocab_size)
+      throw RequestError(400, "'tokens' holds " + dump(e) + ", not a token id of this model (0.." +
+                                  std::to_string(lm_.config().vocab_size - 1) + ")",
+                         "tokens");
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  if (lm_.tokenizer().kind() == TokenizerKind::None) throw RequestError(400, "this model has no tokenizer");
+  res.set_content(dump(json{{"content", lm_.decode(ids)}}), "application/json");
+}
+
+size_t default_parallel(const LanguageModel& lm, WeightType kv, size_t prefix_cache) {
+  const ModelConfig& c = lm.config();
+  const uint64_t per_sequence = uint64_t{2} * c.n_layer * c.n_ctx * c.n_embd * KVCache::element_bytes(kv);
+  const uint64_t budget = platform::physical_memory_bytes() / 4;  // a quarter of the machine for KV caches
+  const uint64_t fits = per_sequence ? budget / per_sequence : 16;
+  return static_cast<size_t>(std::clamp<uint64_t>(fits > prefix_cache ? fits - prefix_cache : 1, 1, 16));
+}
+
+}  // namespace
+
+void serve(const ServeOptions& given) {
+  ServeOptions o = given;
+  const WeightType kv = o.kv_dtype;
+  std::unique_ptr<tbb::global_control> threads;
+  if (o.threads > 0)
+    threads = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, o.threads);
+  if (o.model_id.empty()) o.model_id = std::filesystem::path(o.model_path).stem().string();
+
+  // SIGTERM and SIGINT are taken by sigwait below: blocked in every thread started from here on.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  LanguageModel lm = LanguageModel::load(o.model_path);
+  SchedulerOptions so;
+  so.max_running = o.parallel ? o.parallel : default_parallel(lm, kv, o.prefix_cache);
+  so.max_queued = o.max_queue;
+  so.prefill_chunk = o.prefill_chunk;
+  so.prefix_cache = o.prefix_cache;
+  so.kv_dtype = kv;
+  Service service(o, lm, so);
+
+  httplib::Server svr;
+  const size_t workers = so.max_running + so.max_queued + 8;  // a worker per running or queued request, and spare
+  svr.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  svr.set_socket_options([](int sock) {  // the library's default SO_REUSEPORT would share a busy port silently
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  svr.set_payload_max_length(o.max_body);
+  svr.set_read_timeout(o.timeout_seconds, 0);
+  svr.set_write_timeout(o.timeout_seconds, 0);
+  svr.set_keep_alive_timeout(5);
+  service.install(svr);
+
+  int port = o.port;
+  if (port == 0) {
+    port = svr.bind_to_any_port(o.host);
+    if (port < 0) throw Error("cannot listen on " + o.host + ": no free port, or not an address of this machine");
+  } else if (!svr.bind_to_port(o.host, port)) {
+    throw Error("cannot listen on " + o.host + ":" + std::to_string(port) +
+                ": the port is in use, or the address is not one of this machine's");
+  }
+  std::atomic<bool> listen_failed{false};
+  std::thread listener([&] {
+    if (!svr.listen_after_bind()) {
+      listen_failed = true;
+      kill(getpid(), SIGTERM);
+    }
+  });
+  while (!svr.is_running() && !listen_failed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::printf("mmgpt serve: listening on http://%s:%d (model %s, %zu parallel, KV %s)\n", o.host.c_str(), port,
+              o.model_id.c_str(), so.max_running, std::string(weight_type_info(kv).name).c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::fprintf(stderr, "mmgpt serve: %s: finishing running requests (at most %.0f s)\n",
+               sig == SIGINT ? "interrupted" : "terminated", o.shutdown_grace);
+  service.begin_shutdown();
+  service.scheduler().drain(Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_grace * 1000)));
+  svr.stop();
+  listener.join();
+  if (listen_failed) throw Error("the server stopped accepting connections");
+}
+
+}  // namespace mmgpt::server
