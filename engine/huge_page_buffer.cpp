@@ -32,6 +32,10 @@ HugePageBuffer::HugePageBuffer(size_t floats) : size_(floats) {
   platform::advise_huge_pages(data_, bytes);  // advisory: where THP is off this is ordinary memory
 }
 
+void HugePageBuffer::fault_in() {
+  if (size_ != 0) std::memset(data_, 0, size_ * sizeof(float));
+}
+
 HugePageBuffer::HugePageBuffer(const HugePageBuffer& other) : HugePageBuffer(other.size_) {
   if (size_ != 0) std::memcpy(data_, other.data_, size_ * sizeof(float));
 }

@@ -25,6 +25,9 @@ class HugePageBuffer {
   void* bytes() { return data_; }
   const float* data() const { return data_; }
   size_t size() const { return size_; }
+  // Makes every page resident now (writing zeros over the contents), so that
+  // a later first write does not wait for the kernel to fault pages in.
+  void fault_in();
 
  private:
   void release() noexcept;

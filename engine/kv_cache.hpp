@@ -45,6 +45,11 @@ class KVCache {
   size_t length() const { return length_; }
   void set_length(size_t n) { length_ = n; }
   void clear() { length_ = 0; }
+  // Makes the whole cache resident now (its contents become zeros).
+  void fault_in() {
+    keys_.fault_in();
+    values_.fault_in();
+  }
   size_t head_dim() const { return head_dim_; }
 
   size_t groups() const { return groups_; }

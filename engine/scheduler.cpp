@@ -70,8 +70,12 @@ bool Job::cancelled() const {
 Scheduler::Scheduler(LanguageModel lm, const SchedulerOptions& options) : lm_(std::move(lm)), options_(options) {
   if (options_.max_running == 0) throw Error("the scheduler needs room for at least one running sequence");
   if (options_.prefill_chunk == 0) throw Error("the prefill chunk must be at least one token");
-  KVCache check(lm_.config(), options_.kv_dtype, 1);  // refuses a KV dtype that is not f32, bf16 or f16
-  (void)check;
+  // Every running sequence's cache, allocated and faulted in now: first
+  // touches of fresh pages would otherwise stall the steps that admit requests.
+  for (size_t i = 0; i < options_.max_running; ++i) {
+    prefix_.push_back({{}, KVCache(lm_.config(), options_.kv_dtype)});
+    prefix_.back().cache.fault_in();
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -138,8 +142,7 @@ KVCache Scheduler::take_cache(const std::vector<int32_t>& prompt, size_t& cached
                                            t.begin());
     if (len > best_len) best = i, best_len = len;
   }
-  if (best == prefix_.size() && !prefix_.empty() && prefix_.size() >= options_.prefix_cache)
-    best = 0;  // nothing shared: reuse the oldest kept cache's memory rather than grow
+  if (best == prefix_.size() && !prefix_.empty()) best = 0;  // nothing shared: reuse the oldest cache's memory
   cached_tokens = best_len;
   if (best == prefix_.size()) return KVCache(lm_.config(), options_.kv_dtype);
   KVCache cache = std::move(prefix_[best].cache);
@@ -155,9 +158,16 @@ void Scheduler::admit(std::unique_lock<std::mutex>&) {
     r->job = job;
     r->started = SteadyClock::now();
     size_t cached = 0;
-    KVCache cache = take_cache(job->prompt_, cached);
+    try {
+      KVCache cache = take_cache(job->prompt_, cached);
+      r->seq.emplace(lm_.config(), job->options_, job->prompt_, std::move(cache), cached);
+    } catch (const std::exception& e) {  // submit() checked the request; this is memory running out
+      GenerationResult none;
+      none.reason = StopReason::Callback;
+      job->finish(none, e.what());
+      continue;
+    }
     job->cached_tokens_ = cached;
-    r->seq.emplace(lm_.config(), job->options_, job->prompt_, std::move(cache), cached);
     stats_.prompt_tokens_reused += cached;
     running_.push_back(std::move(r));
   }
@@ -168,12 +178,14 @@ void Scheduler::retire(Running& r) {
   const std::string rest = s.flush();
   if (!rest.empty() && s.result().reason != StopReason::Callback) r.job->push(rest, 0);
   GenerationResult result = s.result();
-  // Keep the cache for the prefix it holds; the oldest kept one goes when full.
-  if (options_.prefix_cache > 0 && s.cached_prefix() > 0) {
-    std::vector<int32_t> held(s.tokens().begin(), s.tokens().begin() + static_cast<std::ptrdiff_t>(s.cached_prefix()));
-    if (prefix_.size() >= options_.prefix_cache) prefix_.erase(prefix_.begin());
-    prefix_.push_back({std::move(held), s.take_cache()});
-  }
+  // Keep the cache, with the prefix it holds, while running and kept caches
+  // number at most max_running + prefix_cache; the oldest kept one goes first.
+  std::vector<int32_t> held(s.tokens().begin(), s.tokens().begin() + static_cast<std::ptrdiff_t>(s.cached_prefix()));
+  prefix_.push_back({std::move(held), s.take_cache()});
+  const size_t live = static_cast<size_t>(
+      std::count_if(running_.begin(), running_.end(), [](const auto& x) { return !x->seq->done(); }));
+  const size_t room = options_.max_running + options_.prefix_cache - live;
+  while (prefix_.size() > room) prefix_.erase(prefix_.begin());
   r.job->finish(std::move(result), {});
 }
 
@@ -217,6 +229,7 @@ bool Scheduler::step() {
 
   std::span<const float> logits;
   std::string failure;
+  const SteadyClock::time_point t0 = SteadyClock::now();
   try {
     logits = executor_->run(steps);
   } catch (const std::exception& e) {
@@ -225,6 +238,7 @@ bool Scheduler::step() {
   const size_t vocab = lm_.config().vocab_size;
   std::lock_guard lock(mutex_);
   ++stats_.steps;
+  stats_.step_seconds += std::chrono::duration<double>(SteadyClock::now() - t0).count();
   stats_.step_sequences += members.size();
   stats_.last_batch = members.size();
   for (size_t k = 0; k < members.size(); ++k) {
@@ -241,6 +255,16 @@ bool Scheduler::step() {
       ++stats_.generated_tokens;
       r.job->push(made->text, 1);
     }
+  }
+  // Finished sequences leave now: their jobs end, and their places are free for the next step.
+  if (failure.empty()) {
+    std::vector<Running*> finished;
+    for (auto& r : running_)
+      if (r->seq->done()) finished.push_back(r.get());
+    for (Running* r : finished) retire(*r);
+    std::erase_if(running_, [&](const std::unique_ptr<Running>& r) {
+      return std::find(finished.begin(), finished.end(), r.get()) != finished.end();
+    });
   }
   if (!failure.empty())
     std::erase_if(running_, [&](const std::unique_ptr<Running>& r) {

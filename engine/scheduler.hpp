@@ -5,10 +5,11 @@
 // share a per-step token budget, so running sequences keep their pace; a
 // finished or cancelled sequence leaves at once.
 //
-// Finished sequences' KV caches are kept (up to prefix_cache of them) with
-// the tokens they hold: a request whose prompt begins with those tokens
-// starts from that cache instead of an empty one (a shared system preamble,
-// a retried request). Every sequence is a GenerationSequence, so its tokens
+// Finished sequences' KV caches are kept with the tokens they hold, up to
+// max_running + prefix_cache caches in all: a request whose prompt begins
+// with a kept cache's tokens starts from that cache (a shared system
+// preamble, a retried request); any other takes the oldest kept cache's
+// memory, already faulted in, rather than a fresh one. Every sequence is a GenerationSequence, so its tokens
 // are exactly those of run_generation for the same prompt and options,
 // whatever else runs beside it.
 #include <chrono>
@@ -33,7 +34,7 @@ struct SchedulerOptions {
   size_t max_running = 16;     // sequences in a step
   size_t max_queued = 64;      // requests waiting to run; more are refused (SchedulerFull)
   size_t prefill_chunk = 256;  // prompt tokens per step, over all the prompts being prefilled
-  size_t prefix_cache = 4;     // KV caches of finished sequences kept for their prefixes
+  size_t prefix_cache = 4;     // KV caches kept beyond the running ones (below)
   WeightType kv_dtype = WeightType::F32;
 };
 
@@ -92,6 +93,7 @@ class Job {
 struct SchedulerStats {
   size_t running = 0, queued = 0;
   uint64_t steps = 0;               // executor steps run
+  double step_seconds = 0;          // their time
   uint64_t step_sequences = 0;      // sequences over all steps (step_sequences / steps: the mean batch)
   size_t last_batch = 0;            // sequences in the latest step
   uint64_t prompt_tokens_run = 0;   // prompt tokens prefilled

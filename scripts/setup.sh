@@ -21,10 +21,11 @@ case "${1:-}" in
   *) echo "setup.sh: unknown option '$1' (use no option, --run, --python or --train)" >&2; exit 2 ;;
 esac
 
-# The compiler, CMake, Ninja, and the libraries the mmgpt binary is built with.
+# The compiler, CMake, Ninja, and the libraries the mmgpt binary is built with
+# (cpp-httplib, found by pkg-config, for `mmgpt serve`).
 packages=(
-  build-essential cmake ninja-build
-  libxsimd-dev libtbb-dev nlohmann-json3-dev libcli11-dev libicu-dev
+  build-essential cmake ninja-build pkg-config
+  libxsimd-dev libtbb-dev nlohmann-json3-dev libcli11-dev libicu-dev libcpp-httplib-dev
 )
 if [ "$train" = 1 ]; then
   # The BLAS alternative prefers OpenBLAS once installed (priority 100 over the
@@ -45,6 +46,7 @@ if [ "$all" = 1 ]; then
     python3 python3-torch python3-numpy
     clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (scripts/fuzz-smoke.sh)
     nodejs
+    curl haproxy
     libopenblas0-pthread  # bench only: bench_kernels' OpenBLAS rows load it at run time; mmgpt never links it
   )
   # npm runs the tokenizer conformance test's reference (js-tiktoken). Some
@@ -73,5 +75,9 @@ if [ "$all" = 1 ]; then
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   if [ ! -d "$root/tests/tokenizer/node_modules" ]; then
     (cd "$root/tests/tokenizer" && npm ci --no-audit --no-fund)
+  fi
+  # The OpenAI client (tests/server/test_openai_client.py), pinned by its package-lock.json.
+  if [ ! -d "$root/tests/server/openai/node_modules" ]; then
+    (cd "$root/tests/server/openai" && npm ci --no-audit --no-fund)
   fi
 fi

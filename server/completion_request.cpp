@@ -51,10 +51,10 @@ std::vector<int32_t> get_ids(const json& v, const char* name) {
   ids.reserve(v.size());
   for (const json& e : v) {
     if (!e.is_number_integer()) bad(name, "must be a string or an array of token ids");
-    const int64_t id = e.get<int64_t>();
-    if (e.is_number_unsigned() || id < 0 || id > std::numeric_limits<int32_t>::max())
-      bad(name, "holds token id " + e.dump() + ", outside the vocabulary");
-    ids.push_back(static_cast<int32_t>(id));
+    const bool fits = e.is_number_unsigned() ? e.get<uint64_t>() <= uint64_t{INT32_MAX}
+                                             : e.get<int64_t>() >= 0 && e.get<int64_t>() <= INT32_MAX;
+    if (!fits) bad(name, "holds token id " + e.dump() + ", outside the vocabulary");
+    ids.push_back(static_cast<int32_t>(e.get<int64_t>()));
   }
   return ids;
 }

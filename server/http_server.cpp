@@ -399,9 +399,11 @@ void serve(const ServeOptions& given) {
   httplib::Server svr;
   const size_t workers = so.max_running + so.max_queued + 8;  // a worker per running or queued request, and spare
   svr.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
-  svr.set_socket_options([](int sock) {  // the library's default SO_REUSEPORT would share a busy port silently
-    int yes = 1;
+  int listen_socket = -1;
+  svr.set_socket_options([&listen_socket](int sock) {
+    int yes = 1;  // the library's default, SO_REUSEPORT, would let a second server share a busy port silently
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_socket = sock;
   });
   svr.set_payload_max_length(o.max_body);
   svr.set_read_timeout(o.timeout_seconds, 0);
@@ -417,6 +419,9 @@ void serve(const ServeOptions& given) {
     throw Error("cannot listen on " + o.host + ":" + std::to_string(port) +
                 ": the port is in use, or the address is not one of this machine's");
   }
+  // The library listens with a backlog of 5: a burst of clients connecting at
+  // once would wait for SYN retransmits. Listening again raises it.
+  if (listen_socket >= 0) ::listen(listen_socket, SOMAXCONN);
   std::atomic<bool> listen_failed{false};
   std::thread listener([&] {
     if (!svr.listen_after_bind()) {

@@ -80,6 +80,8 @@ std::string Metrics::render(const SchedulerStats& s) const {
   line(out, "mmgpt_batch_size %zu\n", s.last_batch);
   header(out, "mmgpt_steps_total", "counter", "Engine steps run (each one batch through the model).");
   line(out, "mmgpt_steps_total %llu\n", static_cast<unsigned long long>(s.steps));
+  header(out, "mmgpt_step_seconds_total", "counter", "Time spent in engine steps.");
+  line(out, "mmgpt_step_seconds_total %.6f\n", s.step_seconds);
   header(out, "mmgpt_step_sequences_total", "counter",
          "Sequences summed over engine steps (divided by mmgpt_steps_total: the mean batch size).");
   line(out, "mmgpt_step_sequences_total %llu\n", static_cast<unsigned long long>(s.step_sequences));

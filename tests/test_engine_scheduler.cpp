@@ -198,9 +198,8 @@ TEST_CASE("scheduler: cancelling, a full queue, bad requests and draining") {
     while (true) {
       try {
         scheduler->submit(p, g)->cancel();
-      } catch (const SchedulerFull& e) {
-        CHECK(std::string(e.what()).find("shutting down") != std::string::npos);
-        break;
+      } catch (const SchedulerFull& e) {  // "the queue is full" until the drain begins
+        if (std::string(e.what()).find("shutting down") != std::string::npos) break;
       }
       std::this_thread::sleep_for(1ms);
     }

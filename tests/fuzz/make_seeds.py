@@ -174,6 +174,18 @@ def main():
                         "big": "\x0418446744073709551615 2147483647", "bad": "\x02-1 +3 4x"}.items():
             put(out, "fuzz_token_ids", name, t)
 
+        # POST /v1/completions bodies (see fuzz_completion_request.cpp).
+        bodies = {
+            "minimal": {"prompt": "Hello"},
+            "full": {"model": "m", "prompt": "Hi", "max_tokens": 20, "temperature": 0.7, "top_p": 0.9, "top_k": 40,
+                     "min_p": 0.05, "repetition_penalty": 1.1, "seed": 42, "stop": ["\n", "END"], "stream": True,
+                     "stream_options": {"include_usage": True}, "echo": True, "n": 1, "logprobs": None},
+            "ids": {"prompt": [[1, 2, 3]], "max_tokens": 0, "temperature": 0, "stop": "x", "ignore_eos": True},
+            "bad": {"prompt": ["a", "b"], "max_tokens": -1, "temperature": "hot", "seed": 1.5},
+        }
+        for name, b in bodies.items():
+            put(out, "fuzz_completion_request", name, json.dumps(b))
+
         # Hand-made seeds committed in the tree.
         seeds = os.path.join(ROOT, "tests", "fuzz", "seeds")
         if os.path.isdir(seeds):

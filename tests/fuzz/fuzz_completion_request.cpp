@@ -1,0 +1,30 @@
+// mmgpt serve's request parsing: a POST /v1/completions body (any bytes) to
+// generation options. Every outcome is a request or a RequestError; an
+// accepted request must be one the engine can run (its sampling options pass
+// the Sampler's checks), and every error body must be valid JSON.
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "engine/sampler.hpp"
+#include "formats/error.hpp"
+#include "server/completion_request.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace mmgpt;
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  try {
+    const server::CompletionRequest r = server::parse_completion_request(server::parse_json_body(body));
+    if (r.text ? r.text->empty() : r.ids.empty()) std::abort();
+    for (int32_t id : r.ids)
+      if (id < 0) std::abort();
+    if (r.options.max_new_tokens > (uint64_t{1} << 24)) std::abort();
+    Sampler check(r.options.sampling);  // throws mmgpt::Error (a crash here) for options out of range
+    (void)check;
+  } catch (const server::RequestError& e) {
+    if (e.status != 400) std::abort();
+    const nlohmann::json j = nlohmann::json::parse(server::error_body(e.what(), e.type, e.param, e.code));
+    if (!j["error"]["message"].is_string()) std::abort();
+  }
+  return 0;
+}

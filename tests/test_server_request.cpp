@@ -1,0 +1,134 @@
+// mmgpt serve's request parsing (server/completion_request.hpp): every field
+// of OpenAI's completions request and llama.cpp's extensions, their defaults,
+// and a 400 naming the field for each wrong type or range.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "server/completion_request.hpp"
+
+using namespace mmgpt;
+using namespace mmgpt::server;
+using nlohmann::json;
+
+namespace {
+
+CompletionRequest parse(const std::string& body) { return parse_completion_request(parse_json_body(body)); }
+
+// The field a refused body names (empty when the error names none).
+std::string refused_param(const std::string& body) {
+  try {
+    parse(body);
+  } catch (const RequestError& e) {
+    CHECK(e.status == 400);
+    return e.param.empty() ? "(none)" : e.param;
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEST_CASE("completion request: defaults, and every field read") {
+  const CompletionRequest d = parse(R"({"prompt": "Hi"})");
+  CHECK(*d.text == "Hi");
+  CHECK(d.options.max_new_tokens == 16);
+  CHECK_FALSE(d.options.sampling.greedy);
+  CHECK(d.options.sampling.temperature == doctest::Approx(0.8));
+  CHECK(d.options.sampling.top_k == 200);
+  CHECK_FALSE(d.seeded);
+  CHECK_FALSE(d.stream);
+
+  const CompletionRequest r = parse(R"({"model": "m", "prompt": "Hi", "max_tokens": 20, "temperature": 0.5,
+      "top_p": 0.9, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.3, "seed": 18446744073709551615,
+      "stop": ["\n", "END"], "stream": true, "stream_options": {"include_usage": true}, "echo": true,
+      "ignore_eos": true, "n": 1, "best_of": 1, "logprobs": null, "presence_penalty": 0, "logit_bias": {},
+      "user": "u", "unknown_field": [1, 2]})");
+  CHECK(r.model == "m");
+  CHECK(r.options.max_new_tokens == 20);
+  CHECK(r.options.sampling.temperature == doctest::Approx(0.5));
+  CHECK(r.options.sampling.top_p == doctest::Approx(0.9));
+  CHECK(r.options.sampling.top_k == 40);
+  CHECK(r.options.sampling.min_p == doctest::Approx(0.05));
+  CHECK(r.options.sampling.repetition_penalty == doctest::Approx(1.3));
+  CHECK(r.options.sampling.seed == UINT64_MAX);
+  CHECK(r.seeded);
+  CHECK(r.options.stop == std::vector<std::string>{"\n", "END"});
+  CHECK(r.stream);
+  CHECK(r.include_usage);
+  CHECK(r.echo);
+  CHECK(r.options.ignore_eos);
+
+  CHECK(parse(R"({"prompt": "a", "temperature": 0})").options.sampling.greedy);
+  CHECK(parse(R"({"prompt": "a", "repetition_penalty": 1.2})").options.sampling.repetition_penalty ==
+        doctest::Approx(1.2));
+  CHECK(parse(R"({"prompt": "a", "stop": "x"})").options.stop == std::vector<std::string>{"x"});
+  CHECK(parse(R"({"prompt": "a", "max_tokens": null})").options.max_new_tokens == 16);
+  CHECK(parse(R"({"prompt": [1, 2, 2147483647]})").ids == std::vector<int32_t>{1, 2, 2147483647});
+  CHECK(parse(R"({"prompt": [[5, 6]]})").ids == std::vector<int32_t>{5, 6});
+  CHECK(*parse(R"({"prompt": ["one"]})").text == "one");
+}
+
+TEST_CASE("completion request: wrong types and ranges name their field") {
+  CHECK(refused_param(R"({"max_tokens": 3})") == "prompt");
+  CHECK(refused_param(R"({"prompt": ""})") == "prompt");
+  CHECK(refused_param(R"({"prompt": []})") == "prompt");
+  CHECK(refused_param(R"({"prompt": 7})") == "prompt");
+  CHECK(refused_param(R"({"prompt": [1, "a"]})") == "prompt");
+  CHECK(refused_param(R"({"prompt": [1, -2]})") == "prompt");
+  CHECK(refused_param(R"({"prompt": [2147483648]})") == "prompt");
+  CHECK(refused_param(R"({"prompt": [1.5]})") == "prompt");
+  CHECK(refused_param(R"({"prompt": ["a", "b"]})") == "prompt");
+  CHECK(refused_param(R"({"prompt": [[1], [2]]})") == "prompt");
+  CHECK(refused_param(R"({"prompt": "a", "model": 5})") == "model");
+  CHECK(refused_param(R"({"prompt": "a", "max_tokens": -1})") == "max_tokens");
+  CHECK(refused_param(R"({"prompt": "a", "max_tokens": 1.0})") == "max_tokens");
+  CHECK(refused_param(R"({"prompt": "a", "max_tokens": "3"})") == "max_tokens");
+  CHECK(refused_param(R"({"prompt": "a", "max_tokens": 16777217})") == "max_tokens");
+  CHECK(refused_param(R"({"prompt": "a", "max_tokens": 1e40})") == "max_tokens");
+  CHECK(refused_param(R"({"prompt": "a", "temperature": -1})") == "temperature");
+  CHECK(refused_param(R"({"prompt": "a", "temperature": 1e39})") == "temperature");
+  CHECK(refused_param(R"({"prompt": "a", "temperature": "0.5"})") == "temperature");
+  CHECK(refused_param(R"({"prompt": "a", "top_p": 0})") == "top_p");
+  CHECK(refused_param(R"({"prompt": "a", "top_p": 1.01})") == "top_p");
+  CHECK(refused_param(R"({"prompt": "a", "top_k": -1})") == "top_k");
+  CHECK(refused_param(R"({"prompt": "a", "top_k": 4294967296})") == "top_k");
+  CHECK(refused_param(R"({"prompt": "a", "min_p": 1})") == "min_p");
+  CHECK(refused_param(R"({"prompt": "a", "min_p": -0.1})") == "min_p");
+  CHECK(refused_param(R"({"prompt": "a", "repetition_penalty": 0})") == "repetition_penalty");
+  CHECK(refused_param(R"({"prompt": "a", "repeat_penalty": -1})") == "repeat_penalty");
+  CHECK(refused_param(R"({"prompt": "a", "seed": -1})") == "seed");
+  CHECK(refused_param(R"({"prompt": "a", "seed": 1.5})") == "seed");
+  CHECK(refused_param(R"({"prompt": "a", "stop": 1})") == "stop");
+  CHECK(refused_param(R"({"prompt": "a", "stop": ["a", 1]})") == "stop");
+  CHECK(refused_param(R"({"prompt": "a", "stop": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})") == "stop");
+  CHECK(refused_param(R"({"prompt": "a", "stream": 1})") == "stream");
+  CHECK(refused_param(R"({"prompt": "a", "echo": "no"})") == "echo");
+  CHECK(refused_param(R"({"prompt": "a", "ignore_eos": null, "stream_options": 3})") == "stream_options");
+  CHECK(refused_param(R"({"prompt": "a", "n": 2})") == "n");
+  CHECK(refused_param(R"({"prompt": "a", "best_of": 3})") == "best_of");
+  CHECK(refused_param(R"({"prompt": "a", "logprobs": 1})") == "logprobs");
+  CHECK(refused_param(R"({"prompt": "a", "suffix": "x"})") == "suffix");
+  CHECK(refused_param(R"({"prompt": "a", "frequency_penalty": 0.5})") == "frequency_penalty");
+  CHECK(refused_param(R"({"prompt": "a", "logit_bias": {"1": 5}})") == "logit_bias");
+}
+
+TEST_CASE("request bodies that are not a JSON object") {
+  for (const char* body : {"", "{", "[1]", "\"a\"", "null", "{\"prompt\": NaN}", "{\"prompt\": \"a\"} x",
+                           "{\"prompt\": \"\xff\"}"}) {
+    CAPTURE(body);
+    CHECK(refused_param(body) == "(none)");
+  }
+  // Nesting deep enough to exhaust a recursive parser's stack is refused early.
+  const std::string deep = "{\"prompt\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  CHECK_THROWS_WITH_AS(parse_json_body(deep), doctest::Contains("nested too deeply"), RequestError);
+}
+
+TEST_CASE("error bodies are OpenAI's shape, and text that is not UTF-8 is replaced") {
+  const json e = json::parse(error_body("bad \xff value", "invalid_request_error", "top_p"));
+  CHECK(e["error"]["message"] == "bad \xEF\xBF\xBD value");
+  CHECK(e["error"]["type"] == "invalid_request_error");
+  CHECK(e["error"]["param"] == "top_p");
+  CHECK(e["error"]["code"].is_null());
+  CHECK(json::parse(error_body("m", "server_error"))["error"]["param"].is_null());
+  CHECK(dump(json{{"text", "\xe4\xb8"}}) == "{\"text\":\"\xEF\xBF\xBD\"}");
+}
