@@ -133,7 +133,7 @@ SchedulerStats Scheduler::stats() const {
 KVCache Scheduler::take_cache(const std::vector<int32_t>& prompt, size_t& cached_tokens) {
   // The kept cache sharing the longest prefix with the prompt (at least one token left to run).
   size_t best = prefix_.size(), best_len = 0;
-  for (size_t i = 0; i < prefix_.size(); ++i) {
+  for (size_t i = 0; i < prefix_.size() && options_.prefix_cache > 0; ++i) {
     const std::vector<int32_t>& t = prefix_[i].tokens;
     const size_t n = std::min(t.size(), prompt.size() - 1);
     const size_t len = static_cast<size_t>(std::mismatch(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n),

@@ -34,7 +34,7 @@ struct SchedulerOptions {
   size_t max_running = 16;     // sequences in a step
   size_t max_queued = 64;      // requests waiting to run; more are refused (SchedulerFull)
   size_t prefill_chunk = 256;  // prompt tokens per step, over all the prompts being prefilled
-  size_t prefix_cache = 4;     // KV caches kept beyond the running ones (below)
+  size_t prefix_cache = 4;     // KV caches kept beyond the running ones (below); 0: no prefix reuse
   WeightType kv_dtype = WeightType::F32;
 };
 

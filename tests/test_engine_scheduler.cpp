@@ -140,6 +140,16 @@ TEST_CASE("prefix cache: a prompt extending a finished one starts from its keys 
   const GenerationResult r3 = collect(*j3, streamed);
   CHECK(j3->cached_prompt_tokens() == lm.encode("You are a helpful assistant. ").size());
   CHECK(r3.tokens == lm.generate(other, g).tokens);
+
+  // prefix_cache = 0: no reuse, the same result.
+  o.prefix_cache = 0;
+  Scheduler plain(lm, o);
+  for (int round = 0; round < 2; ++round) {
+    auto j = plain.submit(first, g);
+    streamed.clear();
+    CHECK(collect(*j, streamed).tokens == r1.tokens);
+    CHECK(j->cached_prompt_tokens() == 0);
+  }
 }
 
 TEST_CASE("scheduler: cancelling, a full queue, bad requests and draining") {

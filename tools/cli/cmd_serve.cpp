@@ -46,7 +46,8 @@ void add_serve(CLI::App& app) {
                   "prompt tokens prefilled per step, so running sequences keep their pace (default 256)")
       ->check(count(1, 1 << 20));
   cmd->add_option("--prefix-cache", a->prefix_cache,
-                  "finished sequences' KV caches kept for prompts that begin the same way (default 4)")
+                  "KV caches kept beyond the running ones, for prompts that begin the same way (default 4; 0: "
+                  "no prefix reuse)")
       ->check(count(0, 4096));
   cmd->add_option("--max-body", a->max_body, "largest request body in bytes, beyond which 413 (default 1048576)")
       ->check(count(1, uint64_t{1} << 30));
