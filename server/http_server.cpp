@@ -109,6 +109,7 @@ class Service {
 
   void install(httplib::Server& svr);
   void begin_shutdown() { stopping_ = true; }
+  int open_streams() const { return open_streams_; }
   Scheduler& scheduler() { return scheduler_; }
 
  private:
@@ -126,6 +127,7 @@ class Service {
   WeightType kv_dtype_;
   Metrics metrics_;
   std::atomic<bool> stopping_{false};
+  std::atomic<int> open_streams_{0};  // streamed responses still being written
   const int64_t created_ = static_cast<int64_t>(std::time(nullptr));
 };
 
@@ -269,6 +271,7 @@ void Service::completions(const httplib::Request& req, httplib::Response& res) {
   }
 
   res.set_header("Cache-Control", "no-cache");
+  ++open_streams_;
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, done](size_t, httplib::DataSink& sink) {
@@ -309,7 +312,10 @@ void Service::completions(const httplib::Request& req, httplib::Response& res) {
           return false;
         }
       },
-      [done](bool) { done->job->cancel(); });
+      [this, done](bool) {
+        done->job->cancel();
+        --open_streams_;
+      });
 }
 
 void Service::tokenize(const httplib::Request& req, httplib::Response& res) {
@@ -440,6 +446,9 @@ void serve(const ServeOptions& given) {
                sig == SIGINT ? "interrupted" : "terminated", o.shutdown_grace);
   service.begin_shutdown();
   service.scheduler().drain(Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_grace * 1000)));
+  // Every job has ended; streams still writing their last events get a moment
+  // to send them and [DONE] (stopping the library ends a stream where it is).
+  for (int i = 0; i < 200 && service.open_streams() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   svr.stop();
   listener.join();
   if (listen_failed) throw Error("the server stopped accepting connections");

@@ -271,7 +271,10 @@ stream_result = {}
 
 
 def long_stream():
-    stream_result['r'] = busy.stream(prompt='ROMEO:', max_tokens=127 - 6, seed=2)
+    try:
+        stream_result['r'] = busy.stream(prompt='ROMEO:', max_tokens=127 - 6, seed=2)
+    except Exception as e:  # noqa: BLE001 - reported below
+        stream_result['r'] = (repr(e), [], False)
 
 
 t = threading.Thread(target=long_stream)
