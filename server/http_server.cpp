@@ -79,6 +79,13 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// A client-chosen string as one log line: control bytes (a decoded %0A could forge lines) become '?'.
+std::string loggable(std::string s) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s;
+}
+
 std::string finish_reason(StopReason r) { return r == StopReason::Length ? "length" : "stop"; }
 
 // One completion's identity and what its response needs, shared by its handler and stream provider.
@@ -176,8 +183,8 @@ void Service::install(httplib::Server& svr) {
   });
   svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics_.count_response(res.status);
-    std::fprintf(stderr, "mmgpt serve: %s %s %s -> %d\n", req.remote_addr.c_str(), req.method.c_str(),
-                 req.path.c_str(), res.status);
+    std::fprintf(stderr, "mmgpt serve: %s %s %s -> %d\n", req.remote_addr.c_str(), loggable(req.method).c_str(),
+                 loggable(req.path).c_str(), res.status);
   });
 
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {

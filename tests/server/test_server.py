@@ -167,6 +167,7 @@ expect('stop as a number', 400, 'POST', C, {'prompt': 'a', 'stop': 5}, param='st
 expect('logprobs', 400, 'POST', C, {'prompt': 'a', 'logprobs': 3}, param='logprobs')
 expect('an unknown model', 404, 'POST', C, {'prompt': 'a', 'model': 'gpt-4'}, param='model')
 expect('an unknown endpoint', 404, 'GET', '/v1/chat')
+expect('a path that decodes to a newline', 404, 'GET', '/x%0Ammgpt%20serve:%20forged%0D')
 expect('a wrong method', 404, 'GET', C)
 expect('tokenize without content', 400, 'POST', '/tokenize', {'text': 'a'})
 expect('detokenize an id outside the vocabulary', 400, 'POST', '/detokenize', {'tokens': [99999]})
@@ -238,6 +239,10 @@ for name in ['mmgpt_requests_total{status="200"}', 'mmgpt_requests_total{status=
              'mmgpt_time_to_first_token_seconds_count', 'mmgpt_time_per_output_token_seconds_bucket{le="0.1"}']:
     check(f'/metrics has {name}', name in metrics, metrics[:500])
 check('server exits 0 on SIGTERM', srv.stop() == 0)
+with open(srv.log.name, 'rb') as f:
+    log = f.read()
+check('a client cannot forge log lines', b'\nmmgpt serve: forged' not in log and b'/x?mmgpt serve: forged?' in log,
+      [l for l in log.splitlines() if b'forged' in l])
 
 # --- the API key
 key = Server(MODEL, '--api-key', 'sk-test', '--threads', '1', name='key')
