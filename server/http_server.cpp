@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -87,6 +90,62 @@ std::string loggable(std::string s) {
 }
 
 std::string finish_reason(StopReason r) { return r == StopReason::Length ? "length" : "stop"; }
+
+// The connection threads. At most `max_waiting` accepted connections wait
+// for a free thread; beyond that the accepting thread waits too, and new
+// connections wait in the kernel's listen queue: idle or slow clients cannot
+// make the server hold file descriptors and memory without bound.
+class ConnectionPool : public httplib::TaskQueue {
+ public:
+  ConnectionPool(size_t threads, size_t max_waiting) : max_waiting_(max_waiting) {
+    for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+  }
+
+  void enqueue(std::function<void()> fn) override {
+    std::unique_lock lock(mutex_);
+    room_.wait(lock, [&] { return waiting_.size() < max_waiting_ || unbounded_; });
+    waiting_.push_back(std::move(fn));
+    ready_.notify_one();
+  }
+  void shutdown() override {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    ready_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  // Stops holding the accepting thread back (before the server stops, so that it sees the stop).
+  void release() {
+    {
+      std::lock_guard lock(mutex_);
+      unbounded_ = true;
+    }
+    room_.notify_all();
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock lock(mutex_);
+        ready_.wait(lock, [&] { return stop_ || !waiting_.empty(); });
+        if (waiting_.empty()) return;  // stopping, and nothing left
+        fn = std::move(waiting_.front());
+        waiting_.pop_front();
+      }
+      room_.notify_one();
+      fn();
+    }
+  }
+  const size_t max_waiting_;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable ready_, room_;
+  std::deque<std::function<void()>> waiting_;
+  bool stop_ = false, unbounded_ = false;
+};
 
 // One completion's identity and what its response needs, shared by its handler and stream provider.
 struct Completion {
@@ -410,8 +469,12 @@ void serve(const ServeOptions& given) {
   Service service(o, lm, so);
 
   httplib::Server svr;
-  const size_t workers = so.max_running + so.max_queued + 8;  // a worker per running or queued request, and spare
-  svr.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  const size_t workers = so.max_running + so.max_queued + 8;  // a thread per running or queued request, and spare
+  std::atomic<ConnectionPool*> pool{nullptr};
+  svr.new_task_queue = [workers, &pool] {
+    pool = new ConnectionPool(workers, workers);  // owned by the server, which deletes it after shutdown()
+    return pool.load();
+  };
   int listen_socket = -1;
   svr.set_socket_options([&listen_socket](int sock) {
     int yes = 1;  // the library's default, SO_REUSEPORT, would let a second server share a busy port silently
@@ -456,6 +519,7 @@ void serve(const ServeOptions& given) {
   // Every job has ended; streams still writing their last events get a moment
   // to send them and [DONE] (stopping the library ends a stream where it is).
   for (int i = 0; i < 200 && service.open_streams() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (ConnectionPool* p = pool.load()) p->release();
   svr.stop();
   listener.join();
   if (listen_failed) throw Error("the server stopped accepting connections");

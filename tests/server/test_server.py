@@ -233,6 +233,19 @@ while time.time() < deadline and srv.metric('mmgpt_sequences_running') != 0:
 check('a disconnect mid-stream cancels the sequence', first.startswith(b'HTTP/1.1 200') and
       srv.metric('mmgpt_sequences_running') == 0 and srv.alive(), first[:100])
 
+# Many idle connections: the server holds at most its threads' and their queue's worth, the
+# rest wait in the kernel's listen queue; once they go, it serves again at once.
+idle = []
+for _ in range(400):
+    idle.append(socket.create_connection(('127.0.0.1', srv.port), timeout=10))
+time.sleep(0.5)
+fds = len(os.listdir(f'/proc/{srv.proc.pid}/fd'))
+check('400 idle connections: the server holds a bounded number (threads + waiting)', fds < 2 * (8 + 64 + 8) + 40, fds)
+for s in idle:
+    s.close()
+time.sleep(0.5)
+check('after idle connections leave, the server answers at once', srv.alive())
+
 metrics = srv.request('GET', '/metrics')[2].decode()
 for name in ['mmgpt_requests_total{status="200"}', 'mmgpt_requests_total{status="400"}', 'mmgpt_prompt_tokens_total',
              'mmgpt_generated_tokens_total', 'mmgpt_sequences_running', 'mmgpt_sequences_queued', 'mmgpt_batch_size',
