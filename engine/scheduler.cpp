@@ -59,7 +59,6 @@ void Job::finish(GenerationResult result, std::string error) {
 struct Scheduler::Running {
   std::shared_ptr<Job> job;
   std::optional<GenerationSequence> seq;
-  SteadyClock::time_point started;
 };
 
 bool Job::cancelled() const {
@@ -156,7 +155,6 @@ void Scheduler::admit(std::unique_lock<std::mutex>&) {
     queue_.pop_front();
     auto r = std::make_unique<Running>();
     r->job = job;
-    r->started = SteadyClock::now();
     size_t cached = 0;
     try {
       KVCache cache = take_cache(job->prompt_, cached);
