@@ -135,8 +135,7 @@ void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, 
   }
   // One row is a GEMV: every weight read once, read against the bandwidth.
   // More rows reuse each weight M times and are read against the FMA peak;
-  // GB/s is reported for every M, since small batches read their weights
-  // from memory too.
+  // GB/s is reported for every M too: small batches also stream their weights from memory.
   set_rates(state, start, 2.0 * M * K * N, 4.0 * (M * K + N * K + N + M * N), M == 1 ? Bound::Memory : Bound::Compute);
 }
 

@@ -249,25 +249,18 @@ bool Scheduler::step() {
     }
     if (s.result().tokens.empty()) stats_.prompt_tokens_run += steps[k].ids.size();
     const std::optional<GenerationSequence::Sampled> made = s.advance(logits.subspan(k * vocab, vocab), lm_.tokenizer());
-    if (made && made->token >= 0) {
-      ++stats_.generated_tokens;
-      r.job->push(made->text, 1);
-    }
+    if (made && made->token >= 0) r.job->push(made->text, 1);
   }
-  // Finished sequences leave now: their jobs end, and their places are free for the next step.
-  if (failure.empty()) {
-    std::vector<Running*> finished;
-    for (auto& r : running_)
-      if (r->seq->done()) finished.push_back(r.get());
-    for (Running* r : finished) retire(*r);
-    std::erase_if(running_, [&](const std::unique_ptr<Running>& r) {
-      return std::find(finished.begin(), finished.end(), r.get()) != finished.end();
-    });
-  }
-  if (!failure.empty())
-    std::erase_if(running_, [&](const std::unique_ptr<Running>& r) {
-      return std::find(members.begin(), members.end(), r.get()) != members.end();
-    });
+  // Finished (or failed) sequences leave now: their jobs end, and their places are free for the next step.
+  std::vector<Running*> leaving;
+  if (!failure.empty()) leaving = members;
+  for (auto& r : running_)
+    if (failure.empty() && r->seq->done()) leaving.push_back(r.get());
+  if (failure.empty())
+    for (Running* r : leaving) retire(*r);
+  std::erase_if(running_, [&](const std::unique_ptr<Running>& r) {
+    return std::find(leaving.begin(), leaving.end(), r.get()) != leaving.end();
+  });
   return true;
 }
 

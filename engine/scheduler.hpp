@@ -9,9 +9,9 @@
 // max_running + prefix_cache caches in all: a request whose prompt begins
 // with a kept cache's tokens starts from that cache (a shared system
 // preamble, a retried request); any other takes the oldest kept cache's
-// memory, already faulted in, rather than a fresh one. Every sequence is a GenerationSequence, so its tokens
-// are exactly those of run_generation for the same prompt and options,
-// whatever else runs beside it.
+// memory, already faulted in, rather than a fresh one. Every sequence is a
+// GenerationSequence, so its tokens are exactly those of run_generation for
+// the same prompt and options, whatever else runs beside it.
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -98,7 +98,6 @@ struct SchedulerStats {
   size_t last_batch = 0;            // sequences in the latest step
   uint64_t prompt_tokens_run = 0;   // prompt tokens prefilled
   uint64_t prompt_tokens_reused = 0;  // prompt tokens taken from the prefix cache instead
-  uint64_t generated_tokens = 0;
 };
 
 class Scheduler {

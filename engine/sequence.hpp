@@ -62,7 +62,6 @@ class GenerationSequence {
   // cached_prefix() of them at positions 0.. (none once the window slid).
   const std::vector<int32_t>& tokens() const { return history_; }
   size_t cached_prefix() const { return window_start_ == 0 ? cache_.length() : 0; }
-  KVCache& cache() { return cache_; }
   KVCache take_cache() { return std::move(cache_); }
 
  private:

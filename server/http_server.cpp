@@ -171,7 +171,7 @@ struct Completion {
 class Service {
  public:
   Service(const ServeOptions& o, LanguageModel lm, const SchedulerOptions& so)
-      : options_(o), lm_(std::move(lm)), scheduler_(lm_, so), kv_dtype_(so.kv_dtype) {}
+      : options_(o), lm_(std::move(lm)), scheduler_(lm_, so) {}
 
   void install(httplib::Server& svr);
   void begin_shutdown() { stopping_ = true; }
@@ -190,7 +190,6 @@ class Service {
   const ServeOptions& options_;
   LanguageModel lm_;
   Scheduler scheduler_;
-  WeightType kv_dtype_;
   Metrics metrics_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> open_streams_{0};  // streamed responses still being written
@@ -309,7 +308,7 @@ void Service::completions(const httplib::Request& req, httplib::Response& res) {
                            std::to_string(c.n_ctx),
                        "max_tokens", "invalid_request_error", "context_length_exceeded");
   if (!r.seeded) r.options.sampling.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
-  r.options.kv_dtype = kv_dtype_;
+  r.options.kv_dtype = scheduler_.options().kv_dtype;
 
   auto done = std::make_shared<Completion>();
   done->id = random_id();
