@@ -301,10 +301,15 @@ def long_stream():
         stream_result['r'] = (repr(e), [], False)
 
 
-t = threading.Thread(target=long_stream)
-t.start()
-while busy.metric('mmgpt_sequences_running') != 1:
-    time.sleep(0.01)
+# The stream may end before a poll sees it run (121 tokens of the demo model take tens of ms): start it again.
+for _ in range(50):
+    t = threading.Thread(target=long_stream)
+    t.start()
+    while t.is_alive() and busy.metric('mmgpt_sequences_running') != 1:
+        time.sleep(0.005)
+    if t.is_alive():
+        break
+    t.join()
 t0 = time.time()
 rc = busy.stop()
 t.join()
