@@ -20,6 +20,14 @@ struct GenerateOptions {
   bool ignore_eos = false;                // keep going past the end-of-text token
   std::vector<std::string> stop;          // stop at any of these strings (matched across tokens; not emitted)
   WeightType kv_dtype = WeightType::F32;  // KV cache elements: f32, or bf16 / f16 (half the memory and cache traffic)
+  // For generate() and generate_batch(): prompts run in steps of at most
+  // this many tokens (0: each prompt in one step). The tokens are the same
+  // either way; smaller steps let `interrupt` be asked sooner in a long prompt.
+  size_t prefill_chunk = 0;
+  // For generate() and generate_batch(): asked before every step when set;
+  // true ends every unfinished sequence (StopReason::Callback). Stops a
+  // generation from outside (Ctrl-C) without waiting for its next token.
+  std::function<bool()> interrupt;
 };
 
 enum class StopReason { Length, EndOfText, StopString, Callback };

@@ -1,6 +1,8 @@
 #include "engine/generator.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 
 #include "engine/sequence.hpp"
@@ -30,18 +32,25 @@ std::vector<GenerationResult> run_generation(Executor& executor, const Tokenizer
                     KVCache(config, options.kv_dtype));
   }
 
-  // Each step: the rows of every unfinished sequence; first the whole prompts, then one token each.
+  // Each step: the rows of every unfinished sequence; first the prompts (whole,
+  // or in chunks of prefill_chunk), then one token each.
+  const size_t chunk = options.prefill_chunk ? options.prefill_chunk : SIZE_MAX;
   std::vector<SequenceStep> steps;
   std::vector<size_t> owner;  // sequence index of each step
-  bool prefill = true;
+  bool prefill = true;        // until every sequence has sampled its first token
   double prefill_seconds = 0.0, decode_seconds = 0.0;
   size_t decode_steps = 0;
   for (;;) {
+    if (options.interrupt && options.interrupt()) {
+      for (auto& s : seqs)
+        if (!s->done()) s->finish(StopReason::Callback);
+      break;
+    }
     steps.clear();
     owner.clear();
     for (size_t i = 0; i < seqs.size(); ++i)
       if (!seqs[i]->done()) {
-        steps.push_back(seqs[i]->next_step());
+        steps.push_back(seqs[i]->next_step(chunk));
         owner.push_back(i);
       }
     if (steps.empty()) break;
@@ -50,7 +59,6 @@ std::vector<GenerationResult> run_generation(Executor& executor, const Tokenizer
     std::span<const float> logits = executor.run(steps);
     (prefill ? prefill_seconds : decode_seconds) += seconds_since(t0);
     if (!prefill) ++decode_steps;
-    prefill = false;
 
     for (size_t k = 0; k < owner.size(); ++k) {
       GenerationSequence& s = *seqs[owner[k]];
@@ -58,6 +66,7 @@ std::vector<GenerationResult> run_generation(Executor& executor, const Tokenizer
       if (!made || made->token < 0) continue;
       if (on_token && !on_token(TokenEvent{owner[k], made->token, made->text})) s.finish(StopReason::Callback);
     }
+    prefill = std::any_of(seqs.begin(), seqs.end(), [](const auto& s) { return !s->done() && s->result().tokens.empty(); });
   }
 
   std::vector<GenerationResult> results;

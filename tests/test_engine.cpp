@@ -199,6 +199,8 @@ TEST_CASE("generation past the context slides the window like nanoGPT") {
     hist.push_back(t);
   }
   CHECK(got == expected);
+  opt.prefill_chunk = 3;  // the window re-run in chunks too
+  CHECK(lm.generate(prompt, opt).tokens == expected);
 }
 
 TEST_CASE("generation stops at end-of-text unless told to ignore it, and on request") {
@@ -234,6 +236,54 @@ TEST_CASE("generation stops at end-of-text unless told to ignore it, and on requ
   CHECK(early.tokens.size() == 4);
   CHECK(early.reason == StopReason::Callback);
   CHECK(early.tokens == std::vector<int32_t>(all.tokens.begin(), all.tokens.begin() + 4));
+}
+
+TEST_CASE("a prompt run in chunks gives the same tokens, and interrupt stops between steps") {
+  auto cfg = test::small_config(2, 2, 16, 64, 23);
+  const std::string path = test::temp_path("engine_chunks.mmgpt");
+  test::write_random_model(path, cfg, 31, "", 0.5f);
+  auto lm = LanguageModel::load(path);
+  std::vector<int32_t> prompt(40), other(9);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7 + 3) % 23);
+  for (size_t i = 0; i < other.size(); ++i) other[i] = static_cast<int32_t>((i * 5 + 1) % 23);
+  GenerateOptions opt;
+  opt.max_new_tokens = 12;
+  opt.sampling.temperature = 1.0f;
+  opt.sampling.top_k = 0;
+  opt.sampling.seed = 5;
+  const GenerationResult whole = lm.generate(prompt, opt);
+  const GenerationResult whole_other = lm.generate(other, opt);
+  REQUIRE(whole.tokens.size() == 12);
+  for (size_t chunk : {1, 3, 7, 40, 100}) {
+    CAPTURE(chunk);
+    opt.prefill_chunk = chunk;
+    const GenerationResult r = lm.generate(prompt, opt);
+    CHECK(r.tokens == whole.tokens);
+    CHECK(r.text == whole.text);
+    const auto batch = lm.generate_batch({prompt, other}, opt);
+    CHECK(batch[0].tokens == whole.tokens);
+    CHECK(batch[1].tokens == whole_other.tokens);
+  }
+
+  // Chunks of 7: six steps for the prompt (the sixth samples the first
+  // token), then one a token. Interrupted before the third step: no token.
+  opt.prefill_chunk = 7;
+  int calls = 0;
+  opt.interrupt = [&] { return ++calls == 3; };
+  GenerationResult cut = lm.generate(prompt, opt);
+  CHECK(calls == 3);
+  CHECK(cut.tokens.empty());
+  CHECK(cut.reason == StopReason::Callback);
+  // Before the ninth step: eight steps ran, which made three tokens.
+  calls = 0;
+  opt.interrupt = [&] { return ++calls == 9; };
+  cut = lm.generate(prompt, opt);
+  CHECK(cut.tokens == std::vector<int32_t>(whole.tokens.begin(), whole.tokens.begin() + 3));
+  CHECK(cut.reason == StopReason::Callback);
+  calls = 0;
+  const auto batch = lm.generate_batch({prompt, other}, opt);
+  for (const GenerationResult& b : batch) CHECK(b.reason == StopReason::Callback);
+  CHECK(batch[0].tokens == std::vector<int32_t>(whole.tokens.begin(), whole.tokens.begin() + 3));
 }
 
 TEST_CASE("a stop string ends generation, across token boundaries, and is not emitted") {

@@ -10,14 +10,14 @@
 Every call gives what the mmgpt command line gives for the same inputs,
 options and seed. Errors raise mmgpt.Error (a ValueError) with the command
 line's one-line message. The engine runs with the GIL released, so Python
-threads can run models in parallel; Ctrl-C stops a long call within a token
-or window.
+threads can run models in parallel; Ctrl-C stops a long call within a token,
+a window, or a 256-token step of a long prompt.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union
 
 from . import _mmgpt
 from ._mmgpt import Config, Error
@@ -26,7 +26,7 @@ from ._mmgpt import Config, Error
 # checkpoints converted without tokenizer files.
 _mmgpt._set_data_dir(os.path.join(os.path.dirname(__file__), "data"))
 
-__all__ = ["Error", "Config", "Model", "GenerationResult", "PerplexityResult", "load", "convert"]
+__all__ = ["Error", "Config", "Model", "GenerationResult", "PerplexityResult", "TextStream", "load", "convert"]
 
 Prompt = Union[str, Sequence[int]]
 
@@ -153,14 +153,14 @@ class Model:
     def stream(self, prompt: Prompt, max_new_tokens: int = 256, *, greedy: bool = False, temperature: float = 0.8,
                top_k: int = 200, top_p: Optional[float] = None, min_p: Optional[float] = None,
                repetition_penalty: float = 1.0, seed: Optional[int] = None, stop: Sequence[str] = (),
-               ignore_eos: bool = False, threads: Optional[int] = None) -> Iterator[str]:
+               ignore_eos: bool = False, threads: Optional[int] = None) -> TextStream:
         """generate(), as an iterator of text pieces while they are made (never
         half a UTF-8 character, never part of a stop string). Joined, they are
-        generate()'s text. Leaving the loop early stops generation."""
+        generate()'s text; afterwards the stream's `result` is generate()'s
+        GenerationResult. Leaving the loop early stops generation."""
         opts = _sampling(max_new_tokens, greedy, temperature, top_k, top_p, min_p, repetition_penalty, seed, stop,
                          ignore_eos)
-        native = self._m.stream(prompt, threads=_threads(threads), **opts)
-        return _stream(native)
+        return TextStream(self._m.stream(prompt, threads=_threads(threads), **opts))
 
     def perplexity(self, text_or_ids: Union[str, Sequence[int]], ctx: Optional[int] = None,
                    stride: Optional[int] = None, *, threads: Optional[int] = None) -> PerplexityResult:
@@ -175,15 +175,52 @@ class Model:
                                 windows=d["windows"], ctx=d["ctx"], stride=d["stride"])
 
 
-def _stream(native) -> Iterator[str]:
-    try:
-        while True:
-            piece = native.next()
-            if piece is None:
-                return
-            yield piece.decode("utf-8", errors="replace")
-    finally:
-        native.close()
+class TextStream:
+    """The text pieces of one generation while they are made (Model.stream).
+
+    Iterate it for str pieces; joined, they are generate()'s text. Once the
+    iteration has ended, `result` is the GenerationResult generate() would
+    have given (its stop_reason says why it stopped). Leaving the loop early
+    and calling close() (or dropping the stream) stops generation at the next
+    step; `result` then says "interrupted" (unless generation had already
+    ended)."""
+
+    def __init__(self, native):
+        self._native = native
+        self._result: Optional[GenerationResult] = None
+
+    def __iter__(self) -> TextStream:
+        return self
+
+    def __next__(self) -> str:
+        if self._native is None:
+            raise StopIteration
+        try:
+            piece = self._native.next()
+        except BaseException:
+            self.close()
+            raise
+        if piece is None:
+            self.close()
+            raise StopIteration
+        return piece.decode("utf-8", errors="replace")
+
+    @property
+    def result(self) -> Optional[GenerationResult]:
+        """The whole GenerationResult once generation has ended; None before."""
+        return self._result
+
+    def close(self) -> None:
+        """Stops generation (at its next token) and waits for it to end."""
+        if self._native is not None:
+            native, self._native = self._native, None
+            native.close()
+            d = native.result()
+            if d is not None:
+                self._result = _result(d)
+
+    def __del__(self):
+        self.close()
 
 
 def load(path: str) -> Model:

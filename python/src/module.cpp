@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <condition_variable>
 #include <deque>
@@ -88,6 +89,10 @@ std::vector<int32_t> prompt_ids(const LanguageModel& lm, const py::object& promp
   return checked_ids(lm, ids, "prompt");
 }
 
+// Long prompts run in steps of this many tokens, so that Ctrl-C or close()
+// stops a generation within one such step.
+constexpr size_t kPrefillChunk = 256;
+
 GenerateOptions generate_options(size_t max_new_tokens, bool greedy, float temperature, uint32_t top_k,
                                  std::optional<float> top_p, std::optional<float> min_p, float repetition_penalty,
                                  std::optional<uint64_t> seed, std::vector<std::string> stop, bool ignore_eos) {
@@ -105,6 +110,7 @@ GenerateOptions generate_options(size_t max_new_tokens, bool greedy, float tempe
   if (min_p) s.min_p = *min_p;
   s.repetition_penalty = repetition_penalty;
   s.seed = seed ? *seed : std::random_device{}();
+  o.prefill_chunk = kPrefillChunk;
   // The sampler's own checks (one-line errors), before any work.
   Sampler check(s);
   (void)check;
@@ -137,6 +143,7 @@ class TextStream {
  public:
   TextStream(LanguageModel lm, std::vector<int32_t> prompt, GenerateOptions options, int threads)
       : lm_(std::move(lm)) {
+    options.interrupt = [this] { return cancel_.load(); };
     worker_ = std::thread([this, prompt = std::move(prompt), options = std::move(options), threads] {
       try {
         auto run = [&] {
@@ -147,12 +154,15 @@ class TextStream {
             return !cancel_.load();
           });
         };
+        GenerationResult r;
         if (threads > 0) {
           tbb::task_arena arena(threads);
-          arena.execute(run);
+          r = arena.execute(run);
         } else {
-          run();
+          r = run();
         }
+        std::lock_guard lock(mu_);
+        result_ = std::move(r);
       } catch (const std::exception& e) {
         std::lock_guard lock(mu_);
         error_ = e.what();
@@ -165,17 +175,22 @@ class TextStream {
   }
   ~TextStream() { close(); }
 
-  // The next piece of text (bytes), or None at the end.
+  // The next piece of text (bytes), or None at the end. Waits with the GIL
+  // released, taking it back every 100 ms to run Python's signal handlers
+  // (Ctrl-C raises KeyboardInterrupt here even before the first token).
   py::object next() {
     std::string piece;
-    {
-      py::gil_scoped_release release;
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return !pieces_.empty() || done_; });
-      if (!pieces_.empty()) {
-        piece = std::move(pieces_.front());
-        pieces_.pop_front();
+    for (bool ready = false; !ready;) {
+      {
+        py::gil_scoped_release release;
+        std::unique_lock lock(mu_);
+        ready = cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return !pieces_.empty() || done_; });
+        if (!pieces_.empty()) {
+          piece = std::move(pieces_.front());
+          pieces_.pop_front();
+        }
       }
+      if (!ready && PyErr_CheckSignals() != 0) throw py::error_already_set();
     }
     if (!piece.empty()) return py::bytes(piece);
     if (!error_.empty()) {
@@ -185,6 +200,13 @@ class TextStream {
       throw std::runtime_error(e);
     }
     return py::none();
+  }
+
+  // The whole result (as generate() returns it) once generation has ended, else None.
+  py::object result() {
+    std::lock_guard lock(mu_);
+    if (!done_ || !result_) return py::none();
+    return result_dict(*result_);
   }
 
   void close() {
@@ -201,6 +223,7 @@ class TextStream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> pieces_;
+  std::optional<GenerationResult> result_;
   std::string error_;
   bool is_mmgpt_error_ = false;
   bool done_ = false;
@@ -356,18 +379,14 @@ PYBIND11_MODULE(_mmgpt, m) {
             if (prompts.empty()) throw Error("prompts: no prompt given");
             std::vector<std::vector<int32_t>> ids;
             for (const py::object& p : prompts) ids.push_back(prompt_ids(lm, p));
-            const GenerateOptions o = generate_options(max_new_tokens, greedy, temperature, top_k, top_p, min_p,
-                                                       repetition_penalty, seed, std::move(stop), ignore_eos);
+            GenerateOptions o = generate_options(max_new_tokens, greedy, temperature, top_k, top_p, min_p,
+                                                 repetition_penalty, seed, std::move(stop), ignore_eos);
             Interrupted in;
-            bool stop_all = false;  // the callback runs on the calling thread, between steps
-            std::vector<GenerationResult> results = compute(threads, [&] {
-              return lm.generate_batch(ids, o, [&](const TokenEvent&) {
-                if (stop_all) return false;
-                py::gil_scoped_acquire gil;  // Ctrl-C: Python's signal handlers run here
-                stop_all = !no_signal(in);
-                return !stop_all;
-              });
-            });
+            o.interrupt = [&] {  // asked on the calling thread, before each step
+              py::gil_scoped_acquire gil;  // Ctrl-C: Python's signal handlers run here
+              return !no_signal(in);
+            };
+            std::vector<GenerationResult> results = compute(threads, [&] { return lm.generate_batch(ids, o); });
             if (in.error) throw *in.error;
             py::list out;
             for (const GenerationResult& r : results) out.append(result_dict(r));
@@ -473,5 +492,6 @@ PYBIND11_MODULE(_mmgpt, m) {
 
   py::class_<TextStream>(m, "TextStream")
       .def("next", &TextStream::next)
+      .def("result", &TextStream::result)
       .def("close", &TextStream::close);
 }

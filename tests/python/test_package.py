@@ -61,11 +61,19 @@ def test_prompt_as_ids(cli, demo, lm):
 
 
 def test_stream_joined_equals_generate(lm):
-    pieces = list(lm.stream("ROMEO:", 120, seed=21))
+    s = lm.stream("ROMEO:", 120, seed=21)
+    assert s.result is None
+    pieces = list(s)
     assert len(pieces) > 1
-    assert "".join(pieces) == lm.generate("ROMEO:", 120, seed=21).text
-    stopped = list(lm.stream("ROMEO:", 200, seed=4, stop=["\n"]))
-    assert "".join(stopped) == lm.generate("ROMEO:", 200, seed=4, stop=["\n"]).text
+    want = lm.generate("ROMEO:", 120, seed=21)
+    assert "".join(pieces) == want.text
+    assert s.result == want and s.result.stop_reason == "length"
+    s = lm.stream("ROMEO:", 200, seed=4, stop=["\n"])
+    stopped = list(s)
+    want = lm.generate("ROMEO:", 200, seed=4, stop=["\n"])
+    assert "".join(stopped) == want.text
+    assert s.result == want and s.result.stop_reason == "stop"
+    assert list(s) == []  # an ended stream stays ended
 
 
 def test_stream_break_stops_generation(lm):
@@ -74,8 +82,10 @@ def test_stream_break_stops_generation(lm):
     for i, _ in enumerate(it):
         if i == 3:
             break
+    assert it.result is None
     it.close()
     assert time.monotonic() - t0 < 30
+    assert it.result.stop_reason == "interrupted" and 4 <= len(it.result.tokens) < 100000
 
 
 def test_generate_batch_each_as_alone(lm):
@@ -200,24 +210,39 @@ def test_threads_run_in_parallel(lm):
     assert results == [expected] * 4
 
 
-def test_ctrl_c_stops_generate(demo):
-    code = (
-        "import mmgpt, sys, time\n"
-        f"lm = mmgpt.load({str(demo)!r})\n"
-        "print('ready', flush=True)\n"
-        "try:\n"
-        "    lm.generate('ROMEO:', 10**7, ignore_eos=True, seed=1)\n"
-        "except KeyboardInterrupt:\n"
-        "    print('interrupted', flush=True)\n"
-    )
+def _interrupted(demo, work):
+    """Runs `work` (Python lines, after `lm = mmgpt.load(...)`) in a child, sends it
+    SIGINT a second after it says ready; returns its output once it exits."""
+    code = f"import mmgpt\nlm = mmgpt.load({str(demo)!r})\n" + work
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ready"
     time.sleep(1.0)
     t0 = time.monotonic()
     p.send_signal(signal.SIGINT)
     out, _ = p.communicate(timeout=30)
-    assert "interrupted" in out
     assert time.monotonic() - t0 < 10
+    return out
+
+
+def test_ctrl_c_stops_generate(demo):
+    out = _interrupted(demo, "print('ready', flush=True)\n"
+                             "try:\n"
+                             "    lm.generate('ROMEO:', 10**7, ignore_eos=True, seed=1)\n"
+                             "except KeyboardInterrupt:\n"
+                             "    print('interrupted', flush=True)\n")
+    assert "interrupted" in out
+
+
+def test_ctrl_c_stops_stream(demo):
+    out = _interrupted(demo, "s = lm.stream('ROMEO:', 10**7, ignore_eos=True, seed=1)\n"
+                             "print('ready', flush=True)\n"
+                             "try:\n"
+                             "    for piece in s:\n"
+                             "        pass\n"
+                             "except KeyboardInterrupt:\n"
+                             "    s.close()\n"
+                             "    print('interrupted', s.result.stop_reason, flush=True)\n")
+    assert "interrupted interrupted" in out
 
 
 def test_help_is_useful():
