@@ -1,5 +1,8 @@
 #include "server/http_server.hpp"
 
+#include <dirent.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,11 +12,14 @@
 #include <deque>
 #include <mutex>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -90,6 +96,50 @@ std::string loggable(std::string s) {
 }
 
 std::string finish_reason(StopReason r) { return r == StopReason::Length ? "length" : "stop"; }
+
+bool address_is(const sockaddr_storage& a, socklen_t len, const std::string& host, int port) {
+  int p = -1;
+  if (a.ss_family == AF_INET) p = ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  if (a.ss_family == AF_INET6) p = ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+  char name[NI_MAXHOST];
+  return p == port && getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, name, sizeof name, nullptr, 0,
+                                  NI_NUMERICHOST) == 0 && host == name;
+}
+
+// The socket of a request's connection: the descriptor whose local and peer
+// addresses are the request's (cpp-httplib 0.11 does not hand handlers their
+// connection). The library closes it only after the handler returns. Linux
+// (/proc/self/fd); elsewhere none is found.
+std::optional<int> connection_socket(const httplib::Request& req) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return std::nullopt;
+  std::optional<int> found;
+  while (const dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t local_len = sizeof local, peer_len = sizeof peer;
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+        getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0)
+      continue;
+    if (address_is(peer, peer_len, req.remote_addr, req.remote_port) &&
+        address_is(local, local_len, req.local_addr, req.local_port)) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// Whether the client has closed (or reset) the connection. Waiting bytes (a
+// pipelined request) count as a client still there.
+bool client_closed(int fd) {
+  char c;
+  const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
 
 // The connection threads. At most `max_waiting` accepted connections wait
 // for a free thread; beyond that the accepting thread waits too, and new
@@ -319,10 +369,28 @@ void Service::completions(const httplib::Request& req, httplib::Response& res) {
   done->job = scheduler_.submit(std::move(ids), r.options);
 
   if (!r.stream) {
+    // While it runs, a client that closes its connection cancels it (checked every 50 ms).
     std::string text = done->echo;
+    std::optional<int> socket;
+    bool looked = false, gone = false;
+    Clock::time_point next_check = Clock::now() + std::chrono::milliseconds(50);
     for (;;) {
-      JobUpdate u = done->job->wait(std::chrono::milliseconds(500));
-      if (!u.finished) continue;
+      JobUpdate u = done->job->wait(std::chrono::milliseconds(50));
+      if (!u.finished) {
+        if (gone || Clock::now() < next_check) continue;
+        next_check += std::chrono::milliseconds(50);
+        if (!looked) socket = connection_socket(req);
+        looked = true;
+        if (socket && client_closed(*socket)) {
+          gone = true;
+          done->job->cancel();
+        }
+        continue;
+      }
+      if (gone) {
+        res.status = 499;  // as nginx logs it: the client closed the connection; nobody reads this
+        return;
+      }
       if (!u.error.empty()) throw RequestError(503, u.error, {}, "unavailable_error");
       if (u.result.reason == StopReason::Callback)
         throw RequestError(503, "the server shut down before the completion finished", {}, "unavailable_error");

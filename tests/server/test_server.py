@@ -330,5 +330,32 @@ pieces = [json.loads(x[6:].decode('utf-8'))['choices'][0]['text'] for x in raw_s
 check('gpt2: streamed text equals generate', ''.join(pieces) == want, (pieces, want))
 check('gpt2: no chunk holds a replacement character that the whole text lacks',
       sum(p.count('\ufffd') for p in pieces) == want.count('\ufffd'), pieces)
+
+# A client that closes its connection while its (not streamed) completion runs cancels it: the
+# request ends as 499, and the 15 running beside it are unaffected. The client leaves after
+# 0.1 s, long before 16 sequences of 1000 tokens can end.
+others = []
+
+
+def long_completion(i):
+    status, r = g.complete(prompt='Hello', max_tokens=1000, seed=i, ignore_eos=True)
+    others.append((status, r['usage']['completion_tokens'] if status == 200 else r))
+
+
+ts = [threading.Thread(target=long_completion, args=(i,)) for i in range(15)]
+for t in ts:
+    t.start()
+s = socket.create_connection(('127.0.0.1', g.port), timeout=10)
+body = json.dumps({'prompt': 'Hello', 'max_tokens': 1000, 'seed': 99, 'ignore_eos': True}).encode()
+s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ' +
+          str(len(body)).encode() + b'\r\n\r\n' + body)
+time.sleep(0.1)
+s.close()
+for t in ts:
+    t.join()
+check('a client that closes its connection cancels its completion (499)',
+      g.metric('mmgpt_requests_total{status="499"}') == 1 and g.metric('mmgpt_sequences_running') == 0,
+      (g.metric('mmgpt_requests_total{status="499"}'), g.metric('mmgpt_sequences_running')))
+check('the completions beside it are whole', others == [(200, 1000)] * 15, others[:3])
 check('gpt2 server exits 0', g.stop() == 0)
 finish()
