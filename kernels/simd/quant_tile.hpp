@@ -73,6 +73,7 @@ template <class Ops, bool Q4, size_t R, size_t P, Ahead Prefetch, DecodePrefetch
 [[gnu::always_inline]] inline void tile(const QuantizedRows& x, size_t m, const Panels& pn, const TileOut& o) {
   using F = typename Ops::F;
   constexpr size_t VP = Ops::kVectorsPerPanel, V = P * VP, kVectorBytes = 64 / VP;
+  static_assert(Ops::kLanes * VP == kPanelWidth, "a panel line is kVectorsPerPanel vectors of kLanes rows");
   constexpr WeightType T = Q4 ? WeightType::Q4_0 : WeightType::Q8_0;
   constexpr size_t kLines = Q4 ? 4 : 8;                 // 64-byte lines of quants per block
   constexpr size_t kLineK = Q4 ? 8 : 4;                 // k per line
