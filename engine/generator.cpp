@@ -66,7 +66,8 @@ std::vector<GenerationResult> run_generation(Executor& executor, const Tokenizer
       if (!made || made->token < 0) continue;
       if (on_token && !on_token(TokenEvent{owner[k], made->token, made->text})) s.finish(StopReason::Callback);
     }
-    prefill = std::any_of(seqs.begin(), seqs.end(), [](const auto& s) { return !s->done() && s->result().tokens.empty(); });
+    prefill =
+        std::any_of(seqs.begin(), seqs.end(), [](const auto& s) { return !s->done() && s->result().tokens.empty(); });
   }
 
   std::vector<GenerationResult> results;

@@ -8,17 +8,17 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <deque>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -102,8 +102,9 @@ bool address_is(const sockaddr_storage& a, socklen_t len, const std::string& hos
   if (a.ss_family == AF_INET) p = ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
   if (a.ss_family == AF_INET6) p = ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
   char name[NI_MAXHOST];
-  return p == port && getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, name, sizeof name, nullptr, 0,
-                                  NI_NUMERICHOST) == 0 && host == name;
+  return p == port &&
+         getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, name, sizeof name, nullptr, 0, NI_NUMERICHOST) == 0 &&
+         host == name;
 }
 
 // The socket of a request's connection: the descriptor whose local and peer

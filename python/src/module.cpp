@@ -8,8 +8,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -382,8 +382,9 @@ PYBIND11_MODULE(_mmgpt, m) {
             GenerateOptions o = generate_options(max_new_tokens, greedy, temperature, top_k, top_p, min_p,
                                                  repetition_penalty, seed, std::move(stop), ignore_eos);
             Interrupted in;
-            o.interrupt = [&] {  // asked on the calling thread, before each step
-              py::gil_scoped_acquire gil;  // Ctrl-C: Python's signal handlers run here
+            // Asked on the calling thread before each step; Ctrl-C: Python's signal handlers run here.
+            o.interrupt = [&] {
+              py::gil_scoped_acquire gil;
               return !no_signal(in);
             };
             std::vector<GenerationResult> results = compute(threads, [&] { return lm.generate_batch(ids, o); });
