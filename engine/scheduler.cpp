@@ -153,6 +153,12 @@ void Scheduler::admit(std::unique_lock<std::mutex>&) {
   while (running_.size() < options_.max_running && !queue_.empty()) {
     std::shared_ptr<Job> job = std::move(queue_.front());
     queue_.pop_front();
+    if (job->cancelled()) {  // cancelled while it waited: it never takes (or evicts) a cache
+      GenerationResult none;
+      none.reason = StopReason::Callback;
+      job->finish(none, {});
+      continue;
+    }
     auto r = std::make_unique<Running>();
     r->job = job;
     size_t cached = 0;

@@ -177,6 +177,26 @@ TEST_CASE("scheduler: cancelling, a full queue, bad requests and draining") {
     b->cancel();
     CHECK(collect(*b, s).reason == StopReason::Callback);
   }
+  SUBCASE("a job cancelled while queued never runs, and leaves the prefix cache alone") {
+    auto a = scheduler->submit(p, g);
+    const std::vector<int32_t> other = lm.encode("xyz");
+    auto b = scheduler->submit(other, g);  // queued behind a
+    while (a->wait(10ms).new_tokens == 0) {
+    }
+    b->cancel();
+    a->cancel();
+    std::string s;
+    CHECK(collect(*a, s).reason == StopReason::Callback);
+    const GenerationResult rb = collect(*b, s);
+    CHECK(rb.reason == StopReason::Callback);
+    CHECK(rb.tokens.empty());
+    // a's cache, kept with its prompt, serves the same prompt again.
+    GenerateOptions shorter = g;
+    shorter.max_new_tokens = 2;
+    auto c = scheduler->submit(p, shorter);
+    CHECK(collect(*c, s).tokens.size() == 2);
+    CHECK(c->cached_prompt_tokens() == p.size() - 1);
+  }
   SUBCASE("the queue holds max_queued jobs; more are refused") {
     std::vector<std::shared_ptr<Job>> jobs;
     jobs.push_back(scheduler->submit(p, g));
