@@ -133,9 +133,9 @@ void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, 
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  // One row is a GEMV: every weight read once, read against the bandwidth.
-  // More rows reuse each weight M times and are read against the FMA peak;
-  // GB/s is reported for every M too: small batches also stream their weights from memory.
+  // Both rates for every M: FLOPs, and the bytes the call moves at least once
+  // (x, W, bias, y). One row (a GEMV) is judged against the read bandwidth,
+  // more rows, which reuse each weight M times, against the FMA peak.
   set_rates(state, start, 2.0 * M * K * N, 4.0 * (M * K + N * K + N + M * N), M == 1 ? Bound::Memory : Bound::Compute);
 }
 

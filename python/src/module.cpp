@@ -151,7 +151,7 @@ class TextStream {
             std::lock_guard lock(mu_);
             if (!e.text.empty()) pieces_.emplace_back(e.text);
             cv_.notify_one();
-            return !cancel_.load();
+            return true;  // close() stops it through options.interrupt, asked before every step
           });
         };
         GenerationResult r;

@@ -200,6 +200,15 @@ def raw(data, read_timeout=5.0):
     return out
 
 
+def send_completion(server, body):
+    """Sends a completion request on a fresh socket, left open for the caller to read or close."""
+    data = json.dumps(body).encode()
+    s = socket.create_connection(('127.0.0.1', server.port), timeout=10)
+    s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ' +
+              str(len(data)).encode() + b'\r\n\r\n' + data)
+    return s
+
+
 for name, data in [('a garbage request line', b'GARBAGE\r\n\r\n'), ('an unknown method', b'FOO / HTTP/1.1\r\n\r\n'),
                    ('a request line over 8 KB', b'GET /' + b'a' * 9000 + b' HTTP/1.1\r\n\r\n')]:
     out = raw(data)
@@ -224,10 +233,7 @@ check('a body shorter than Content-Length is dropped after the read timeout', sr
 # A client that disconnects mid-stream cancels its sequence: it leaves the batch well before its
 # 120 tokens. The request may still be queued when the client goes, so wait for both gauges.
 steps_before = srv.metric('mmgpt_step_sequences_total')
-s = socket.create_connection(('127.0.0.1', srv.port), timeout=10)
-body = json.dumps({'prompt': 'ROMEO:', 'max_tokens': 120, 'stream': True, 'seed': 1}).encode()
-s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ' +
-          str(len(body)).encode() + b'\r\n\r\n' + body)
+s = send_completion(srv, {'prompt': 'ROMEO:', 'max_tokens': 120, 'stream': True, 'seed': 1})
 first = s.recv(4096)
 s.close()
 deadline = time.time() + 20
@@ -345,10 +351,7 @@ def long_completion(i):
 ts = [threading.Thread(target=long_completion, args=(i,)) for i in range(15)]
 for t in ts:
     t.start()
-s = socket.create_connection(('127.0.0.1', g.port), timeout=10)
-body = json.dumps({'prompt': 'Hello', 'max_tokens': 1000, 'seed': 99, 'ignore_eos': True}).encode()
-s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ' +
-          str(len(body)).encode() + b'\r\n\r\n' + body)
+s = send_completion(g, {'prompt': 'Hello', 'max_tokens': 1000, 'seed': 99, 'ignore_eos': True})
 time.sleep(0.1)
 s.close()
 for t in ts:
