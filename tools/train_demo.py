@@ -193,7 +193,7 @@ class GPT(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[1])
-    ap.add_argument('--data', default=os.path.join(REPO, '..', 'shared', 'data', 'tinyshakespeare.txt'))
+    ap.add_argument('--data', default=os.path.join(REPO, 'data', 'tinyshakespeare.txt'))
     ap.add_argument('--out', default=os.path.join(REPO, 'models', 'demo'))
     ap.add_argument('--max-iters', type=int, default=3000)
     ap.add_argument('--n-layer', type=int, default=6)

@@ -2,7 +2,7 @@
 tiny character-level nanoGPT checkpoint made with torch.
 
 Each test script is run by ctest as
-    /usr/bin/python3 test_X.py --mmgpt PATH --shared DIR --workdir DIR
+    /usr/bin/python3 test_X.py --mmgpt PATH --workdir DIR
 and ends with the line 'N passed, M failed' (exit status 1 on any failure).
 """
 import argparse
@@ -16,7 +16,6 @@ import torch
 
 parser = argparse.ArgumentParser()
 parser.add_argument('--mmgpt', required=True)
-parser.add_argument('--shared')
 parser.add_argument('--workdir', required=True)
 args = parser.parse_args()
 MM = args.mmgpt

@@ -2,7 +2,7 @@
 and bad arguments give one-line errors. Speed itself is never asserted here
 (figures depend on the machine and its load).
 
-Run by ctest as: /usr/bin/python3 test_bench.py --mmgpt PATH --shared DIR --workdir DIR
+Run by ctest as: /usr/bin/python3 test_bench.py --mmgpt PATH --workdir DIR
 Builds a tiny character-level nanoGPT checkpoint with torch and converts it.
 """
 import json

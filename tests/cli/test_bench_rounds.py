@@ -3,7 +3,7 @@ directory that the reference model loads and `mmgpt convert` reads,
 dtype_rounds.sh benches every file of every round, and dtype_table.py
 tabulates the JSON. Speed itself is never asserted (bench/ reports it).
 
-Run by ctest as: /usr/bin/python3 test_bench_rounds.py --mmgpt PATH --shared DIR --workdir DIR
+Run by ctest as: /usr/bin/python3 test_bench_rounds.py --mmgpt PATH --workdir DIR
 """
 import glob
 import importlib.util
@@ -15,7 +15,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_harness import MM, W, args, check, finish  # noqa: E402
+from cli_harness import MM, W, check, finish  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'reference'))
@@ -39,15 +39,11 @@ check('gpt2_shaped.py writes the directory', rc == 0 and 'model.safetensors' in 
 cfg = json.load(open(os.path.join(hf, 'config.json')))
 check('config.json has the shape', (cfg['n_layer'], cfg['n_head'], cfg['n_embd'], cfg['vocab_size'])
       == (L, H, E, 50257), str(cfg))
-# The fields of a real save_pretrained (../shared's tiny-gpt2-hf), the shape apart.
-real = os.path.join(os.path.abspath(args.shared or ''), 'data', 'models', 'tiny-gpt2-hf', 'config.json')
-if not os.path.isfile(real):
-    check('the shared tiny-gpt2-hf config.json to compare with', False, f'{real} is missing (--shared)')
-else:
-    want_cfg = json.load(open(real))
-    want_cfg.update(n_layer=L, n_head=H, n_embd=E)
-    check("config.json: a real save_pretrained's fields and values, the shape apart", cfg == want_cfg,
-          str({k: (cfg.get(k), want_cfg.get(k)) for k in set(cfg) | set(want_cfg) if cfg.get(k) != want_cfg.get(k)}))
+# The fields of a real save_pretrained (data/models/tiny-gpt2-hf), the shape apart.
+want_cfg = json.load(open(os.path.join(ROOT, 'data', 'models', 'tiny-gpt2-hf', 'config.json')))
+want_cfg.update(n_layer=L, n_head=H, n_embd=E)
+check("config.json: a real save_pretrained's fields and values, the shape apart", cfg == want_cfg,
+      str({k: (cfg.get(k), want_cfg.get(k)) for k in set(cfg) | set(want_cfg) if cfg.get(k) != want_cfg.get(k)}))
 for name, data in (('vocab.json', 'encoder.json'), ('merges.txt', 'vocab.bpe')):
     with open(os.path.join(hf, name), 'rb') as a, open(os.path.join(ROOT, 'data', 'gpt2', data), 'rb') as b:
         check(f'{name} is data/gpt2/{data}', a.read() == b.read())

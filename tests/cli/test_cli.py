@@ -1,6 +1,6 @@
 """The mmgpt command line's contract: exit status, one-line errors, outputs.
 
-Run by ctest as: /usr/bin/python3 test_cli.py --mmgpt PATH --shared DIR --workdir DIR
+Run by ctest as: /usr/bin/python3 test_cli.py --mmgpt PATH --workdir DIR
 Builds a tiny character-level nanoGPT checkpoint with torch, converts it, and
 checks every subcommand's success and failure behaviour: a non-zero exit and
 exactly one line on stderr for every misuse, never a crash or a hang, and no

@@ -2,7 +2,7 @@
 of every subcommand gives one line on stderr that names the option or the file,
 and a non-zero exit -- never a crash, a hang, a stack trace or a silent clamp.
 
-Run by ctest as: /usr/bin/python3 test_cli_misuse.py --mmgpt PATH --shared DIR --workdir DIR
+Run by ctest as: /usr/bin/python3 test_cli_misuse.py --mmgpt PATH --workdir DIR
 Table-driven: each case is (name, argv, substring the error must contain).
 """
 import os

@@ -4,7 +4,7 @@ completes; a full disk (ulimit -f, and a tiny tmpfs when it can be mounted)
 gives one line on stderr naming the output, a non-zero exit, the previous
 output intact and no temporary.
 
-Run by ctest as: /usr/bin/python3 test_convert_atomic.py --mmgpt PATH --shared DIR --workdir DIR
+Run by ctest as: /usr/bin/python3 test_convert_atomic.py --mmgpt PATH --workdir DIR
 """
 import ctypes
 import os

@@ -10,7 +10,7 @@ checkpoint's pages too) must stay under it.
   converted to q4_0: Conv1D matrices transposed on the way;
 - a GPT-2 124M-shaped nanoGPT torch.save (zip) checkpoint written by torch.
 
-Run by ctest as: /usr/bin/python3 test_convert_memory.py --mmgpt PATH --shared DIR --workdir DIR
+Run by ctest as: /usr/bin/python3 test_convert_memory.py --mmgpt PATH --workdir DIR
 """
 import os
 import resource

@@ -25,7 +25,7 @@ import zipfile
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SHAKESPEARE = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
+SHAKESPEARE = os.path.join(ROOT, "data", "tinyshakespeare.txt")
 
 
 def put(out, target, name, data):

@@ -1,7 +1,7 @@
 """Fixtures of the Python package's tests (tests/python, run by run_tests.sh
 under Debian's /usr/bin/python3 against the package pip installed):
 MMGPT_CLI is the mmgpt binary of the same build, whose outputs the package
-must equal; MMGPT_SHARED the shared data folder (../shared)."""
+must equal. The data the tests read is the project's data/ folder."""
 import os
 import subprocess
 from pathlib import Path
@@ -52,17 +52,14 @@ def lm(demo):
 
 
 @pytest.fixture(scope="session")
-def shared():
-    path = Path(os.environ.get("MMGPT_SHARED") or ROOT.parent / "shared")
-    if not (path / "data" / "models" / "tiny-gpt2-hf").is_dir():
-        pytest.fail(f"these tests need the shared data folder (../shared beside the checkout, or MMGPT_SHARED): "
-                    f"{path}/data/models/tiny-gpt2-hf is missing")
-    return path
+def data():
+    """The project's data folder (tinyshakespeare, the GPT-2 vocabulary, tiny-gpt2-hf)."""
+    return ROOT / "data"
 
 
 @pytest.fixture(scope="session")
-def gpt2(shared, work):
-    """A GPT-2 BPE model: the tiny Hugging Face GPT-2 (random weights) from ../shared."""
+def gpt2(data, work):
+    """A GPT-2 BPE model: the tiny Hugging Face GPT-2 (random weights) in data/models."""
     out = work / "tiny-gpt2.mmgpt"
-    mmgpt.convert(shared / "data" / "models" / "tiny-gpt2-hf", out)
+    mmgpt.convert(data / "models" / "tiny-gpt2-hf", out)
     return mmgpt.load(out)

@@ -96,9 +96,9 @@ def test_numpy_arrays(cli, work):
     assert out.read_bytes() == expected
 
 
-def test_tokenizer_option(cli, work, shared):
+def test_tokenizer_option(cli, work, data):
     model, n_head = hf()
-    tok = shared / "data" / "gpt2"
+    tok = data / "gpt2"
     out = work / "hf-tok.mmgpt"
     # 101 rows: fewer than the GPT-2 vocabulary given as the tokenizer, which is refused
     with pytest.raises(mmgpt.Error, match="tokenizer has 50257 tokens"):

@@ -21,8 +21,8 @@ def client():
 
 
 @pytest.fixture(scope="module")
-def text(shared):
-    return (shared / "data" / "tinyshakespeare.txt").read_text()[:12000]
+def text(data):
+    return (data / "tinyshakespeare.txt").read_text()[:12000]
 
 
 def test_perplexity_sharded_equals_one_process(client, demo, lm, text):

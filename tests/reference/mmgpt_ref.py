@@ -33,6 +33,8 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The project's data (tinyshakespeare, the GPT-2 vocabulary, tiny-gpt2-hf): the tests read nothing outside the tree.
+DATA = os.path.join(REPO, 'data')
 sys.path.insert(0, os.path.join(REPO, 'bench'))
 from gpt2_shaped import config as hf_config  # noqa: E402  (config.json as save_pretrained writes it)
 
@@ -455,9 +457,9 @@ def read_safetensors(path):
     return out
 
 
-def copy_gpt2_tokenizer(shared, outdir):
-    """vocab.json/merges.txt as save_pretrained writes them, from the shared GPT-2 files."""
-    src = os.path.join(shared, 'data', 'gpt2')
+def copy_gpt2_tokenizer(outdir):
+    """vocab.json/merges.txt as save_pretrained writes them, from the bundled GPT-2 files."""
+    src = os.path.join(DATA, 'gpt2')
     shutil.copyfile(os.path.join(src, 'encoder.json'), os.path.join(outdir, 'vocab.json'))
     shutil.copyfile(os.path.join(src, 'vocab.bpe'), os.path.join(outdir, 'merges.txt'))
 
@@ -474,7 +476,7 @@ def hf_state_dict(model, with_buffers, prefix=True):
     return sd
 
 
-def write_hf_dir(model, outdir, shared, fmt, dtype=torch.float32, with_buffers=False, prefix=True,
+def write_hf_dir(model, outdir, fmt, dtype=torch.float32, with_buffers=False, prefix=True,
                  eps=1e-5):
     """A save_pretrained-style directory. fmt: 'safetensors' | 'zip' | 'legacy'."""
     os.makedirs(outdir, exist_ok=True)
@@ -483,7 +485,7 @@ def write_hf_dir(model, outdir, shared, fmt, dtype=torch.float32, with_buffers=F
     with open(os.path.join(outdir, 'config.json'), 'w') as f:
         json.dump(hf_config(c['n_layer'], c['n_head'], c['n_embd'], c['n_positions'], c['vocab_size'],
                             eps=eps, dtype=dname), f, indent=2, sort_keys=True)
-    copy_gpt2_tokenizer(shared, outdir)
+    copy_gpt2_tokenizer(outdir)
     sd = cast_state_dict(hf_state_dict(model, with_buffers, prefix), dtype)
     if fmt == 'safetensors':
         # HF drops the tied lm_head.weight (safetensors cannot share storage).
@@ -593,20 +595,16 @@ class Suite:
     def __init__(self, description, need_mmgpt=True):
         ap = argparse.ArgumentParser(description=description)
         ap.add_argument('--mmgpt', required=True, help='path to the mmgpt executable')
-        ap.add_argument('--shared', required=True, help='the shared data directory (/work/shared)')
         ap.add_argument('--workdir', required=True, help='scratch directory for this test')
         ap.add_argument('--only', default=None, help='run only cases whose name contains this')
         self.args = ap.parse_args()
         torch.set_num_threads(1)
         self.passed, self.failed = 0, 0
         self.mmgpt = os.path.abspath(self.args.mmgpt)
-        self.shared = os.path.abspath(self.args.shared)
         self.workdir = os.path.abspath(self.args.workdir)
         problems = []
         if need_mmgpt and not (os.path.isfile(self.mmgpt) and os.access(self.mmgpt, os.X_OK)):
             problems.append(f"mmgpt executable not found: {self.mmgpt}")
-        if not os.path.isdir(os.path.join(self.shared, 'data')):
-            problems.append(f"shared data directory missing: {os.path.join(self.shared, 'data')}")
         if problems:
             for p in problems:
                 print('ERROR: ' + p)

@@ -87,7 +87,7 @@ def main():
 
     def perplexity_budget():
         assert 'f32' in state, 'conversion failed'
-        text = val_text(suite.shared)[:VAL_CHARS]
+        text = val_text()[:VAL_CHARS]
         path = suite.path('val.txt')
         with open(path, 'w') as f:
             f.write(text)
@@ -129,7 +129,7 @@ def main():
         _, js, _ = R.run_cli(suite.mmgpt, ['inspect', state['f32'], '--json'])
         cfg = json.loads(js)['config']
         ctx, vocab = cfg['n_ctx'], cfg['vocab_size']
-        text = val_text(suite.shared)
+        text = val_text()
         ids = [state['stoi'][c] for c in text[:ctx * KL_CHUNKS]]
         ref = torch.cat([logits(suite, state['f32'], ids[i:i + ctx], vocab) for i in range(0, len(ids), ctx)])
         logp = torch.log_softmax(ref, dim=-1)

@@ -7,7 +7,7 @@ pre-1.6 pickle format with GPT2Model-style keys of the original OpenAI
 conversion), f32/f16/bf16 storage, the attn.bias/attn.masked_bias buffers of
 older transformers versions, a non-default layer_norm_epsilon, odd shapes, a
 GPT-2 124M-shaped model, greedy generation past the context, and the real
-tiny-gpt2-hf save_pretrained output from /work/shared.
+tiny-gpt2-hf save_pretrained output in data/models.
 """
 import os
 import sys
@@ -27,7 +27,7 @@ def hf_case(suite, name, shape, seed, fmt, dtype=torch.float32, with_buffers=Fal
         model = R.randomize_(R.HFGPT2LMHeadModel(cfg), seed)
         R.stored_roundtrip_(model, dtype)
         d = suite.path(name)
-        R.write_hf_dir(model, d, suite.shared, fmt, dtype=dtype, with_buffers=with_buffers, prefix=prefix, eps=eps)
+        R.write_hf_dir(model, d, fmt, dtype=dtype, with_buffers=with_buffers, prefix=prefix, eps=eps)
         out = suite.path(name + '.mmgpt')
         extra = ['--layout', 'hf-gpt2'] if layout_flag else []
         R.convert(suite, d, out, extra)
@@ -40,7 +40,7 @@ def hf_case(suite, name, shape, seed, fmt, dtype=torch.float32, with_buffers=Fal
 def real_tiny_gpt2(suite):
     """The real save_pretrained output: weights read with our own safetensors
     reader into the reference model (lm_head absent from the file: tied)."""
-    src = os.path.join(suite.shared, 'data', 'models', 'tiny-gpt2-hf')
+    src = os.path.join(R.DATA, 'models', 'tiny-gpt2-hf')
     assert os.path.isdir(src), f"missing {src}"
     import json
     with open(os.path.join(src, 'config.json')) as f:

@@ -59,9 +59,9 @@ def ref_perplexity(model, ids, ctx, stride):
     return total / count, count, len(windows)
 
 
-def val_text(shared):
+def val_text():
     """tinyshakespeare's validation split, cut where tools/train_demo.py cuts it (90/10 by characters)."""
-    path = os.path.join(shared, 'data', 'tinyshakespeare.txt')
+    path = os.path.join(R.DATA, 'tinyshakespeare.txt')
     assert os.path.isfile(path), f"missing {path}"
     with open(path, 'r') as f:
         data = f.read()
@@ -118,7 +118,7 @@ def main():
         out = suite.path('demo.mmgpt')
         R.convert(suite, ckpt_path, out)
         state['demo'] = (model, meta['stoi'], out)
-        state['val'] = val_text(suite.shared)
+        state['val'] = val_text()
         return [f"val split {len(state['val'])} characters"]
 
     def demo_windows():
@@ -159,7 +159,7 @@ def main():
         out = suite.path('padded.mmgpt')
         R.convert(suite, os.path.join(d, 'ckpt.pt'), out)
         model.double().eval()
-        text = val_text(suite.shared)[5000:6500]
+        text = val_text()[5000:6500]
         return [compare(suite, model, out, text, stoi, None, None, 'padded_default'),
                 compare(suite, model, out, text, stoi, 24, 24, 'padded_stride_eq_ctx'),
                 compare(suite, model, out, text, stoi, 7, 3, 'padded_ctx7')]

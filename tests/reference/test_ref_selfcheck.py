@@ -100,7 +100,7 @@ def safetensors_roundtrip(suite):
         hdr = json.loads(f.read(n))
     assert n % 8 == 0 and hdr['__metadata__'] == {'format': 'pt'} and hdr['c']['dtype'] == 'BF16'
     # Real file: the reader agrees with its declared sizes.
-    real = os.path.join(suite.shared, 'data', 'models', 'tiny-gpt2-hf', 'model.safetensors')
+    real = os.path.join(R.DATA, 'models', 'tiny-gpt2-hf', 'model.safetensors')
     t = R.read_safetensors(real)
     assert t['transformer.wte.weight'].shape == (50257, 2) and 'lm_head.weight' not in t
     return ['writer/reader round trip exact (F32, F16, BF16, I64); tiny-gpt2-hf readable']
@@ -121,7 +121,7 @@ def writers(suite):
     assert len(back['optimizer']['state']) > 0 and 'exp_avg' in back['optimizer']['state'][0]
     hf = R.randomize_(R.HFGPT2LMHeadModel(dict(n_layer=1, n_head=2, n_embd=16, n_positions=8,
                                                 vocab_size=50257, layer_norm_epsilon=1e-5)), 2)
-    d = R.write_hf_dir(hf, suite.path('hfdir'), suite.shared, 'legacy', with_buffers=True, prefix=False)
+    d = R.write_hf_dir(hf, suite.path('hfdir'), 'legacy', with_buffers=True, prefix=False)
     sd = torch.load(os.path.join(d, 'pytorch_model.bin'))
     assert 'wte.weight' in sd and 'h.0.attn.bias' in sd and 'h.0.attn.masked_bias' in sd
     assert sd['h.0.attn.c_attn.weight'].shape == (16, 48), 'Conv1D weight must be [in, out]'

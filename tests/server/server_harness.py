@@ -3,7 +3,7 @@ port, HTTP requests with the standard library, the bundled demo model, and
 what `mmgpt generate` gives for the same request (the server must match it).
 
 Each test script is run by ctest as
-    /usr/bin/python3 test_X.py --mmgpt PATH --shared DIR --workdir DIR
+    /usr/bin/python3 test_X.py --mmgpt PATH --workdir DIR
 and ends with the line 'N passed, M failed' (exit status 1 on any failure).
 """
 import argparse
@@ -19,7 +19,6 @@ import time
 
 parser = argparse.ArgumentParser()
 parser.add_argument('--mmgpt', required=True)
-parser.add_argument('--shared')
 parser.add_argument('--workdir', required=True)
 args = parser.parse_args()
 MM = args.mmgpt
@@ -63,10 +62,8 @@ def demo_model():
 
 
 def gpt2_model():
-    """A GPT-2 (byte-level BPE) model: ../shared's tiny-gpt2-hf, random weights."""
-    src = os.path.join(args.shared or '', 'data/models/tiny-gpt2-hf')
-    if not os.path.isdir(src):
-        raise SystemExit(f'this test needs ../shared/data/models/tiny-gpt2-hf, which is absent ({src})')
+    """A GPT-2 (byte-level BPE) model: data/models/tiny-gpt2-hf, random weights."""
+    src = os.path.join(ROOT, 'data', 'models', 'tiny-gpt2-hf')
     path = os.path.join(W, 'tiny-gpt2.mmgpt')
     if not os.path.exists(path):
         rc, _, err = run('convert', src, '-o', path)

@@ -1,7 +1,7 @@
 """mmgpt's GPT-2 BPE tokenizer against implementations nobody here wrote.
 
-Run by ctest as: /usr/bin/python3 test_bpe_conformance.py --mmgpt PATH --shared DIR --workdir DIR
-Needs /work/shared (tiny-gpt2-hf, tinyshakespeare.txt, llama.cpp's GPT-2 vocab
+Run by ctest as: /usr/bin/python3 test_bpe_conformance.py --mmgpt PATH --workdir DIR
+Reads data/ (tiny-gpt2-hf, tinyshakespeare.txt, llama.cpp's GPT-2 vocabulary
 test) and tests/tokenizer/node_modules (scripts/setup.sh runs `npm ci`).
 
 Compares `mmgpt tokenize` id for id with js-tiktoken's gpt2 encoding on all of
@@ -28,21 +28,17 @@ import unicodedata
 HERE = os.path.dirname(os.path.abspath(__file__))
 parser = argparse.ArgumentParser()
 parser.add_argument('--mmgpt', required=True)
-parser.add_argument('--shared', required=True)
 parser.add_argument('--workdir', required=True)
 args = parser.parse_args()
 W = args.workdir
 shutil.rmtree(W, ignore_errors=True)
 os.makedirs(os.path.join(W, 'cases'))
 
-MODEL_DIR = os.path.join(args.shared, 'data', 'models', 'tiny-gpt2-hf')
-SHAKESPEARE = os.path.join(args.shared, 'data', 'tinyshakespeare.txt')
-LLAMA_INP = os.path.join(args.shared, 'data', 'gpt2', 'llamacpp-vocab-gpt-2.inp')
-LLAMA_OUT = os.path.join(args.shared, 'data', 'gpt2', 'llamacpp-vocab-gpt-2.out')
-for need in (os.path.join(MODEL_DIR, 'vocab.json'), os.path.join(MODEL_DIR, 'merges.txt'), SHAKESPEARE, LLAMA_INP,
-             LLAMA_OUT):
-    if not os.path.isfile(need):
-        sys.exit(f'FAIL: {need} is missing: this test needs the shared data directory (--shared {args.shared})')
+DATA = os.path.join(os.path.dirname(os.path.dirname(HERE)), 'data')
+MODEL_DIR = os.path.join(DATA, 'models', 'tiny-gpt2-hf')
+SHAKESPEARE = os.path.join(DATA, 'tinyshakespeare.txt')
+LLAMA_INP = os.path.join(DATA, 'gpt2', 'llamacpp-vocab-gpt-2.inp')
+LLAMA_OUT = os.path.join(DATA, 'gpt2', 'llamacpp-vocab-gpt-2.out')
 if not os.path.isdir(os.path.join(HERE, 'node_modules', 'js-tiktoken')):
     sys.exit(f'FAIL: {HERE}/node_modules/js-tiktoken is missing: run scripts/setup.sh (it runs `npm ci` there)')
 NODE = shutil.which('node')
