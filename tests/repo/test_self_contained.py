@@ -68,6 +68,9 @@ OUTSIDE = re.compile(r"""\.\./shared|shared/data|/work/|MMGPT_SHARED|['"]\.\.['"
 SCANNED = ('tests', 'scripts', 'bench', 'tools', 'python', 'cmake', '.ci')
 SUFFIXES = ('.py', '.sh', '.cpp', '.hpp', '.js', '.mjs', '.txt', '.cmake', '.toml', '')
 me = os.path.realpath(__file__)
+# scripts/test.sh names ../shared only to hide it for the run (a private mount
+# namespace); it may name nothing else outside the tree.
+HIDER = os.path.join('scripts', 'test.sh')
 files = [os.path.join(SOURCE, 'CMakeLists.txt'), os.path.join(SOURCE, 'setup.py')]
 for top in SCANNED:
     for root, dirs, names in os.walk(os.path.join(SOURCE, top)):
@@ -84,6 +87,9 @@ for path in files:
     scanned += 1
     for n, line in enumerate(text.splitlines(), 1):
         m = OUTSIDE.search(line)
+        if m and os.path.relpath(path, SOURCE) == HIDER and m.group(0) == '../shared' \
+                and not OUTSIDE.search(line.replace('../shared', '')):
+            continue
         if m:
             fail('sources', f'{os.path.relpath(path, SOURCE)}:{n}: names a place outside the tree ({m.group(0)!r}): {line.strip()}')
 if scanned < 50:
