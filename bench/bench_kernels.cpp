@@ -98,10 +98,10 @@ double set_rates(benchmark::State& state, Clock::time_point loop_start, double f
 // sees it must read from memory, not from a cache that the previous iteration
 // filled: it cycles through enough copies of W to overflow any LLC (256 MiB).
 // Packed: W in the panel layout the converter writes (matmul_packed, what the
-// engine runs); RowMajor: matmul, kept for older files; OpenBlas: the same
-// product by OpenBLAS's cblas_sgemm (bench/openblas.hpp) on the row-major W,
-// without the bias, counted the same so the rows compare directly.
-enum class Gemm { Packed, RowMajor, OpenBlas };
+// engine runs); OpenBlas: the same product by OpenBLAS's cblas_sgemm
+// (bench/openblas.hpp) on the row-major W, without the bias, counted the same
+// so the rows compare directly.
+enum class Gemm { Packed, OpenBlas };
 void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, size_t N, Gemm how) {
   IsaScope scope(isa);
   const bool packed = how == Gemm::Packed;
@@ -126,7 +126,6 @@ void bench_matmul(benchmark::State& state, std::string isa, size_t M, size_t K, 
     const float* wc = w.data() + next * wn;
     switch (how) {
       case Gemm::Packed: k::matmul_packed(x.data(), wc, b.data(), y.data(), M, K, N); break;
-      case Gemm::RowMajor: k::matmul(x.data(), wc, b.data(), y.data(), M, K, N); break;
       case Gemm::OpenBlas: mmgpt::bench::OpenBlas::get().x_wt(x.data(), wc, y.data(), int(M), int(K), int(N)); break;
     }
     next = next + 1 == copies ? 0 : next + 1;
@@ -285,9 +284,6 @@ void register_all(const std::string& isa, std::initializer_list<size_t> widths, 
         if (isa != "scalar" && mmgpt::bench::OpenBlas::get().ok())  // side by side with the dispatched kernels
           reg("matmul_openblas" + name.substr(7 + isa.size()),
               [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, Gemm::OpenBlas); });
-        if (d == 768)  // the row-major kernel of older files, for comparison
-          reg("matmul_rowmajor" + name.substr(6),
-              [=](benchmark::State& st) { bench_matmul(st, isa, M, s.K, s.N, Gemm::RowMajor); });
       }
     // Quantized (and bf16, f16) weights, GPT-2 small only: decode shapes and the MLP up at prefill.
     if (d == 768) {

@@ -28,18 +28,10 @@ void append_kv(const float* qkv, size_t t, size_t base, size_t layer, size_t h0,
                KVCache& cache) {
   const size_t hd = cache.head_dim();
   const size_t d = n_head * hd;
-  const WeightType kv = cache.dtype();
   const float* row = qkv + t * 3 * d;
   for (size_t h = h0; h < h1; ++h) {
-    void* k = cache.key_row(layer, h, base + t);
-    void* v = cache.value_row(layer, h, base + t);
-    if (kv == WeightType::F32) {
-      std::memcpy(k, row + d + h * hd, hd * sizeof(float));
-      std::memcpy(v, row + 2 * d + h * hd, hd * sizeof(float));
-    } else {
-      kernels::narrow(row + d + h * hd, hd, kv, static_cast<uint16_t*>(k));
-      kernels::narrow(row + 2 * d + h * hd, hd, kv, static_cast<uint16_t*>(v));
-    }
+    kernels::store_kv(row + d + h * hd, hd, cache.dtype(), cache.key_row(layer, h, base + t));
+    kernels::store_kv(row + 2 * d + h * hd, hd, cache.dtype(), cache.value_row(layer, h, base + t));
   }
 }
 

@@ -87,24 +87,17 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
         for (size_t t = 0; t < s.ids.size(); ++t, ++row) {
           const float* pos = op.b + (base + t) * d;
           float* dst = out + row * d;
-          if (op.packed) {  // the token's row is strided through its panel (a tied LM head)
-            unpack_panel_row(op.w_data, op.w_type, c.vocab_size, d, static_cast<size_t>(s.ids[t]), dst);  // widened
-            for (size_t i = 0; i < d; ++i) dst[i] += pos[i];
-          } else {
-            const float* tok = op.w + static_cast<size_t>(s.ids[t]) * d;
-            for (size_t i = 0; i < d; ++i) dst[i] = tok[i] + pos[i];
-          }
+          // The token's row is strided through its panel (widened from its weight type).
+          unpack_panel_row(op.w_data, op.w_type, c.vocab_size, d, static_cast<size_t>(s.ids[t]), dst);
+          for (size_t i = 0; i < d; ++i) dst[i] += pos[i];
         }
       }
       break;
     }
     case OpKind::LayerNorm: kernels::layernorm(in, op.w, op.b, out, out_rows, width, c.norm_eps); break;
     case OpKind::MatMul:
-      if (op.packed)
-        kernels::matmul_packed(in, op.w_data, op.w_type, op.b, out, out_rows, op.in_features, op.out_features,
-                               op.epilogue);
-      else
-        kernels::matmul(in, op.w, op.b, out, out_rows, op.in_features, op.out_features);
+      kernels::matmul_packed(in, op.w_data, op.w_type, op.b, out, out_rows, op.in_features, op.out_features,
+                             op.epilogue);
       break;
     case OpKind::Attention: {
       // Each sequence attends to its own cache; sequences run in parallel.
@@ -122,13 +115,6 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
           tbb::auto_partitioner());
       break;
     }
-    case OpKind::AddInPlace: kernels::add(out, in, out_rows * width); break;
-    case OpKind::Gelu:
-      if (c.gelu == GeluKind::Erf)
-        kernels::gelu_erf(out, out_rows * width);
-      else
-        kernels::gelu_tanh(out, out_rows * width);
-      break;
     case OpKind::SelectRows: {
       // Each sequence's last logit_rows rows, in sequence order.
       size_t row = 0, dst = 0;

@@ -30,14 +30,13 @@ class GraphBuilder {
     return graph_.ops.back();
   }
 
+  // A matrix (panel-packed, of any weight type) or an f32 vector, and a bias.
   void weights(Op& o, const std::string& w, const std::string& b) {
     o.weight = w;
-    const TensorView& t = model_.file().tensor(w);
-    o.packed = t.layout == Layout::Panel16;
+    const TensorView& t = model_.tensor(w);
     o.w_data = t.data;
-    // The reader allows dtypes other than f32 only on packed matrices (the Embed and MatMul weights).
     o.w_type = t.dtype;
-    o.w = t.dtype == WeightType::F32 ? t.f32() : nullptr;
+    o.w = t.layout == Layout::Panel16 ? nullptr : t.f32();
     if (!b.empty()) {
       o.bias = b;
       o.b = model_.weight(b);
@@ -61,30 +60,22 @@ class GraphBuilder {
     return out;
   }
 
-  // out = gelu(in W^T + b): one fused op when W is packed, else a matmul then a GELU.
-  int matmul_gelu(const std::string& name, int input, size_t in, size_t out_features, bool has_bias, GeluKind gelu,
-                  const std::string& gelu_label) {
+  // out = gelu(in W^T + b), the GELU fused into the matmul's epilogue.
+  int matmul_gelu(const std::string& name, int input, size_t in, size_t out_features, bool has_bias, GeluKind gelu) {
     int out = matmul(name, input, in, out_features, has_bias);
-    Op& m = graph_.ops.back();
-    if (m.packed)
-      m.epilogue.act = gelu == GeluKind::Erf ? kernels::Activation::GeluErf : kernels::Activation::GeluTanh;
-    else
-      op(OpKind::Gelu, gelu_label, out, out);
+    graph_.ops.back().epilogue.act =
+        gelu == GeluKind::Erf ? kernels::Activation::GeluErf : kernels::Activation::GeluTanh;
     return out;
   }
 
-  // residual += in W^T + b: the matmul writes into the residual stream when W
-  // is packed (the buffer `name` is then never used), else a matmul then an add.
-  void matmul_residual(const std::string& name, int input, size_t in, size_t out_features, bool has_bias, int residual,
-                       const std::string& add_label) {
-    int out = matmul(name, input, in, out_features, has_bias);
+  // residual += in W^T + b: the matmul adds into the residual stream (the
+  // buffer `name` is then never used).
+  void matmul_residual(const std::string& name, int input, size_t in, size_t out_features, bool has_bias,
+                       int residual) {
+    matmul(name, input, in, out_features, has_bias);
     Op& m = graph_.ops.back();
-    if (m.packed) {
-      m.output = residual;
-      m.epilogue.accumulate = true;
-    } else {
-      op(OpKind::AddInPlace, add_label, out, residual);
-    }
+    m.output = residual;
+    m.epilogue.accumulate = true;
   }
 
   Graph finish() { return std::move(graph_); }
@@ -117,10 +108,10 @@ Graph build_gpt_graph(const Model& model) {
     int qkv = g.matmul(p + "attn.qkv", h, d, 3 * d, c.qkv_bias);
     int att = g.buffer(p + "attn.out", Rows::Tokens, d);
     g.op(OpKind::Attention, p + "attn", qkv, att).layer = static_cast<int>(layer);
-    g.matmul_residual(p + "attn.proj", att, d, d, c.linear_bias, x, p + "attn.residual");
+    g.matmul_residual(p + "attn.proj", att, d, d, c.linear_bias, x);
     int h2 = g.layernorm(p + "ln_2", x, c.norm_bias);
-    int fc = g.matmul_gelu(p + "mlp.fc", h2, d, ff, c.linear_bias, c.gelu, p + "mlp.gelu");
-    g.matmul_residual(p + "mlp.proj", fc, ff, d, c.linear_bias, x, p + "mlp.residual");
+    int fc = g.matmul_gelu(p + "mlp.fc", h2, d, ff, c.linear_bias, c.gelu);
+    g.matmul_residual(p + "mlp.proj", fc, ff, d, c.linear_bias, x);
   }
 
   int hf = g.layernorm("ln_f", x, c.norm_bias);
@@ -135,7 +126,7 @@ Graph build_gpt_graph(const Model& model) {
 }
 
 const char* op_kind_name(OpKind kind) {
-  static const char* kNames[] = {"embed", "layernorm", "matmul", "attention", "add", "gelu", "select_rows"};
+  static const char* kNames[] = {"embed", "layernorm", "matmul", "attention", "select_rows"};
   return kNames[static_cast<int>(kind)];
 }
 
@@ -154,11 +145,7 @@ std::string Graph::to_string() const {
     if (o.kind == OpKind::MatMul && o.epilogue.accumulate) out << " (added into " << buffers[o.output].name << ")";
     if (!o.weight.empty()) {
       out << "  w=" << o.weight;
-      if (o.packed) {
-        out << " [panel16";
-        if (o.w_type != WeightType::F32) out << " " << weight_type_name(o.w_type);
-        out << "]";
-      }
+      if (o.kind == OpKind::Embed || o.kind == OpKind::MatMul) out << " [panel16 " << weight_type_name(o.w_type) << "]";
     }
     if (!o.bias.empty()) out << " b=" << o.bias;
     out << "\n";

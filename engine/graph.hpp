@@ -24,14 +24,12 @@ class Model;
 enum class OpKind {
   Embed,       // out[t] = wte[id_t] + wpe[pos_t]
   LayerNorm,   // out = layernorm(in; w, b)
-  MatMul,      // out = in * W^T (+ b); with a panel-packed W, optionally act(...) or out += ...
+  MatMul,      // out = act(in * W^T (+ b)), or out += ...; W panel-packed
   Attention,   // causal self-attention of the qkv rows against the KV cache of `layer`
-  AddInPlace,  // out += in
-  Gelu,        // out = gelu(out) in place, erf or tanh flavour from the config
   SelectRows,  // out = the rows whose logits are wanted: each sequence's last ones
 };
 
-// "embed", "layernorm", "matmul", "attention", "add", "gelu", "select_rows".
+// "embed", "layernorm", "matmul", "attention", "select_rows".
 const char* op_kind_name(OpKind kind);
 
 enum class Rows { Tokens, LogitRows };
@@ -48,12 +46,11 @@ struct Op {
   int input = -1;     // buffer ids
   int output = -1;
   std::string weight, bias;  // tensor names in the model file ("" = none)
-  const float* w = nullptr;  // resolved when the graph is built (null when the weight is not f32)
+  const float* w = nullptr;  // an f32 vector weight (a norm's), resolved when the graph is built; null for a matrix
   const float* b = nullptr;
   const void* w_data = nullptr;              // the weight's elements, whatever its type
-  WeightType w_type = WeightType::F32;       // bf16 / f16 only for packed matrices
-  bool packed = false;                       // w is in the panel layout (Embed, MatMul)
-  kernels::Epilogue epilogue;                // MatMul with a packed W: fused GELU and/or residual add
+  WeightType w_type = WeightType::F32;       // Embed, MatMul: the panel-packed matrix's type
+  kernels::Epilogue epilogue;                // MatMul: fused GELU and/or residual add
   size_t in_features = 0, out_features = 0;  // MatMul
   int layer = -1;                            // Attention
 };

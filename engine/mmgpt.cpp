@@ -1,6 +1,7 @@
 #include "engine/mmgpt.hpp"
 
 #include <chrono>
+#include <cstdio>
 
 #include "engine/executor.hpp"
 #include "engine/generator.hpp"
@@ -9,6 +10,7 @@ namespace mmgpt {
 
 LanguageModel LanguageModel::load(const std::string& path) {
   std::shared_ptr<const Model> model = Model::load(path);
+  for (const std::string& notice : model->notices()) std::fprintf(stderr, "mmgpt: %s\n", notice.c_str());
   const auto start = std::chrono::steady_clock::now();
   const StoredBpeTables* stored = model->file().bpe_tables();
   // With stored tables the tokenizer section's strings are never copied out.

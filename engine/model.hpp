@@ -2,6 +2,10 @@
 // A loaded model: the mapped, validated .mmgpt file plus typed pointers to its
 // weights. Weights are read in place from the mapping (never copied), so one
 // Model can serve any number of sessions and processes share its pages.
+// The one exception: weight matrices a file stores row-major (written by
+// `mmgpt convert --weight-layout row-major` of earlier versions) are packed
+// into panels at load, into memory of the Model's own, since the kernels read
+// only panels; notices() says so.
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,12 +23,24 @@ class Model {
   const ModelConfig& config() const { return file_.config(); }
   const TokenizerData& tokenizer_data() const { return file_.tokenizer(); }
 
-  // Named weight lookup; throws if absent (the reader guarantees required ones exist).
+  // A tensor as the engine reads it: the file's, or its packed copy for a
+  // matrix the file stores row-major. Throws if absent.
+  const TensorView& tensor(const std::string& name) const;
+  // Named f32 tensor (norms, biases, position tables); throws if absent.
   const float* weight(const std::string& name) const { return file_.tensor(name).f32(); }
 
+  // What loading did that the user should know about, a sentence each.
+  const std::vector<std::string>& notices() const { return notices_; }
+
  private:
-  explicit Model(ModelFile file) : file_(std::move(file)) {}
+  explicit Model(ModelFile file);
   ModelFile file_;
+  struct alignas(64) Line {
+    float f[16];
+  };
+  std::vector<std::vector<Line>> packed_storage_;
+  std::vector<TensorView> packed_;  // views of packed_storage_, by name
+  std::vector<std::string> notices_;
 };
 
 }  // namespace mmgpt

@@ -5,6 +5,7 @@
 // fixed grain with simple_partitioner, so results do not depend on the thread
 // count.
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -48,17 +49,6 @@ void for_chunks(size_t n, size_t grain, F f) {
 }
 
 }  // namespace
-
-void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N) {
-  if (M == 0 || N == 0) return;
-  const auto& t = detail::active_set();
-  // Work per output column is M*K multiply-adds (M*K <= the size of x, so no overflow).
-  const size_t per_column = std::max<size_t>(M * K, 1);
-  // At least 16 columns per task so each task streams a useful block of W;
-  // a multiple of 4 so tasks start on the kernels' tile boundaries.
-  const size_t grain = ceil_div(std::max<size_t>(ceil_div(kMinWorkPerTask, per_column), 16), 4) * 4;
-  for_chunks(N, grain, [&](size_t n0, size_t n1) { t.matmul_cols(x, w, bias, y, M, K, N, n0, n1); });
-}
 
 size_t panel_range_grain(size_t M, size_t K, size_t N, size_t threads) {
   const size_t panels = panel_count(N);
@@ -167,6 +157,13 @@ void narrow(const float* in, size_t n, WeightType to, uint16_t* out) {
     detail::active_set().narrow_f16(in, n, out);
   else
     narrow_to_bf16(in, n, out);  // integer arithmetic: the compiler vectorizes it as it is
+}
+
+void store_kv(const float* in, size_t n, WeightType kv, void* out) {
+  if (kv == WeightType::F32)
+    std::memcpy(out, in, n * sizeof(float));
+  else
+    narrow(in, n, kv, static_cast<uint16_t*>(out));
 }
 
 float dot(const float* a, const float* b, size_t n) { return detail::active_set().dot(a, b, n); }

@@ -44,10 +44,9 @@ std::string describe_bf16();
 // run it. bf16dot false: without the bf16 dot product (as MMGPT_BF16DOT=0).
 bool force_isa(std::string_view name, bool bf16dot = true);
 
-void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N);
-// The same product with W packed in the panel layout (panel_layout.hpp), the
-// layout the converter writes; the epilogue fuses an activation and/or a
-// residual add: y[M, N] (+)= act(x[M, K] W^T + bias).
+// y[M, N] (+)= act(x[M, K] W^T + bias) with W packed in the panel layout
+// (panel_layout.hpp), the layout the converter writes; the epilogue fuses an
+// activation and/or a residual add.
 void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                    Epilogue e = {});
 // The same over a packed W of any weight type (`wp`: its first element).
@@ -117,6 +116,8 @@ void attention_row(const float* q, const float* k, const float* v, size_t n, siz
 // Rounds n floats to bf16 / f16 (nearest, ties to even; as narrow_to_bf16 /
 // narrow_to_f16, vectorized where the CPU converts f16 in hardware).
 void narrow(const float* in, size_t n, WeightType to, uint16_t* out);
+// n floats as elements of a KV cache of type `kv`: copied (f32) or narrowed.
+void store_kv(const float* in, size_t n, WeightType kv, void* out);
 // x[M, K] to q8 blocks (quant_layout.hpp); q: M * 32 * quant_blocks(K) bytes,
 // scale and sum: M * quant_blocks(K) each.
 void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, int32_t* sum);
@@ -130,6 +131,7 @@ void gelu_tanh(float* x, size_t n);  // x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.
 void softmax(float* x, size_t n);    // in place, max-subtracted
 
 namespace scalar {
+// The plain algorithmic reference: W row-major [N, K], sums in index order.
 void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N);
 void matmul_packed(const float* x, const float* wp, const float* bias, float* y, size_t M, size_t K, size_t N,
                    Epilogue e = {});

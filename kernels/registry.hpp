@@ -62,9 +62,6 @@ struct KernelSet {
   std::array<const MatmulKernels*, kWeightTypeCount> matmul{};
   std::array<AttentionKernel, kWeightTypeCount> attention{};  // null: not a KV cache type
   QuantizeRows quantize_rows = nullptr;
-  // y[m, n] for all m in [0, M) and n in [n0, n1): x[M, K] . W[N, K]^T + bias[n] (W row-major).
-  void (*matmul_cols)(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N,
-                      size_t n0, size_t n1) = nullptr;
   float (*dot)(const float* a, const float* b, size_t n) = nullptr;
   void (*axpy)(float a, const float* x, float* y, size_t n) = nullptr;
   void (*add)(float* y, const float* x, size_t n) = nullptr;

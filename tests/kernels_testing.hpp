@@ -30,6 +30,14 @@ inline bool cpu_has_f16c() {
 }
 #endif
 
+// y[M, N] = x[M, K] W^T (+ b) for a row-major W [N, K]: W packed into the
+// panels the engine multiplies by (panel_layout.hpp), then matmul_packed.
+inline void matmul_rowmajor(const float* x, const float* w, const float* b, float* y, size_t M, size_t K, size_t N) {
+  std::vector<float> wp(mmgpt::panel_floats(N, K));
+  if (K > 0) mmgpt::pack_panels(w, N, K, wp.data());
+  mmgpt::kernels::matmul_packed(x, wp.data(), b, y, M, K, N);
+}
+
 // Unit roundoff of float: every correctly rounded operation has relative
 // error at most u.
 inline constexpr double kU = 0x1p-24;

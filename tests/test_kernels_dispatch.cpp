@@ -53,7 +53,7 @@ TEST_CASE("the forced scalar instantiation is the scalar reference") {
   const auto x = kt::random_floats(M * K, -1, 1, 1), w = kt::random_floats(N * K, -1, 1, 2);
   const auto b = kt::random_floats(N, -1, 1, 3);
   std::vector<float> got(M * N), want(M * N);
-  k::matmul(x.data(), w.data(), b.data(), got.data(), M, K, N);
+  kt::matmul_rowmajor(x.data(), w.data(), b.data(), got.data(), M, K, N);
   k::scalar::matmul(x.data(), w.data(), b.data(), want.data(), M, K, N);
   CHECK(got == want);
   auto g1 = x, g2 = x;
@@ -74,7 +74,7 @@ std::vector<std::vector<float>> run_parallel_kernels(size_t threads) {
     const auto x = kt::random_floats(M * K, -1, 1, 5), w = kt::random_floats(N * K, -1, 1, 6);
     const auto b = kt::random_floats(N, -1, 1, 7);
     std::vector<float> y(M * N);
-    k::matmul(x.data(), w.data(), b.data(), y.data(), M, K, N);
+    kt::matmul_rowmajor(x.data(), w.data(), b.data(), y.data(), M, K, N);
     out.push_back(y);
   }
   const size_t rows = 300, dim = 771;

@@ -14,25 +14,17 @@
 #include "kernels/registry.hpp"
 
 namespace mmgpt::kernels::scalar {
-namespace {
 
-void matmul_cols(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N, size_t n0,
-                 size_t n1) {
+void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N) {
   for (size_t m = 0; m < M; ++m) {
     const float* xm = x + m * K;
-    for (size_t n = n0; n < n1; ++n) {
+    for (size_t n = 0; n < N; ++n) {
       const float* wn = w + n * K;
       float acc = 0.0f;
       for (size_t k = 0; k < K; ++k) acc += xm[k] * wn[k];
       y[m * N + n] = bias ? acc + bias[n] : acc;
     }
   }
-}
-
-}  // namespace
-
-void matmul(const float* x, const float* w, const float* bias, float* y, size_t M, size_t K, size_t N) {
-  matmul_cols(x, w, bias, y, M, K, N, 0, N);
 }
 
 float dot(const float* a, const float* b, size_t n) {
@@ -171,7 +163,7 @@ const KernelSet& scalar_kernel_set() {
     s.attention[static_cast<size_t>(WeightType::F32)] = &attention_entry<float, &scalar::attention_row>;
     s.attention[static_cast<size_t>(WeightType::BF16)] = &attention_entry<uint16_t, &scalar::attention_row_bf16>;
     s.attention[static_cast<size_t>(WeightType::F16)] = &attention_entry<uint16_t, &scalar::attention_row_f16>;
-    s.matmul_cols = &scalar::matmul_cols, s.dot = &scalar::dot, s.axpy = &scalar::axpy, s.add = &scalar::add;
+    s.dot = &scalar::dot, s.axpy = &scalar::axpy, s.add = &scalar::add;
     s.layernorm = &scalar::layernorm, s.gelu_erf = &scalar::gelu_erf, s.gelu_tanh = &scalar::gelu_tanh;
     s.softmax = &scalar::softmax, s.narrow_f16 = &scalar::narrow_f16;
     return s;

@@ -43,91 +43,6 @@ struct Kernels {
   static constexpr size_t W = B::size;
 
   // ---------------------------------------------------------------- matmul
-  // Register tile: MR rows of x against NR rows of W. Each output element
-  // owns one vector accumulator and sees the same FMA sequence and the same
-  // reduction whatever MR/NR are, so y[m, n] does not depend on how rows are
-  // grouped into tiles or split over threads.
-  template <size_t MR, size_t NR>
-  static void tile(const float* x, const float* w, const float* bias, float* y, size_t K, size_t N, size_t m,
-                   size_t n) {
-    const float* xr[MR];
-    const float* wr[NR];
-    B acc[MR][NR];
-#pragma GCC unroll 4
-    for (size_t i = 0; i < MR; ++i) xr[i] = x + (m + i) * K;
-#pragma GCC unroll 4
-    for (size_t j = 0; j < NR; ++j) wr[j] = w + (n + j) * K;
-#pragma GCC unroll 4
-    for (size_t i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-      for (size_t j = 0; j < NR; ++j) acc[i][j] = B(0.0f);
-
-    size_t k = 0;
-    for (; k + W <= K; k += W) {
-      B wv[NR];
-#pragma GCC unroll 4
-      for (size_t j = 0; j < NR; ++j) wv[j] = B::load_unaligned(wr[j] + k);
-#pragma GCC unroll 4
-      for (size_t i = 0; i < MR; ++i) {
-        const B xv = B::load_unaligned(xr[i] + k);
-#pragma GCC unroll 4
-        for (size_t j = 0; j < NR; ++j) acc[i][j] = xsimd::fma(xv, wv[j], acc[i][j]);
-      }
-    }
-    for (size_t i = 0; i < MR; ++i) {
-      for (size_t j = 0; j < NR; ++j) {
-        float s = xsimd::hadd(acc[i][j]);
-        for (size_t kk = k; kk < K; ++kk) s += xr[i][kk] * wr[j][kk];
-        y[(m + i) * N + n + j] = bias ? s + bias[n + j] : s;
-      }
-    }
-  }
-
-  // Rows [m0, m1) of x against weight rows n .. n+NR-1.
-  template <size_t MR, size_t NR>
-  static void tile_column(const float* x, const float* w, const float* bias, float* y, size_t K, size_t N, size_t m0,
-                          size_t m1, size_t n) {
-    static_assert(MR == 1 || MR == 4, "tails below assume MR is 1 or 4");
-    size_t m = m0;
-    for (; m + MR <= m1; m += MR) tile<MR, NR>(x, w, bias, y, K, N, m, n);
-    if constexpr (MR == 4) {
-      switch (m1 - m) {
-        case 1: tile<1, NR>(x, w, bias, y, K, N, m, n); break;
-        case 2: tile<2, NR>(x, w, bias, y, K, N, m, n); break;
-        case 3: tile<3, NR>(x, w, bias, y, K, N, m, n); break;
-        default: break;
-      }
-    }
-  }
-
-  template <size_t MR, size_t NR>
-  static void sweep(const float* x, const float* w, const float* bias, float* y, size_t K, size_t N, size_t m0,
-                    size_t m1, size_t n0, size_t n1) {
-    size_t n = n0;
-    for (; n + NR <= n1; n += NR) tile_column<MR, NR>(x, w, bias, y, K, N, m0, m1, n);
-    for (; n < n1; ++n) tile_column<MR, 1>(x, w, bias, y, K, N, m0, m1, n);
-  }
-
-  MMGPT_SIMD_ENTRY static void matmul_cols(const float* x, const float* w, const float* bias, float* y, size_t M,
-                                           size_t K, size_t N, size_t n0, size_t n1) {
-    if (M == 1) {
-      // Decode: one row of x against 4 weight rows at a time; every
-      // weight is read exactly once.
-      sweep<1, 4>(x, w, bias, y, K, N, 0, 1, n0, n1);
-      return;
-    }
-    // Several rows: 4x2 tiles (8 accumulators) reuse each loaded weight
-    // vector for 4 rows of x. x is walked in blocks of rows that stay in
-    // cache (about 96 KiB) while the weight rows of this range stream by.
-    const size_t row_bytes = (K > 0 ? K : 1) * sizeof(float);
-    const size_t fit = (96 * 1024 / row_bytes) / 4 * 4;
-    const size_t mb = fit > 4 ? fit : 4;
-    for (size_t m0 = 0; m0 < M; m0 += mb) {
-      const size_t m1 = M - m0 < mb ? M : m0 + mb;
-      sweep<4, 2>(x, w, bias, y, K, N, m0, m1, n0, n1);
-    }
-  }
-
   // The panel GEMMs, the longest to compile: declared here, defined in
   // gemm_entries.hpp, and instantiated by each set's gemm_f32.cpp,
   // gemm_bf16.cpp and gemm_f16.cpp, so they build in parallel with the rest.
@@ -371,7 +286,7 @@ struct Kernels {
     s.attention[static_cast<size_t>(WeightType::F32)] = &attention_queries<WeightF32>;
     s.attention[static_cast<size_t>(WeightType::BF16)] = &attention_queries<WeightBF16>;
     s.attention[static_cast<size_t>(WeightType::F16)] = &attention_queries<WeightF16>;
-    s.matmul_cols = &matmul_cols, s.dot = &dot, s.axpy = &axpy, s.add = &add, s.layernorm = &layernorm;
+    s.dot = &dot, s.axpy = &axpy, s.add = &add, s.layernorm = &layernorm;
     s.gelu_erf = &gelu_erf, s.gelu_tanh = &gelu_tanh, s.softmax = &softmax, s.narrow_f16 = &narrow_f16;
     return s;
   }

@@ -45,12 +45,11 @@ Work op_work(const Graph& g, const Op& op, const StepRecord& s, const ModelConfi
   switch (op.kind) {
     case OpKind::MatMul: {
       const double in = double(op.in_features), out = double(op.out_features);
-      const double wbytes =
-          op.packed ? double(packed_weight_bytes(op.w_type, op.out_features, op.in_features)) : 4.0 * in * out;
+      const double wbytes = double(packed_weight_bytes(op.w_type, op.out_features, op.in_features));
       w.flops = 2.0 * double(rows) * in * out;
       w.bytes = wbytes + 4.0 * double(rows) * (in + out);
       w.compute = rows >= 16;
-      w.int8 = op.w_type == WeightType::Q8_0 || op.w_type == WeightType::Q4_0;
+      w.int8 = is_quantized(op.w_type);
       break;
     }
     case OpKind::Attention:
@@ -65,7 +64,6 @@ Work op_work(const Graph& g, const Op& op, const StepRecord& s, const ModelConfi
       w.compute = *std::max_element(s.new_tokens.begin(), s.new_tokens.end()) >= 16;
       break;
     case OpKind::Embed: w.bytes = 12.0 * double(rows) * d; break;
-    case OpKind::AddInPlace: w.bytes = 12.0 * double(rows) * width; break;
     default: w.bytes = 8.0 * double(rows) * width; break;  // read and write every element once
   }
   return w;
@@ -93,7 +91,7 @@ void print_table(std::FILE* out, const char* title, const std::vector<const Step
       const Op& op = g.ops[t.op];
       const Work w = op_work(g, op, *s, exec.model().config(), kv);
       std::string kind = op_kind_name(op.kind);
-      if (op.kind == OpKind::MatMul) kind.append(" ").append(op.packed ? weight_type_name(op.w_type) : "f32");
+      if (op.kind == OpKind::MatMul) kind.append(" ").append(weight_type_name(op.w_type));
       Row& r = by_kind[kind];
       r.calls++, r.seconds += sec, r.flops += w.flops, r.bytes += w.bytes;
       r.compute = r.compute || w.compute, r.int8 = r.int8 || w.int8;

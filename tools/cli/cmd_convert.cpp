@@ -74,8 +74,8 @@ void add_convert(CLI::App& app) {
                   "tokenizer: meta.pkl, vocab.json/encoder.json, or a directory holding them")
       ->check(non_empty("path"));
   cmd->add_option("--weight-layout", o->weight_layout,
-                  "how weight matrices are stored: panel16 (default: what the fast kernels read) or row-major")
-      ->check(CLI::IsMember({"panel16", "row-major"}));
+                  "how weight matrices are stored: panel16, the one layout written (kept for scripts that name it)")
+      ->check(non_empty("layout"));
   cmd->add_option("--dtype", o->dtype,
                   "element type of the weight matrices, with its bits per weight: " + dtype_choices() +
                       "; f32 is the default, the others need panel16; norms, biases and wpe stay f32")

@@ -160,6 +160,12 @@ struct Source {
 std::optional<LayoutKind> check_options(const ConvertOptions& opt) {
   if (opt.output.empty()) throw Error("convert: no output file given (-o OUT.mmgpt)");
   if (opt.n_head < 0) throw Error("--n-head " + std::to_string(opt.n_head) + " is not a positive number");
+  if (opt.weight_layout == "row-major")
+    throw Error(
+        "--weight-layout row-major is no longer written: the kernels read only panel16 (files written with "
+        "it still load, packed into panels at load)");
+  if (opt.weight_layout != "panel16")
+    throw Error("--weight-layout '" + opt.weight_layout + "' is not panel16, the one layout written");
   if (opt.layout == "auto") return std::nullopt;
   return parse_layout_name(opt.layout);
 }
@@ -179,16 +185,8 @@ ConvertSummary convert_source(const Source& src, std::optional<LayoutKind> force
   validate_config(model.config, file);
 
   // Belt and braces: the mapper's output must be exactly what the file format requires.
-  if (opt.weight_layout != "panel16" && opt.weight_layout != "row-major")
-    throw Error("--weight-layout '" + opt.weight_layout + "' is not one of panel16, row-major");
-  const bool pack = opt.weight_layout == "panel16";
   const WeightType dtype = parse_dtype(opt.dtype, "--dtype");
   const WeightType dtype_head = opt.dtype_head.empty() ? dtype : parse_dtype(opt.dtype_head, "--dtype-head");
-  const bool any_tensor = weight_type_info(dtype).any_tensor;
-  if (!pack && (!any_tensor || !weight_type_info(dtype_head).any_tensor))
-    throw Error("--dtype " + dtype_label(any_tensor ? dtype_head : dtype) +
-                " (and --dtype-head) need --weight-layout panel16: reduced-precision weights are stored only in the "
-                "panel layout");
   const std::string head_name = model.config.tied_lm_head ? "wte" : "lm_head.weight";
   std::map<std::string, TensorPtr*> by_name;
   for (auto& [name, t] : model.tensors)
@@ -209,7 +207,7 @@ ConvertSummary convert_source(const Source& src, std::optional<LayoutKind> force
     w.name = spec.name;
     w.shape = spec.shape;
     // Read from the checkpoint only as the file is written, a piece at a time.
-    if (pack && spec.matrix) {
+    if (spec.matrix) {
       // Packed (rounded, quantized) straight from the row-major matrix.
       const uint64_t n = spec.shape[0], k = spec.shape[1];
       w.layout = Layout::Panel16;

@@ -18,8 +18,9 @@ struct ConvertOptions {
   std::string layout = "auto";  // auto | hf-gpt2 | nanogpt | llms-from-scratch
   int n_head = 0;               // --n-head; 0 = not given
   std::string tokenizer;        // --tokenizer PATH; empty = look beside the checkpoint
-  // --weight-layout: how weight matrices are stored. panel16 (the default) is
-  // what the fast kernels stream; row-major is the plain layout of older files.
+  // --weight-layout: how weight matrices are stored: panel16, what the
+  // kernels stream, the only one written (row-major, which older versions
+  // wrote on request, is refused with a message; such files still load).
   std::string weight_layout = "panel16";
   // --dtype: element type of the weight matrices (qkv, attn proj, mlp fc/proj,
   // and wte when it is not the LM head): f32 (default), bf16 or f16, rounded
