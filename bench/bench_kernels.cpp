@@ -225,18 +225,19 @@ void bench_attention(benchmark::State& state, std::string isa, size_t d, size_t 
   const double bytes = 2.0 * n * d * mmgpt::KVCache::element_bytes(kv) * n_layer;
   const size_t copies = std::max<size_t>(1, static_cast<size_t>(double(size_t{256} << 20) / bytes + 1));
   std::vector<mmgpt::KVCache> caches;
-  const auto qkv = random_floats(n * 3 * d, 8);
+  auto qkv = random_floats(n * 3 * d, 8);  // GPT-2's attention: no prologue rewrites it
   std::vector<float> out(n * d);
   for (size_t i = 0; i < copies; ++i) {  // filled as a prefill of n tokens fills it
     caches.emplace_back(c, kv);
     for (size_t l = 0; l < n_layer; ++l)
-      mmgpt::causal_attention(qkv.data(), out.data(), n, 0, l, c.n_head, caches.back());
+      mmgpt::causal_attention(qkv.data(), out.data(), n, 0, l, mmgpt::attention_spec(c), caches.back());
   }
   size_t next = 0;
+  const mmgpt::AttentionSpec spec = mmgpt::attention_spec(c);
   const Clock::time_point start = Clock::now();
   for (auto _ : state) {
     for (size_t l = 0; l < n_layer; ++l)
-      mmgpt::causal_attention(qkv.data() + (n - 1) * 3 * d, out.data(), 1, n - 1, l, c.n_head, caches[next]);
+      mmgpt::causal_attention(qkv.data() + (n - 1) * 3 * d, out.data(), 1, n - 1, l, spec, caches[next]);
     next = next + 1 == copies ? 0 : next + 1;
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
@@ -254,11 +255,11 @@ void bench_prefill_attention(benchmark::State& state, std::string isa, size_t d,
   c.n_layer = 1, c.n_head = static_cast<uint32_t>(d / 64);
   c.n_embd = static_cast<uint32_t>(d), c.n_ctx = static_cast<uint32_t>(n);
   mmgpt::KVCache cache(c, kv);
-  const auto qkv = random_floats(n * 3 * d, 9);
+  auto qkv = random_floats(n * 3 * d, 9);
   std::vector<float> out(n * d);
   const Clock::time_point start = Clock::now();
   for (auto _ : state) {
-    mmgpt::causal_attention(qkv.data(), out.data(), n, 0, 0, c.n_head, cache);
+    mmgpt::causal_attention(qkv.data(), out.data(), n, 0, 0, mmgpt::attention_spec(c), cache);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }

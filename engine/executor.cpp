@@ -10,13 +10,17 @@
 
 #include "core/panel_layout.hpp"
 #include "engine/attention.hpp"
+#include "engine/rope.hpp"
 #include "formats/error.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
 
 namespace mmgpt {
 
-Executor::Executor(std::shared_ptr<const Model> model) : model_(std::move(model)), graph_(build_gpt_graph(*model_)) {}
+Executor::Executor(std::shared_ptr<const Model> model)
+    : model_(std::move(model)), graph_(build_gpt_graph(*model_)), attention_(attention_spec(model_->config())) {
+  if (model_->config().pos_embedding == PosEmbedding::Rotary) inv_freq_ = rope_inv_freq(model_->config());
+}
 
 std::span<const float> Executor::run(std::span<const int32_t> ids, KVCache& cache, size_t logit_rows) {
   const SequenceStep step{ids, &cache, logit_rows};
@@ -57,6 +61,17 @@ std::span<const float> Executor::run(std::span<const SequenceStep> steps) {
         std::span<std::byte>(reinterpret_cast<std::byte*>(arena_storage_.data()), arena_storage_.size() * sizeof(Line));
   }
 
+  if (!inv_freq_.empty()) {  // the angles of every row's position, for every layer
+    const size_t half = inv_freq_.size();
+    cos_.resize(tokens * half);
+    sin_.resize(tokens * half);
+    size_t row = 0;
+    for (const SequenceStep& s : steps)
+      for (size_t t = 0; t < s.ids.size(); ++t, ++row)
+        rope_angles(inv_freq_, s.cache->length() + t, c.rope_inverse, cos_.data() + row * half,
+                    sin_.data() + row * half);
+  }
+
   if (op_times_) {
     op_times_->push_back({kSetUp, set_up, std::chrono::steady_clock::now()});
     for (size_t i = 0; i < graph_.ops.size(); ++i) {
@@ -85,16 +100,21 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
       for (const SequenceStep& s : steps) {
         const size_t base = s.cache->length();
         for (size_t t = 0; t < s.ids.size(); ++t, ++row) {
-          const float* pos = op.b + (base + t) * d;
           float* dst = out + row * d;
           // The token's row is strided through its panel (widened from its weight type).
           unpack_panel_row(op.w_data, op.w_type, c.vocab_size, d, static_cast<size_t>(s.ids[t]), dst);
-          for (size_t i = 0; i < d; ++i) dst[i] += pos[i];
+          if (op.b != nullptr) {  // learned positions
+            const float* pos = op.b + (base + t) * d;
+            for (size_t i = 0; i < d; ++i) dst[i] += pos[i];
+          }
         }
       }
       break;
     }
     case OpKind::LayerNorm: kernels::layernorm(in, op.w, op.b, out, out_rows, width, c.norm_eps); break;
+    case OpKind::RmsNorm: kernels::rmsnorm(in, op.w, out, out_rows, width, c.norm_eps); break;
+    case OpKind::Glu: kernels::glu(in, out, out_rows, width, op.gate); break;
+    case OpKind::Softcap: kernels::softcap(out, out_rows * width, c.logit_softcap); break;
     case OpKind::MatMul:
       kernels::matmul_packed(in, op.w_data, op.w_type, op.b, out, out_rows, op.in_features, op.out_features,
                              op.epilogue);
@@ -103,13 +123,21 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
       // Each sequence attends to its own cache; sequences run in parallel.
       std::vector<size_t> first_row(steps.size());
       for (size_t i = 0, row = 0; i < steps.size(); row += steps[i].ids.size(), ++i) first_row[i] = row;
+      AttentionSpec a = attention_;
+      a.q_norm = op.w;
+      a.k_norm = op.b;
+      float* qkv = buffer(op.input);  // the prologue rewrites the queries and keys in place
+      const size_t half = inv_freq_.size();
       mmgpt::parallel_for(
           tbb::blocked_range<size_t>(0, steps.size(), 1),
           [&](const tbb::blocked_range<size_t>& r) {
             for (size_t i = r.begin(); i < r.end(); ++i) {
               const SequenceStep& s = steps[i];
-              causal_attention(in + first_row[i] * 3 * d, out + first_row[i] * d, s.ids.size(), s.cache->length(),
-                               static_cast<size_t>(op.layer), c.n_head, *s.cache);
+              AttentionSpec ai = a;
+              if (half != 0)
+                ai.rope_cos = cos_.data() + first_row[i] * half, ai.rope_sin = sin_.data() + first_row[i] * half;
+              causal_attention(qkv + first_row[i] * a.row_width(), out + first_row[i] * a.q_width(), s.ids.size(),
+                               s.cache->length(), static_cast<size_t>(op.layer), ai, *s.cache);
             }
           },
           tbb::auto_partitioner());

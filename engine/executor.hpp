@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/attention.hpp"
 #include "engine/graph.hpp"
 #include "engine/kv_cache.hpp"
 #include "engine/model.hpp"
@@ -66,6 +67,9 @@ class Executor {
 
   std::shared_ptr<const Model> model_;
   Graph graph_;
+  AttentionSpec attention_;                                // the layers' attention, but for the norm weights and angles
+  std::vector<float> inv_freq_;                            // rotary frequencies (empty: learned positions)
+  std::vector<float> cos_, sin_;                           // the step's rotary angles, a row of rope_dims / 2 per token
   std::map<std::pair<size_t, size_t>, BufferPlan> plans_;  // by (tokens, logit rows)
   const BufferPlan* plan_ = nullptr;
   struct alignas(64) Line {

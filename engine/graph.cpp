@@ -30,23 +30,27 @@ class GraphBuilder {
     return graph_.ops.back();
   }
 
-  // A matrix (panel-packed, of any weight type) or an f32 vector, and a bias.
+  // A matrix (panel-packed, of any weight type) or an f32 vector, and a bias
+  // ("" for none of either).
   void weights(Op& o, const std::string& w, const std::string& b) {
-    o.weight = w;
-    const TensorView& t = model_.tensor(w);
-    o.w_data = t.data;
-    o.w_type = t.dtype;
-    o.w = t.layout == Layout::Panel16 ? nullptr : t.f32();
+    if (!w.empty()) {
+      o.weight = w;
+      const TensorView& t = model_.tensor(w);
+      o.w_data = t.data;
+      o.w_type = t.dtype;
+      o.w = t.layout == Layout::Panel16 ? nullptr : t.f32();
+    }
     if (!b.empty()) {
       o.bias = b;
       o.b = model_.weight(b);
     }
   }
 
-  int layernorm(const std::string& name, int input, bool has_bias) {
+  // The config's norm (layer norm or RMS norm, with its weight and bias if it has them).
+  int norm(const std::string& name, int input, const ModelConfig& c) {
     int out = buffer(name, graph_.buffers[input].rows, graph_.buffers[input].width);
-    Op& o = op(OpKind::LayerNorm, name, input, out);
-    weights(o, name + ".weight", has_bias ? name + ".bias" : "");
+    Op& o = op(c.norm == NormKind::RmsNorm ? OpKind::RmsNorm : OpKind::LayerNorm, name, input, out);
+    weights(o, c.norm_weight ? name + ".weight" : "", c.norm_bias ? name + ".bias" : "");
     return out;
   }
 
@@ -62,9 +66,27 @@ class GraphBuilder {
 
   // out = gelu(in W^T + b), the GELU fused into the matmul's epilogue.
   int matmul_gelu(const std::string& name, int input, size_t in, size_t out_features, bool has_bias, GeluKind gelu) {
+    if (gelu != GeluKind::Erf && gelu != GeluKind::Tanh)
+      throw Error(std::string("an MLP without a gate and with the ") + activation_name(gelu) +
+                  " activation is not supported yet");
     int out = matmul(name, input, in, out_features, has_bias);
     graph_.ops.back().epilogue.act =
         gelu == GeluKind::Erf ? kernels::Activation::GeluErf : kernels::Activation::GeluTanh;
+    return out;
+  }
+
+  // The gated MLP's first half: [gate | up] = in W^T + b, then act(gate) * up.
+  int gated(const std::string& name, int input, size_t in, size_t ff, bool has_bias, GeluKind act) {
+    const int both = matmul(name, input, in, 2 * ff, has_bias);
+    const int out = buffer(name + ".glu", graph_.buffers[input].rows, ff);
+    Op& o = op(OpKind::Glu, name + ".glu", both, out);
+    switch (act) {
+      case GeluKind::Silu: o.gate = kernels::Gate::Silu; break;
+      case GeluKind::Erf: o.gate = kernels::Gate::GeluErf; break;
+      case GeluKind::Tanh: o.gate = kernels::Gate::GeluTanh; break;
+      default:
+        throw Error(std::string("a gated MLP with the ") + activation_name(act) + " activation is not supported");
+    }
     return out;
   }
 
@@ -90,7 +112,7 @@ class GraphBuilder {
 
 Graph build_gpt_graph(const Model& model) {
   const ModelConfig& c = model.config();
-  const size_t d = c.n_embd, ff = c.n_ff;
+  const size_t d = c.n_embd, ff = c.n_ff, q = c.q_width(), kv = c.kv_width();
   GraphBuilder g(model);
 
   // The residual stream: written by Embed, updated in place by each block.
@@ -98,27 +120,35 @@ Graph build_gpt_graph(const Model& model) {
   {
     Op& e = g.op(OpKind::Embed, "embed", -1, x);
     g.weights(e, "wte", "");
-    e.bias = "wpe";  // position table rides in the bias slot of the embed op
-    e.b = model.weight("wpe");
+    if (c.pos_embedding == PosEmbedding::Learned) {
+      e.bias = "wpe";  // position table rides in the bias slot of the embed op
+      e.b = model.weight("wpe");
+    }
   }
 
   for (uint32_t layer = 0; layer < c.n_layer; ++layer) {
     const std::string p = "h." + std::to_string(layer) + ".";
-    int h = g.layernorm(p + "ln_1", x, c.norm_bias);
-    int qkv = g.matmul(p + "attn.qkv", h, d, 3 * d, c.qkv_bias);
-    int att = g.buffer(p + "attn.out", Rows::Tokens, d);
-    g.op(OpKind::Attention, p + "attn", qkv, att).layer = static_cast<int>(layer);
-    g.matmul_residual(p + "attn.proj", att, d, d, c.linear_bias, x);
-    int h2 = g.layernorm(p + "ln_2", x, c.norm_bias);
-    int fc = g.matmul_gelu(p + "mlp.fc", h2, d, ff, c.linear_bias, c.gelu);
-    g.matmul_residual(p + "mlp.proj", fc, ff, d, c.linear_bias, x);
+    const int h = g.norm(p + "ln_1", x, c);
+    // Parallel residual: both sublayers read the block's input.
+    const int h2_parallel = c.parallel_residual ? g.norm(p + "ln_2", x, c) : -1;
+    const int qkv = g.matmul(p + "attn.qkv", h, d, q + 2 * kv, c.qkv_bias);
+    const int att = g.buffer(p + "attn.out", Rows::Tokens, q);
+    Op& a = g.op(OpKind::Attention, p + "attn", qkv, att);
+    a.layer = static_cast<int>(layer);
+    if (c.qk_norm == QkNorm::Weighted) g.weights(a, p + "attn.q_norm.weight", p + "attn.k_norm.weight");
+    g.matmul_residual(p + "attn.proj", att, q, d, c.linear_bias, x);
+    const int h2 = c.parallel_residual ? h2_parallel : g.norm(p + "ln_2", x, c);
+    const int fc = c.mlp_gated ? g.gated(p + "mlp.fc", h2, d, ff, c.has_mlp_bias(), c.gelu)
+                               : g.matmul_gelu(p + "mlp.fc", h2, d, ff, c.has_mlp_bias(), c.gelu);
+    g.matmul_residual(p + "mlp.proj", fc, ff, d, c.has_mlp_bias(), x);
   }
 
-  int hf = g.layernorm("ln_f", x, c.norm_bias);
+  const int hf = g.norm("ln_f", x, c);
   // Only the rows whose logits are wanted go through the (large) LM head.
-  int sel = g.buffer("ln_f.selected", Rows::LogitRows, d);
+  const int sel = g.buffer("ln_f.selected", Rows::LogitRows, d);
   g.op(OpKind::SelectRows, "select", hf, sel);
-  int logits = g.matmul("lm_head", sel, d, c.vocab_size, false, c.tied_lm_head ? "wte" : "lm_head.weight");
+  const int logits = g.matmul("lm_head", sel, d, c.vocab_size, false, c.tied_lm_head ? "wte" : "lm_head.weight");
+  if (c.logit_softcap > 0) g.op(OpKind::Softcap, "softcap", logits, logits);
 
   Graph graph = g.finish();
   graph.logits = logits;
@@ -126,7 +156,8 @@ Graph build_gpt_graph(const Model& model) {
 }
 
 const char* op_kind_name(OpKind kind) {
-  static const char* kNames[] = {"embed", "layernorm", "matmul", "attention", "select_rows"};
+  static const char* kNames[] = {"embed",       "layernorm", "matmul", "attention",
+                                 "select_rows", "rmsnorm",   "glu",    "softcap"};
   return kNames[static_cast<int>(kind)];
 }
 
@@ -143,6 +174,17 @@ std::string Graph::to_string() const {
     if (o.kind == OpKind::MatMul && o.epilogue.act != kernels::Activation::None)
       out << " +" << (o.epilogue.act == kernels::Activation::GeluErf ? "gelu_erf" : "gelu_tanh");
     if (o.kind == OpKind::MatMul && o.epilogue.accumulate) out << " (added into " << buffers[o.output].name << ")";
+    if (o.kind == OpKind::Glu)
+      out << " "
+          << (o.gate == kernels::Gate::Silu      ? "silu"
+              : o.gate == kernels::Gate::GeluErf ? "gelu_erf"
+                                                 : "gelu_tanh")
+          << "(gate)*up";
+    if (o.kind == OpKind::Attention) {
+      if (!o.weight.empty()) out << "  q_norm=" << o.weight << " k_norm=" << o.bias;
+      out << "\n";
+      continue;
+    }
     if (!o.weight.empty()) {
       out << "  w=" << o.weight;
       if (o.kind == OpKind::Embed || o.kind == OpKind::MatMul) out << " [panel16 " << weight_type_name(o.w_type) << "]";

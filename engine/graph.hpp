@@ -27,9 +27,12 @@ enum class OpKind {
   MatMul,      // out = act(in * W^T (+ b)), or out += ...; W panel-packed
   Attention,   // causal self-attention of the qkv rows against the KV cache of `layer`
   SelectRows,  // out = the rows whose logits are wanted: each sequence's last ones
+  RmsNorm,     // out = rmsnorm(in; w), w may be absent
+  Glu,         // out = act(in[:, :ff]) * in[:, ff:] (the gated MLP)
+  Softcap,     // in place: x = cap * tanh(x / cap) (the logits)
 };
 
-// "embed", "layernorm", "matmul", "attention", "select_rows".
+// "embed", "layernorm", "matmul", "attention", "select_rows", "rmsnorm", "glu", "softcap".
 const char* op_kind_name(OpKind kind);
 
 enum class Rows { Tokens, LogitRows };
@@ -52,7 +55,8 @@ struct Op {
   WeightType w_type = WeightType::F32;       // Embed, MatMul: the panel-packed matrix's type
   kernels::Epilogue epilogue;                // MatMul: fused GELU and/or residual add
   size_t in_features = 0, out_features = 0;  // MatMul
-  int layer = -1;                            // Attention
+  int layer = -1;                            // Attention (w, b: the q_norm and k_norm weights, if any)
+  kernels::Gate gate = kernels::Gate::Silu;  // Glu
 };
 
 struct Graph {

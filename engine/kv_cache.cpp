@@ -7,8 +7,8 @@
 namespace mmgpt {
 
 KVCache::KVCache(const ModelConfig& config, WeightType dtype, size_t groups)
-    : n_head_(config.n_head),
-      head_dim_(config.n_embd / config.n_head),
+    : n_head_(config.kv_heads()),
+      head_dim_(config.head_size()),
       capacity_(config.n_ctx),
       groups_(std::clamp<size_t>(groups != 0 ? groups : mmgpt::thread_budget(), 1, std::max<size_t>(1, n_head_))),
       padded_((capacity_ + kBlock - 1) / kBlock * kBlock),

@@ -27,8 +27,9 @@ namespace mmgpt {
 
 class KVCache {
  public:
-  // groups: how many groups of heads (1 .. n_head); 0: one per thread of
-  // mmgpt::thread_budget(), at most n_head. Any value gives the same results.
+  // Heads are the model's key/value heads (n_kv_head, GQA). groups: how
+  // many groups of them (1 .. n_kv_head); 0: one per thread of
+  // mmgpt::thread_budget(), at most n_kv_head. Any value gives the same results.
   explicit KVCache(const ModelConfig& config, WeightType dtype = WeightType::F32, size_t groups = 0);
 
   // Positions in a block: 64 rows of a head are 16 KB of f32 keys (8 KB of

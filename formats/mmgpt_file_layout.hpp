@@ -48,6 +48,19 @@ inline constexpr uint64_t kCfgLinearBias = 37;  // u8 0/1
 inline constexpr uint64_t kCfgNormBias = 38;    // u8 0/1
 inline constexpr uint64_t kCfgTiedHead = 39;    // u8 0/1
 
+// --- block config section (kind 5, required; absent for GPT-2's block) --------
+// The parts of a modern block (model_config.hpp). Versioned: version 1 is
+// exactly kBlockSize bytes; a reader refuses a version it does not know.
+inline constexpr uint32_t kSectionBlock = 5;
+inline constexpr uint32_t kBlockVersion = 1;
+inline constexpr uint64_t kBlockSize = 80;
+// u32 version, u32 norm, u32 n_kv_head, u32 head_dim,
+// u8 norm_weight, u8 mlp_bias, u8 mlp_gated, u8 parallel_residual,
+// u8 rope_interleaved, u8 rope_inverse, u8 qk_norm_after_rope, u8 reserved (0),
+// u32 rope_dims, u32 rope_scaling, f64 rope_theta,
+// f32 rope_factor, f32 rope_low_freq_factor, f32 rope_high_freq_factor, u32 rope_original_ctx,
+// u32 qk_norm, f32 qk_norm_scale, f32 attn_scale, f32 logit_softcap, u64 reserved (0)
+
 // --- tokenizer section --------------------------------------------------------
 inline constexpr uint64_t kTokFixedSize = 32;  // u32 kind, u32 reserved, i64 eos_id, u64 token_count, u64 merge_count
 inline constexpr uint32_t kMaxStringBytes = 4096;  // one token or one merge half

@@ -4,6 +4,7 @@
 #include "formats/mmgpt_file_parse.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "formats/bpe_table.hpp"
@@ -34,7 +35,7 @@ struct SectionRef {
 };
 
 struct Sections {
-  SectionRef config, tokenizer, tensors, tables;
+  SectionRef config, tokenizer, tensors, tables, block;
 };
 
 void check_header(const unsigned char* p, uint64_t size, const std::string& path) {
@@ -94,11 +95,12 @@ Sections read_section_table(const unsigned char* p, uint64_t size, const std::st
     const std::string what = path + ": section " + std::to_string(i) + " (kind " + std::to_string(kind) + ")";
     check_in_file(what, offset, length, size);
     regions.push_back({"section kind " + std::to_string(kind), offset, offset + length});
-    SectionRef* slot = kind == kSectionConfig      ? &s.config
-                       : kind == kSectionTokenizer ? &s.tokenizer
-                       : kind == kSectionTensors   ? &s.tensors
+    SectionRef* slot = kind == kSectionConfig            ? &s.config
+                       : kind == kSectionTokenizer       ? &s.tokenizer
+                       : kind == kSectionTensors         ? &s.tensors
                        : kind == kSectionTokenizerTables ? &s.tables
-                                                   : nullptr;
+                       : kind == kSectionBlock           ? &s.block
+                                                         : nullptr;
     if (!slot) {
       if (flags & kSectionFlagRequired)
         throw Error(what + ": unknown section kind " + std::to_string(kind) +
@@ -140,8 +142,45 @@ ModelConfig read_config(const unsigned char* p, SectionRef ref, const std::strin
   cfg.linear_bias = read_bool(c, "linear_bias");
   cfg.norm_bias = read_bool(c, "norm_bias");
   cfg.tied_lm_head = read_bool(c, "tied_lm_head");
-  validate_config(cfg, path);
   return cfg;
+}
+
+void require_consumed(const ByteCursor& c);
+
+// Section kind 5: the block's parts beyond GPT-2's, into `cfg`.
+void read_block(const unsigned char* p, SectionRef ref, ModelConfig& cfg, const std::string& path) {
+  ByteCursor c(p, ref.offset, ref.offset + ref.size, path + ": block config section");
+  const uint32_t version = c.u32("version");
+  if (version != kBlockVersion)
+    throw Error(c.where() + ": version " + std::to_string(version) + " is not supported (this mmgpt reads " +
+                std::to_string(kBlockVersion) + "; the file needs a newer mmgpt)");
+  if (ref.size != kBlockSize)
+    throw Error(c.where() + ": size is " + std::to_string(ref.size) + " (version 1 requires " +
+                std::to_string(kBlockSize) + ")");
+  cfg.norm = static_cast<NormKind>(c.u32("norm"));
+  cfg.n_kv_head = c.u32("n_kv_head");
+  cfg.head_dim = c.u32("head_dim");
+  cfg.norm_weight = read_bool(c, "norm_weight");
+  cfg.mlp_bias = read_bool(c, "mlp_bias");
+  cfg.mlp_gated = read_bool(c, "mlp_gated");
+  cfg.parallel_residual = read_bool(c, "parallel_residual");
+  cfg.rope_interleaved = read_bool(c, "rope_interleaved");
+  cfg.rope_inverse = read_bool(c, "rope_inverse");
+  cfg.qk_norm_after_rope = read_bool(c, "qk_norm_after_rope");
+  if (c.u8("reserved") != 0) throw Error(c.where() + ": reserved byte 23 is not 0");
+  cfg.rope_dims = c.u32("rope_dims");
+  cfg.rope_scaling = static_cast<RopeScaling>(c.u32("rope_scaling"));
+  cfg.rope_theta = std::bit_cast<double>(c.u64("rope_theta"));
+  cfg.rope_factor = c.f32("rope_factor");
+  cfg.rope_low_freq_factor = c.f32("rope_low_freq_factor");
+  cfg.rope_high_freq_factor = c.f32("rope_high_freq_factor");
+  cfg.rope_original_ctx = c.u32("rope_original_ctx");
+  cfg.qk_norm = static_cast<QkNorm>(c.u32("qk_norm"));
+  cfg.qk_norm_scale = c.f32("qk_norm_scale");
+  cfg.attn_scale = c.f32("attn_scale");
+  cfg.logit_softcap = c.f32("logit_softcap");
+  if (c.u64("reserved") != 0) throw Error(c.where() + ": reserved bytes 72..79 are not 0");
+  require_consumed(c);
 }
 
 // A length-prefixed string, in place. `field()` names it in an error message;
@@ -315,6 +354,8 @@ ParsedImage parse_image(const unsigned char* p, uint64_t size, const std::string
   ParsedImage out;
   out.version = load_u32(p + kOffVersion);
   out.config = read_config(p, s.config, path);
+  if (s.block.present) read_block(p, s.block, out.config, path);
+  validate_config(out.config, path);
   out.tokenizer = read_tokenizer(p, s.tokenizer, out.config, path);
   if (s.tables.present) out.bpe_tables = read_tokenizer_tables(p, s.tables, out.tokenizer, path);
   out.tensors = read_directory(p, size, s.tensors, path, regions);

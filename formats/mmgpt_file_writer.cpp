@@ -57,6 +57,22 @@ std::vector<unsigned char> encode_config(const ModelConfig& c) {
   return std::move(s.bytes);
 }
 
+// Section kind 5 (docs/format.md); empty for GPT-2's block, which has none.
+std::vector<unsigned char> encode_block(const ModelConfig& c) {
+  if (c.is_gpt2_block()) return {};
+  ByteSink s;
+  s.u32(kBlockVersion), s.u32(static_cast<uint32_t>(c.norm)), s.u32(c.n_kv_head), s.u32(c.head_dim);
+  s.u8(c.norm_weight), s.u8(c.has_mlp_bias()), s.u8(c.mlp_gated), s.u8(c.parallel_residual);
+  s.u8(c.rope_interleaved), s.u8(c.rope_inverse), s.u8(c.qk_norm_after_rope), s.u8(0);
+  s.u32(c.rope_dims), s.u32(static_cast<uint32_t>(c.rope_scaling)), s.u64(std::bit_cast<uint64_t>(c.rope_theta));
+  s.u32(std::bit_cast<uint32_t>(c.rope_factor)), s.u32(std::bit_cast<uint32_t>(c.rope_low_freq_factor));
+  s.u32(std::bit_cast<uint32_t>(c.rope_high_freq_factor)), s.u32(c.rope_original_ctx);
+  s.u32(static_cast<uint32_t>(c.qk_norm)), s.u32(std::bit_cast<uint32_t>(c.qk_norm_scale));
+  s.u32(std::bit_cast<uint32_t>(c.attn_scale)), s.u32(std::bit_cast<uint32_t>(c.logit_softcap));
+  s.u64(0);
+  return std::move(s.bytes);
+}
+
 std::vector<unsigned char> encode_tokenizer(const TokenizerData& t) {
   ByteSink s;
   s.u32(static_cast<uint32_t>(t.kind)), s.u32(0);
@@ -105,9 +121,11 @@ std::vector<unsigned char> build_metadata(const ModelConfig& config, const Token
   const std::vector<unsigned char> tok = encode_tokenizer(tokenizer);
   const std::vector<unsigned char> tables =
       tokenizer.kind == TokenizerKind::Gpt2Bpe ? encode_tokenizer_tables(tokenizer) : std::vector<unsigned char>{};
-  const uint64_t table = kHeaderSize, n_sections = tables.empty() ? 3 : 4;
+  const std::vector<unsigned char> block = encode_block(config);
+  const uint64_t table = kHeaderSize, n_sections = 3 + !tables.empty() + !block.empty();
   const uint64_t cfg_off = table + n_sections * kSectionEntrySize;
-  const uint64_t tok_off = align_up(cfg_off + cfg.size(), 8, path);
+  const uint64_t block_off = align_up(cfg_off + cfg.size(), 8, path);
+  const uint64_t tok_off = align_up(block_off + block.size(), 8, path);
   const uint64_t tables_off = align_up(tok_off + tok.size(), 8, path);
   const uint64_t dir_off = align_up(tables_off + tables.size(), 8, path);
   uint64_t dir_size = 8;
@@ -134,7 +152,11 @@ std::vector<unsigned char> build_metadata(const ModelConfig& config, const Token
     s.u32(kind), s.u32(kSectionFlagRequired), s.u64(where.first), s.u64(where.second), s.u64(0);
   if (!tables.empty())  // optional: older readers skip it
     s.u32(kSectionTokenizerTables), s.u32(0), s.u64(tables_off), s.u64(tables.size()), s.u64(0);
+  if (!block.empty())  // required: it changes how the model runs
+    s.u32(kSectionBlock), s.u32(kSectionFlagRequired), s.u64(block_off), s.u64(block.size()), s.u64(0);
   s.bytes.insert(s.bytes.end(), cfg.begin(), cfg.end());
+  s.pad_to(8);
+  s.bytes.insert(s.bytes.end(), block.begin(), block.end());
   s.pad_to(8);
   s.bytes.insert(s.bytes.end(), tok.begin(), tok.end());
   s.pad_to(8);

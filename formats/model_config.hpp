@@ -5,6 +5,7 @@
 // it), the .mmgpt writer/reader (which store and validate it) and the engine
 // (which builds the forward pass from it).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,8 +14,21 @@
 
 namespace mmgpt {
 
-enum class GeluKind : uint32_t { Erf = 0, Tanh = 1 };  // exact erf GELU vs GPT-2's tanh approximation
-enum class PosEmbedding : uint32_t { Learned = 0 };    // absolute learned positions (wpe)
+// The MLP's activation (named for GPT-2's, a GELU): the exact erf GELU,
+// GPT-2's tanh approximation, SiLU (SwiGLU's gate), or ReLU squared (nanochat).
+enum class GeluKind : uint32_t { Erf = 0, Tanh = 1, Silu = 2, ReluSquared = 3 };
+// Absolute learned positions (wpe), or rotary positions applied to the
+// queries and keys (the rope_* fields; needs the block section).
+enum class PosEmbedding : uint32_t { Learned = 0, Rotary = 1 };
+enum class NormKind : uint32_t { LayerNorm = 0, RmsNorm = 1 };
+// Rotary frequencies: theta^(-2i/rope_dims), or rescaled as Llama 3.1 does.
+enum class RopeScaling : uint32_t { None = 0, Llama3 = 1 };
+// Per-head RMS norm of the queries and keys: none, with a learned weight
+// [head_dim] (Qwen3), or without one (nanochat).
+enum class QkNorm : uint32_t { None = 0, Weighted = 1, Plain = 2 };
+
+// "erf", "tanh", "silu", "relu2"
+const char* activation_name(GeluKind kind);
 
 struct ModelConfig {
   uint32_t n_layer = 0;
@@ -30,6 +44,37 @@ struct ModelConfig {
   bool tied_lm_head = true;  // LM head reuses wte; otherwise a separate lm_head.weight [vocab, d]
   GeluKind gelu = GeluKind::Tanh;
   PosEmbedding pos_embedding = PosEmbedding::Learned;
+
+  // The block's parts beyond GPT-2's. Defaults are GPT-2's; a config that
+  // keeps them all (is_gpt2_block) is stored without the block section, so
+  // GPT-2 files are byte-identical to those of earlier versions.
+  NormKind norm = NormKind::LayerNorm;
+  bool norm_weight = true;         // norms scale by a learned weight
+  uint32_t n_kv_head = 0;          // key/value heads (GQA, MQA); 0: n_head
+  uint32_t head_dim = 0;           // 0: n_embd / n_head
+  std::optional<bool> mlp_bias;    // the MLP linears' bias; unset: linear_bias
+  bool mlp_gated = false;          // mlp.fc holds [gate; up] rows: act(gate) * up
+  bool parallel_residual = false;  // x + attn(ln_1(x)) + mlp(ln_2(x)) (GPT-NeoX)
+  uint32_t rope_dims = 0;          // rotary: the first rope_dims dims of each head (even)
+  bool rope_interleaved = false;   // pairs (2i, 2i+1); else (i, i + rope_dims/2)
+  bool rope_inverse = false;       // rotate by -angle (nanochat's convention)
+  double rope_theta = 10000.0;     // base of the frequencies
+  RopeScaling rope_scaling = RopeScaling::None;
+  float rope_factor = 1.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 1.0f;  // Llama3 scaling
+  uint32_t rope_original_ctx = 0;                                                       // Llama3 scaling
+  QkNorm qk_norm = QkNorm::None;
+  bool qk_norm_after_rope = false;  // nanochat; Qwen3 norms before the rotation
+  float qk_norm_scale = 1.0f;       // the normed queries and keys are multiplied by this
+  float attn_scale = 0.0f;          // scores scale; 0: 1/sqrt(head_dim)
+  float logit_softcap = 0.0f;       // logits = c * tanh(logits / c); 0: none
+
+  uint32_t kv_heads() const { return n_kv_head ? n_kv_head : n_head; }
+  uint32_t head_size() const { return head_dim ? head_dim : n_embd / n_head; }
+  uint64_t q_width() const { return uint64_t(n_head) * head_size(); }       // query features (the attention output's)
+  uint64_t kv_width() const { return uint64_t(kv_heads()) * head_size(); }  // key (or value) features
+  bool has_mlp_bias() const { return mlp_bias.value_or(linear_bias); }
+  float scores_scale() const;  // attn_scale, or 1/sqrt(head_size())
+  bool is_gpt2_block() const;  // every field above at its default (and no rotary positions)
 };
 
 enum class TokenizerKind : uint32_t { None = 0, Char = 1, Gpt2Bpe = 2 };
@@ -57,11 +102,15 @@ struct TensorSpec {
 };
 
 // Every tensor a model with this config must have, with the shape it implies,
-// under its canonical .mmgpt name:
-//   wte [vocab, d], wpe [ctx, d],
-//   h.N.ln_1.weight [d] (+ .bias), h.N.attn.qkv.weight [3d, d] (+ .bias [3d] if qkv_bias),
-//   h.N.attn.proj.weight [d, d] (+ .bias), h.N.ln_2.weight [d] (+ .bias),
-//   h.N.mlp.fc.weight [ff, d] (+ .bias [ff]), h.N.mlp.proj.weight [d, ff] (+ .bias [d]),
+// under its canonical .mmgpt name (q = n_head * head_dim, kv = n_kv_head *
+// head_dim; GPT-2: q = kv = d):
+//   wte [vocab, d], wpe [ctx, d] (learned positions),
+//   h.N.ln_1.weight [d] (if norm_weight) (+ .bias),
+//   h.N.attn.qkv.weight [q + 2 kv, d] (+ .bias if qkv_bias): the rows of Q, then K, then V,
+//   h.N.attn.q_norm.weight, h.N.attn.k_norm.weight [head_dim] (QkNorm::Weighted),
+//   h.N.attn.proj.weight [d, q] (+ .bias), h.N.ln_2.weight [d] (+ .bias),
+//   h.N.mlp.fc.weight [ff, d] (gated: [2 ff, d], the gate's rows then the up's) (+ .bias),
+//   h.N.mlp.proj.weight [d, ff] (+ .bias [d]),
 //   ln_f.weight [d] (+ .bias), lm_head.weight [vocab, d] unless tied.
 // Matrices are [out, in]: y = x W^T + b, the PyTorch nn.Linear convention.
 std::vector<TensorSpec> required_tensors(const ModelConfig& config);

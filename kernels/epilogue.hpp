@@ -9,6 +9,9 @@ namespace mmgpt::kernels {
 
 enum class Activation { None = 0, GeluErf = 1, GeluTanh = 2 };
 
+// The gated MLP's activation of its gate (kernels::glu).
+enum class Gate { Silu = 0, GeluErf = 1, GeluTanh = 2 };
+
 struct Epilogue {
   Activation act = Activation::None;
   bool accumulate = false;  // y += result (a residual add) instead of y = result

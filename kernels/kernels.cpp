@@ -199,4 +199,28 @@ void gelu_tanh(float* x, size_t n) {
 // One row: a reduction, so never split.
 void softmax(float* x, size_t n) { detail::active_set().softmax(x, n); }
 
+void rmsnorm(const float* x, const float* gamma, float* y, size_t rows, size_t dim, float eps) {
+  if (dim == 0) return;
+  const auto& t = detail::active_set();
+  const size_t grain = ceil_div(kMinWorkPerTask, dim);
+  for_chunks(rows, grain,
+             [&](size_t r0, size_t r1) { t.rmsnorm(x + r0 * dim, gamma, y + r0 * dim, r1 - r0, dim, eps); });
+}
+
+void glu(const float* in, float* out, size_t rows, size_t ff, Gate act) {
+  if (ff == 0) return;
+  const auto& t = detail::active_set();
+  const size_t grain = ceil_div(kElementChunk, ff);
+  for_chunks(rows, grain, [&](size_t r0, size_t r1) { t.glu(in + r0 * 2 * ff, out + r0 * ff, r1 - r0, ff, act); });
+}
+
+void softcap(float* x, size_t n, float cap) {
+  const auto& t = detail::active_set();
+  for_chunks(n, kElementChunk, [&](size_t i0, size_t i1) { t.softcap(x + i0, i1 - i0, cap); });
+}
+
+void rope(float* x, size_t heads, size_t hd, size_t rot, const float* cos, const float* sin, bool interleaved) {
+  detail::active_set().rope(x, heads, hd, rot, cos, sin, interleaved);
+}
+
 }  // namespace mmgpt::kernels

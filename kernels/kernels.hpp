@@ -129,6 +129,19 @@ void layernorm(const float* x, const float* gamma, const float* beta,  // beta m
 void gelu_erf(float* x, size_t n);   // x * 0.5 * (1 + erf(x / sqrt(2)))
 void gelu_tanh(float* x, size_t n);  // x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
 void softmax(float* x, size_t n);    // in place, max-subtracted
+// y = x * (1 / sqrt(mean(x^2) + eps)) (* gamma), per row of dim; gamma may be null.
+void rmsnorm(const float* x, const float* gamma, float* y, size_t rows, size_t dim, float eps);
+// The gated MLP's activation: out[r, j] = act(in[r, j]) * in[r, ff + j] for
+// rows of 2 ff values (the gate's, then the up projection's).
+// (Gate, in epilogue.hpp: Silu, GeluErf, GeluTanh; silu(v) = v / (1 + exp(-v)).)
+void glu(const float* in, float* out, size_t rows, size_t ff, Gate act);
+void softcap(float* x, size_t n, float cap);  // x = cap * tanh(x / cap)
+// Rotary positions on `heads` heads of hd values (x: one after another), in
+// place: the first `rot` values of each head rotated by the angles whose
+// cosines and sines are cos[i], sin[i], i < rot / 2. Pairs (i, i + rot / 2),
+// or (2i, 2i + 1) when interleaved:
+//   x'[a] = x[a] cos - x[b] sin,  x'[b] = x[b] cos + x[a] sin.
+void rope(float* x, size_t heads, size_t hd, size_t rot, const float* cos, const float* sin, bool interleaved);
 
 namespace scalar {
 // The plain algorithmic reference: W row-major [N, K], sums in index order.
@@ -166,6 +179,10 @@ void layernorm(const float* x, const float* gamma, const float* beta, float* y, 
 void gelu_erf(float* x, size_t n);
 void gelu_tanh(float* x, size_t n);
 void softmax(float* x, size_t n);
+void rmsnorm(const float* x, const float* gamma, float* y, size_t rows, size_t dim, float eps);
+void glu(const float* in, float* out, size_t rows, size_t ff, Gate act);
+void softcap(float* x, size_t n, float cap);
+void rope(float* x, size_t heads, size_t hd, size_t rot, const float* cos, const float* sin, bool interleaved);
 }  // namespace scalar
 
 }  // namespace mmgpt::kernels

@@ -70,6 +70,11 @@ struct KernelSet {
   void (*gelu_erf)(float* x, size_t n) = nullptr;
   void (*gelu_tanh)(float* x, size_t n) = nullptr;
   void (*softmax)(float* x, size_t n) = nullptr;
+  void (*rmsnorm)(const float* x, const float* gamma, float* y, size_t rows, size_t dim, float eps) = nullptr;
+  void (*glu)(const float* in, float* out, size_t rows, size_t ff, Gate act) = nullptr;
+  void (*softcap)(float* x, size_t n, float cap) = nullptr;
+  void (*rope)(float* x, size_t heads, size_t hd, size_t rot, const float* cos, const float* sin,
+               bool interleaved) = nullptr;
   // n floats to f16, round to nearest even (narrow_to_f16's numerics).
   void (*narrow_f16)(const float* in, size_t n, uint16_t* out) = nullptr;
 

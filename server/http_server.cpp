@@ -504,7 +504,7 @@ void Service::detokenize(const httplib::Request& req, httplib::Response& res) {
 
 size_t default_parallel(const LanguageModel& lm, WeightType kv, size_t prefix_cache) {
   const ModelConfig& c = lm.config();
-  const uint64_t per_sequence = uint64_t{2} * c.n_layer * c.n_ctx * c.n_embd * KVCache::element_bytes(kv);
+  const uint64_t per_sequence = uint64_t{2} * c.n_layer * c.n_ctx * c.kv_width() * KVCache::element_bytes(kv);
   const uint64_t budget = platform::physical_memory_bytes() / 4;  // a quarter of the machine for KV caches
   const uint64_t fits = per_sequence ? budget / per_sequence : 16;
   return static_cast<size_t>(std::clamp<uint64_t>(fits > prefix_cache ? fits - prefix_cache : 1, 1, 16));

@@ -14,6 +14,7 @@
 #include "engine/executor.hpp"
 #include "engine/huge_page_buffer.hpp"
 #include "engine/mmgpt.hpp"
+#include "engine/rope.hpp"
 #include "engine_test_model.hpp"
 #include "formats/error.hpp"
 
@@ -522,39 +523,60 @@ TEST_CASE("KV-cache layout: each row its own place, where blocks() says, for any
 
 // Attention reads the cache a group at a time (engine/attention.cpp), so how
 // the heads are grouped must not change a bit: a prefill across a block
-// boundary, then decode steps, on caches of 1, 2, 3 and n_head groups, with
-// 1 and 2 threads, f32 and f16 caches.
+// boundary, then decode steps, on caches of 1, 2, 3 and n_kv_head groups,
+// with 1 and 2 threads, f32 and f16 caches; GPT-2's attention, and grouped
+// queries with rotary positions and a QK-norm (the prologue).
 TEST_CASE(
     "attention gives the same bits whatever the KV cache's groups, the thread count and the chunks of a prefill") {
-  const uint32_t n_head = 5;
-  const size_t hd = 16, d = n_head * hd, prefill = 70, steps = 6;
-  ModelConfig cfg = test::small_config(2, n_head, static_cast<uint32_t>(d), 128, 50);
-  std::vector<float> qkv(3 * d * (prefill + steps));
-  uint32_t x = 12345;
-  for (float& v : qkv) x = x * 1664525u + 1013904223u, v = static_cast<float>(x >> 8) / float(1 << 24) * 4.0f - 2.0f;
-  for (WeightType dt : {WeightType::F32, WeightType::F16}) {
-    std::vector<float> want;
-    // Chunks: the whole prefill in one call; one token a call, as decode
-    // steps; and chunks of tiles of queries with some left over.
-    for (size_t chunk : {prefill, size_t{1}, size_t{9}})
-      for (size_t threads : {1, 2})
-        for (size_t groups : {size_t{1}, size_t{2}, size_t{3}, size_t{n_head}}) {
-          CAPTURE(chunk);
-          CAPTURE(threads);
-          CAPTURE(groups);
-          tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
-          KVCache cache(cfg, dt, groups);
-          std::vector<float> out(d * (prefill + steps), -1.0f);
-          for (size_t l = 0; l < cfg.n_layer; ++l) {
-            for (size_t t = 0; t < prefill; t += chunk)
-              causal_attention(qkv.data() + t * 3 * d, out.data() + t * d, std::min(chunk, prefill - t), t, l, n_head,
-                               cache);
-            for (size_t s = 0; s < steps; ++s)
-              causal_attention(qkv.data() + (prefill + s) * 3 * d, out.data() + (prefill + s) * d, 1, prefill + s, l,
-                               n_head, cache);
+  for (bool modern : {false, true}) {
+    CAPTURE(modern);
+    const uint32_t n_head = modern ? 6 : 5, n_kv = modern ? 2 : 5;
+    const size_t hd = 16, d = n_head * hd, prefill = 70, steps = 6;
+    ModelConfig cfg = test::small_config(2, n_head, static_cast<uint32_t>(d), 128, 50);
+    if (modern) {
+      cfg.n_kv_head = n_kv;
+      cfg.pos_embedding = PosEmbedding::Rotary;
+      cfg.rope_dims = 12;
+      cfg.norm = NormKind::RmsNorm;
+      cfg.norm_bias = false;
+      cfg.qk_norm = QkNorm::Plain;
+      cfg.qk_norm_scale = 1.2f;
+    }
+    AttentionSpec spec = attention_spec(cfg);
+    const size_t row = spec.row_width(), qw = spec.q_width(), half = cfg.rope_dims / 2;
+    std::vector<float> cos((prefill + steps) * half), sin((prefill + steps) * half);
+    const std::vector<float> inv = modern ? rope_inv_freq(cfg) : std::vector<float>{};
+    for (size_t p = 0; modern && p < prefill + steps; ++p)
+      rope_angles(inv, p, false, cos.data() + p * half, sin.data() + p * half);
+    std::vector<float> qkv(row * (prefill + steps));
+    uint32_t x = 12345;
+    for (float& v : qkv) x = x * 1664525u + 1013904223u, v = static_cast<float>(x >> 8) / float(1 << 24) * 4.0f - 2.0f;
+    auto call = [&](std::vector<float>& work, std::vector<float>& out, size_t t, size_t n, size_t l, KVCache& cache) {
+      AttentionSpec a = spec;
+      if (modern) a.rope_cos = cos.data() + t * half, a.rope_sin = sin.data() + t * half;
+      causal_attention(work.data() + t * row, out.data() + t * qw, n, t, l, a, cache);
+    };
+    for (WeightType dt : {WeightType::F32, WeightType::F16}) {
+      std::vector<float> want;
+      // Chunks: the whole prefill in one call; one token a call, as decode
+      // steps; and chunks of tiles of queries with some left over.
+      for (size_t chunk : {prefill, size_t{1}, size_t{9}})
+        for (size_t threads : {1, 2})
+          for (size_t groups : {size_t{1}, size_t{2}, size_t{3}, size_t{n_kv}}) {
+            CAPTURE(chunk);
+            CAPTURE(threads);
+            CAPTURE(groups);
+            tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
+            KVCache cache(cfg, dt, groups);
+            std::vector<float> out(qw * (prefill + steps), -1.0f);
+            for (size_t l = 0; l < cfg.n_layer; ++l) {
+              std::vector<float> work = qkv;  // the prologue rewrites queries and keys in place
+              for (size_t t = 0; t < prefill; t += chunk) call(work, out, t, std::min(chunk, prefill - t), l, cache);
+              for (size_t s = 0; s < steps; ++s) call(work, out, prefill + s, 1, l, cache);
+            }
+            if (want.empty()) want = out;
+            CHECK(std::memcmp(want.data(), out.data(), out.size() * sizeof(float)) == 0);
           }
-          if (want.empty()) want = out;
-          CHECK(std::memcmp(want.data(), out.data(), out.size() * sizeof(float)) == 0);
-        }
+    }
   }
 }

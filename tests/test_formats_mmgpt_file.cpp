@@ -144,6 +144,7 @@ uint64_t section_entry(const Bytes& img, uint32_t i) {
   return load_u64(img.data() + mmgpt_file::kOffSectionTable) + uint64_t(i) * mmgpt_file::kSectionEntrySize;
 }
 uint64_t section_offset(const Bytes& img, uint32_t i) { return load_u64(img.data() + section_entry(img, i) + 8); }
+uint32_t section_count(const Bytes& img) { return load_u32(img.data() + mmgpt_file::kOffSectionCount); }
 
 // Field positions of a tensor's directory entry, found by its length-prefixed name.
 struct EntryPos {
@@ -235,6 +236,22 @@ TEST_CASE("validate_config refuses bad values, naming the source and field") {
       {[](ModelConfig& c) { c.norm_eps = std::numeric_limits<float>::infinity(); }, "norm_eps"},
       {[](ModelConfig& c) { c.gelu = static_cast<GeluKind>(7); }, "gelu has unknown id 7"},
       {[](ModelConfig& c) { c.pos_embedding = static_cast<PosEmbedding>(3); }, "pos_embedding has unknown id 3"},
+      // The block's parts.
+      {[](ModelConfig& c) { c.norm = static_cast<NormKind>(2); }, "norm has unknown id 2"},
+      {[](ModelConfig& c) { c.norm = NormKind::RmsNorm; }, "RMS norm with a bias"},
+      {[](ModelConfig& c) { c.norm_weight = false; }, "layer norm without a weight"},
+      {[](ModelConfig& c) { c.n_kv_head = 3; }, "n_head 2 is not a multiple of n_kv_head 3"},
+      {[](ModelConfig& c) { c.head_dim = 1u << 21; }, "n_kv_head or head_dim exceeds"},
+      {[](ModelConfig& c) { c.pos_embedding = PosEmbedding::Rotary, c.rope_dims = 3; }, "rope_dims is 3"},
+      {[](ModelConfig& c) { c.pos_embedding = PosEmbedding::Rotary, c.rope_dims = 6; }, "rope_dims is 6"},
+      {[](ModelConfig& c) { c.rope_dims = 2; }, "positions are not rotary"},
+      {[](ModelConfig& c) { c.pos_embedding = PosEmbedding::Rotary, c.rope_dims = 4, c.rope_theta = 0; }, "rope_theta"},
+      {[](ModelConfig& c) { c.rope_scaling = static_cast<RopeScaling>(2); }, "rope_scaling has unknown id 2"},
+      {[](ModelConfig& c) { c.rope_scaling = RopeScaling::Llama3; }, "llama3 rope scaling is inconsistent"},
+      {[](ModelConfig& c) { c.qk_norm = static_cast<QkNorm>(3); }, "qk_norm has unknown id 3"},
+      {[](ModelConfig& c) { c.qk_norm_scale = 0; }, "qk_norm_scale"},
+      {[](ModelConfig& c) { c.attn_scale = -1; }, "attn_scale"},
+      {[](ModelConfig& c) { c.logit_softcap = std::numeric_limits<float>::infinity(); }, "logit_softcap"},
   };
   for (const Case& k : cases) {
     ModelConfig c = tiny_config();
@@ -247,6 +264,84 @@ TEST_CASE("validate_config refuses bad values, naming the source and field") {
 }
 
 // ------------------------------------------------------------------ round trip
+
+TEST_CASE("the block section: a modern config round-trips, GPT-2's block writes none, bad values are refused") {
+  CHECK(section_count(tiny_image()) == 3);  // GPT-2's block: the file earlier versions wrote
+  ModelConfig cfg = tiny_config();
+  cfg.norm = NormKind::RmsNorm;
+  cfg.norm_bias = false;
+  cfg.n_kv_head = 1;
+  cfg.head_dim = 6;
+  cfg.mlp_bias = false;
+  cfg.mlp_gated = true;
+  cfg.gelu = GeluKind::Silu;
+  cfg.parallel_residual = true;
+  cfg.pos_embedding = PosEmbedding::Rotary;
+  cfg.rope_dims = 4;
+  cfg.rope_interleaved = true;
+  cfg.rope_inverse = true;
+  cfg.rope_theta = 500000.0;
+  cfg.rope_scaling = RopeScaling::Llama3;
+  cfg.rope_factor = 8, cfg.rope_low_freq_factor = 1, cfg.rope_high_freq_factor = 4, cfg.rope_original_ctx = 8192;
+  cfg.qk_norm = QkNorm::Weighted;
+  cfg.qk_norm_after_rope = true;
+  cfg.qk_norm_scale = 1.2f;
+  cfg.attn_scale = 0.25f;
+  cfg.logit_softcap = 15.0f;
+  const Model m = make_model(cfg, char_tokenizer());
+  const Bytes img = image_of(m);
+  REQUIRE(rejection(img).empty());
+  CHECK(section_count(img) == 4);
+  const ModelConfig c = parse_model_file_for_test(img.data(), img.size(), "model.mmgpt").config();
+  CHECK(c.norm == NormKind::RmsNorm);
+  CHECK(c.n_kv_head == 1);
+  CHECK(c.head_dim == 6);
+  CHECK(c.has_mlp_bias() == false);
+  CHECK(c.linear_bias == true);
+  CHECK(c.mlp_gated);
+  CHECK(c.gelu == GeluKind::Silu);
+  CHECK(c.parallel_residual);
+  CHECK(c.pos_embedding == PosEmbedding::Rotary);
+  CHECK(c.rope_dims == 4);
+  CHECK(c.rope_interleaved);
+  CHECK(c.rope_inverse);
+  CHECK(c.rope_theta == 500000.0);
+  CHECK(c.rope_scaling == RopeScaling::Llama3);
+  CHECK(c.rope_factor == 8.0f);
+  CHECK(c.rope_high_freq_factor == 4.0f);
+  CHECK(c.rope_original_ctx == 8192);
+  CHECK(c.qk_norm == QkNorm::Weighted);
+  CHECK(c.qk_norm_after_rope);
+  CHECK(c.qk_norm_scale == 1.2f);
+  CHECK(c.attn_scale == 0.25f);
+  CHECK(c.logit_softcap == 15.0f);
+
+  // The section is required (an older reader refuses the file), versioned and exact.
+  const uint64_t entry = section_entry(img, 3), at = section_offset(img, 3);
+  CHECK(load_u32(img.data() + entry) == mmgpt_file::kSectionBlock);
+  CHECK(load_u32(img.data() + entry + 4) == mmgpt_file::kSectionFlagRequired);
+  Bytes bad = img;
+  set_u32(bad, at, 2);
+  CHECK_REJECTS(bad, "block config section: version 2 is not supported");
+  bad = img;
+  set_u64(bad, entry + 16, mmgpt_file::kBlockSize - 8);
+  CHECK_REJECTS(bad, "size is 72");
+  bad = img;
+  bad[at + 23] = 1;
+  CHECK_REJECTS(bad, "reserved byte 23");
+  bad = img;
+  bad[at + 16] = 2;
+  CHECK_REJECTS(bad, "field norm_weight is 2");
+  bad = img;
+  set_u32(bad, at + 8, 3);  // n_kv_head
+  CHECK_REJECTS(bad, "not a multiple of n_kv_head 3");
+  bad = img;
+  set_u32(bad, at + 24, 5);  // rope_dims
+  CHECK_REJECTS(bad, "rope_dims is 5");
+  bad = img;
+  set_u32(bad, at + 72, 1);
+  CHECK_REJECTS(bad, "reserved bytes 72..79");
+}
 
 TEST_CASE("round trip through a file: config, char tokenizer, tensor bytes, mapping") {
   ModelConfig cfg = tiny_config();
@@ -584,8 +679,9 @@ TEST_CASE("config section values are validated") {
       {24, 4, 0x7F800000u, "norm_eps"},  // +inf
       {24, 4, 0, "norm_eps"},
       {24, 4, 0x3F800000u, "norm_eps"},  // 1.0
-      {28, 4, 2, "gelu has unknown id 2"},
-      {32, 4, 1, "pos_embedding has unknown id 1"},
+      {28, 4, 4, "gelu has unknown id 4"},
+      {32, 4, 2, "pos_embedding has unknown id 2"},
+      {32, 4, 1, "rope_dims is 0"},  // rotary, but no block section says how
       {36, 1, 2, "field qkv_bias is 2"},
       {37, 1, 255, "field linear_bias is 255"},
       {38, 1, 7, "field norm_bias is 7"},

@@ -6,6 +6,7 @@
 #include "kernels_testing.hpp"
 
 namespace s = mmgpt::kernels::scalar;
+namespace k = mmgpt::kernels;
 using kt::kU;
 
 namespace {
@@ -173,4 +174,42 @@ TEST_CASE("scalar matmul matches double precision on random data") {
         }
     }
   }
+}
+
+TEST_CASE("scalar rmsnorm, glu, softcap and rope compute their definitions") {
+  // rmsnorm: x / sqrt(mean(x^2) + eps) * gamma
+  const float x[4] = {1.0f, -2.0f, 3.0f, -4.0f}, g[4] = {1.0f, 0.5f, 2.0f, 1.0f};
+  float y[4];
+  k::scalar::rmsnorm(x, g, y, 1, 4, 0.0f);
+  const double rms = std::sqrt((1 + 4 + 9 + 16) / 4.0);
+  for (int i = 0; i < 4; ++i) CHECK(y[i] == doctest::Approx(x[i] / rms * g[i]).epsilon(1e-6));
+  k::scalar::rmsnorm(x, nullptr, y, 1, 4, 0.0f);
+  for (int i = 0; i < 4; ++i) CHECK(y[i] == doctest::Approx(x[i] / rms).epsilon(1e-6));
+  // glu: act(gate) * up, rows of [gate | up]
+  const float in[4] = {1.0f, -2.0f, 3.0f, 0.5f};
+  float out[2];
+  k::scalar::glu(in, out, 1, 2, k::Gate::Silu);
+  CHECK(out[0] == doctest::Approx(1.0 / (1 + std::exp(-1.0)) * 3.0).epsilon(1e-6));
+  CHECK(out[1] == doctest::Approx(-2.0 / (1 + std::exp(2.0)) * 0.5).epsilon(1e-6));
+  k::scalar::glu(in, out, 1, 2, k::Gate::GeluErf);
+  CHECK(out[0] == doctest::Approx(0.5 * (1 + std::erf(1 / std::sqrt(2.0))) * 3.0).epsilon(1e-6));
+  // softcap
+  float z[2] = {30.0f, -1.0f};
+  k::scalar::softcap(z, 2, 15.0f);
+  CHECK(z[0] == doctest::Approx(15 * std::tanh(2.0)).epsilon(1e-6));
+  CHECK(z[1] == doctest::Approx(15 * std::tanh(-1 / 15.0)).epsilon(1e-6));
+  // rope: split halves rotate (x[i], x[i + rot/2]) by the angle; interleaved (x[2i], x[2i+1])
+  const float c[2] = {std::cos(0.5f), std::cos(0.25f)}, s[2] = {std::sin(0.5f), std::sin(0.25f)};
+  float h[5] = {1.0f, 2.0f, 3.0f, 4.0f, 9.0f};
+  k::scalar::rope(h, 1, 5, 4, c, s, false);
+  CHECK(h[0] == doctest::Approx(1 * c[0] - 3 * s[0]));
+  CHECK(h[2] == doctest::Approx(3 * c[0] + 1 * s[0]));
+  CHECK(h[1] == doctest::Approx(2 * c[1] - 4 * s[1]));
+  CHECK(h[3] == doctest::Approx(4 * c[1] + 2 * s[1]));
+  CHECK(h[4] == 9.0f);
+  float m[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  k::scalar::rope(m, 1, 4, 4, c, s, true);
+  CHECK(m[0] == doctest::Approx(1 * c[0] - 2 * s[0]));
+  CHECK(m[1] == doctest::Approx(2 * c[0] + 1 * s[0]));
+  CHECK(m[2] == doctest::Approx(3 * c[1] - 4 * s[1]));
 }

@@ -319,3 +319,109 @@ TEST_CASE("non-finite inputs do not crash any instantiation") {
   REQUIRE(k::force_isa("scalar"));
   run_all("scalar");
 }
+
+TEST_CASE("rmsnorm matches the scalar reference") {
+  kt::for_each_simd_isa([](std::string_view) {
+    const float eps = 1e-6f;
+    for (size_t dim : kt::kSizes) {
+      CAPTURE(dim);
+      const size_t rows = 3;
+      const auto g = kt::random_floats(dim, 0.5f, 1.5f, 51 + dim);
+      const auto x = kt::random_floats(rows * dim, -3.0f, 3.0f, 52 + dim);
+      for (const float* gamma : {g.data(), static_cast<const float*>(nullptr)}) {
+        CAPTURE(gamma != nullptr);
+        std::vector<float> got(rows * dim), want(rows * dim);
+        k::rmsnorm(x.data(), gamma, got.data(), rows, dim, eps);
+        k::scalar::rmsnorm(x.data(), gamma, want.data(), rows, dim, eps);
+        // The sum of squares differs by summation order only: relative
+        // error 2 (n+1) u, half of it through the square root, then the
+        // two products.
+        size_t bad = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double tol = std::fabs(want[i]) * ((dim + 1) * kU + 6 * kU) + 2 * kt::ulp(want[i]);
+          if (std::fabs(double(got[i]) - want[i]) > tol) ++bad;
+        }
+        CHECK(bad == 0);
+      }
+    }
+    // Integer rows whose mean square is a power of two: exact in any order.
+    std::vector<float> x(64, 2.0f), got(64), want(64);
+    k::rmsnorm(x.data(), nullptr, got.data(), 1, 64, 0.0f + 1e-30f);
+    k::scalar::rmsnorm(x.data(), nullptr, want.data(), 1, 64, 1e-30f);
+    CHECK(got == want);
+  });
+}
+
+TEST_CASE("glu (SwiGLU, GeGLU) matches the scalar reference") {
+  kt::for_each_simd_isa([](std::string_view) {
+    for (size_t ff : kt::kSizes) {
+      CAPTURE(ff);
+      const size_t rows = 2;
+      auto in = kt::random_floats(rows * 2 * ff, -8.0f, 8.0f, 61 + ff);
+      if (ff > 2) in[0] = -100.0f, in[1] = 100.0f;  // exp's overflow and underflow
+      for (k::Gate act : {k::Gate::Silu, k::Gate::GeluErf, k::Gate::GeluTanh}) {
+        CAPTURE(static_cast<int>(act));
+        std::vector<float> got(rows * ff, -1.0f), want(rows * ff, -2.0f);
+        k::glu(in.data(), got.data(), rows, ff, act);
+        k::scalar::glu(in.data(), want.data(), rows, ff, act);
+        size_t bad = 0;
+        for (size_t r = 0; r < rows; ++r)
+          for (size_t j = 0; j < ff; ++j) {
+            const size_t i = r * ff + j;
+            // exp/erf/tanh within 2 ulp, the division and the product: a few
+            // ulp of the result, and near a zero of the gate, of its scale.
+            const double g = in[r * 2 * ff + j], u = std::fabs(in[r * 2 * ff + ff + j]);
+            const double tol = 8 * kt::ulp(want[i]) + u * std::fabs(g) * 8 * kU + 1e-30;
+            if (std::fabs(double(got[i]) - want[i]) > tol) ++bad;
+          }
+        CHECK(bad == 0);
+      }
+    }
+  });
+}
+
+TEST_CASE("softcap matches the scalar reference") {
+  kt::for_each_simd_isa([](std::string_view) {
+    for (size_t n : kt::kSizes) {
+      CAPTURE(n);
+      auto x = kt::random_floats(n, -60.0f, 60.0f, 71 + n);
+      auto got = x, want = x;
+      k::softcap(got.data(), n, 15.0f);
+      k::scalar::softcap(want.data(), n, 15.0f);
+      size_t bad = 0;
+      for (size_t i = 0; i < n; ++i)
+        if (std::fabs(double(got[i]) - want[i]) > 4 * kt::ulp(want[i]) + 15.0 * kU) ++bad;
+      CHECK(bad == 0);
+    }
+  });
+}
+
+TEST_CASE("rope matches the scalar reference (split halves, interleaved, partial)") {
+  kt::for_each_simd_isa([](std::string_view) {
+    for (size_t hd : {2, 8, 16, 32, 34, 64, 80, 128, 130}) {
+      for (size_t rot : {hd, hd / 2 - (hd / 2) % 2, size_t{2}}) {
+        if (rot == 0) continue;
+        for (bool interleaved : {false, true}) {
+          CAPTURE(hd);
+          CAPTURE(rot);
+          CAPTURE(interleaved);
+          const size_t heads = 3;
+          const auto x = kt::random_floats(heads * hd, -2.0f, 2.0f, 81 + hd + rot);
+          std::vector<float> c(rot / 2), s(rot / 2);
+          for (size_t i = 0; i < rot / 2; ++i) c[i] = std::cos(0.37f * i + 1), s[i] = std::sin(0.37f * i + 1);
+          auto got = x, want = x;
+          k::rope(got.data(), heads, hd, rot, c.data(), s.data(), interleaved);
+          k::scalar::rope(want.data(), heads, hd, rot, c.data(), s.data(), interleaved);
+          size_t bad = 0;
+          for (size_t i = 0; i < got.size(); ++i)
+            // Two products and a sum, perhaps contracted into an FMA: 3 u of |x|.
+            if (std::fabs(double(got[i]) - want[i]) > 2.0 * 3 * kU * 2) ++bad;
+          CHECK(bad == 0);
+          // Beyond rot, nothing moves.
+          for (size_t h = 0; h < heads; ++h)
+            for (size_t i = rot; i < hd; ++i) CHECK(got[h * hd + i] == x[h * hd + i]);
+        }
+      }
+    }
+  });
+}

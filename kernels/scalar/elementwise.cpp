@@ -65,6 +65,57 @@ void layernorm(const float* x, const float* gamma, const float* beta, float* y, 
   }
 }
 
+void rmsnorm(const float* x, const float* gamma, float* y, size_t rows, size_t dim, float eps) {
+  if (dim == 0) return;
+  const float fdim = static_cast<float>(dim);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    float ss = 0.0f;
+    for (size_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+    // PyTorch's order: x * rsqrt(mean(x^2) + eps), then the weight.
+    const float r_rms = 1.0f / std::sqrt(ss / fdim + eps);
+    for (size_t i = 0; i < dim; ++i) yr[i] = gamma ? xr[i] * r_rms * gamma[i] : xr[i] * r_rms;
+  }
+}
+
+void glu(const float* in, float* out, size_t rows, size_t ff, Gate act) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* g = in + r * 2 * ff;
+    float* o = out + r * ff;
+    for (size_t j = 0; j < ff; ++j) {
+      float a = g[j];
+      if (act == Gate::Silu)
+        a = a / (1.0f + std::exp(-a));  // PyTorch's silu: x / (1 + exp(-x))
+      else if (act == Gate::GeluErf)
+        gelu_erf(&a, 1);
+      else
+        gelu_tanh(&a, 1);
+      o[j] = a * g[ff + j];
+    }
+  }
+}
+
+void softcap(float* x, size_t n, float cap) {
+  for (size_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+void rope(float* x, size_t heads, size_t hd, size_t rot, const float* cos, const float* sin, bool interleaved) {
+  const size_t half = rot / 2;
+  for (size_t h = 0; h < heads; ++h) {
+    float* xh = x + h * hd;
+    for (size_t i = 0; i < half; ++i) {
+      float& a = interleaved ? xh[2 * i] : xh[i];
+      float& b = interleaved ? xh[2 * i + 1] : xh[i + half];
+      // Two rounded products, then the sum, as PyTorch's x * cos + rotate_half(x) * sin.
+      const float pa = a * cos[i], qa = b * sin[i], pb = b * cos[i], qb = a * sin[i];
+      const float na = pa - qa, nb = pb + qb;
+      a = na;
+      b = nb;
+    }
+  }
+}
+
 void gelu_erf(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const float v = x[i];
@@ -166,6 +217,7 @@ const KernelSet& scalar_kernel_set() {
     s.dot = &scalar::dot, s.axpy = &scalar::axpy, s.add = &scalar::add;
     s.layernorm = &scalar::layernorm, s.gelu_erf = &scalar::gelu_erf, s.gelu_tanh = &scalar::gelu_tanh;
     s.softmax = &scalar::softmax, s.narrow_f16 = &scalar::narrow_f16;
+    s.rmsnorm = &scalar::rmsnorm, s.glu = &scalar::glu, s.softcap = &scalar::softcap, s.rope = &scalar::rope;
     return s;
   }();
   return set;

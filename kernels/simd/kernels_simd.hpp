@@ -266,6 +266,100 @@ struct Kernels {
     }
   }
 
+  // sum of x[i]^2
+  static float sum_sq(const float* x, size_t n) {
+    B acc0(0.0f), acc1(0.0f);
+    size_t i = 0;
+    for (; i + 2 * W <= n; i += 2 * W) {
+      const B a = B::load_unaligned(x + i), b = B::load_unaligned(x + i + W);
+      acc0 = xsimd::fma(a, a, acc0);
+      acc1 = xsimd::fma(b, b, acc1);
+    }
+    for (; i + W <= n; i += W) {
+      const B a = B::load_unaligned(x + i);
+      acc0 = xsimd::fma(a, a, acc0);
+    }
+    float s = xsimd::hadd(acc0 + acc1);
+    for (; i < n; ++i) s += x[i] * x[i];
+    return s;
+  }
+
+  MMGPT_SIMD_ENTRY static void rmsnorm(const float* x, const float* gamma, float* y, size_t rows, size_t dim,
+                                       float eps) {
+    if (dim == 0) return;
+    const float fdim = static_cast<float>(dim);
+    for (size_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * dim;
+      float* yr = y + r * dim;
+      const float r_rms = 1.0f / __builtin_sqrtf(sum_sq(xr, dim) / fdim + eps);
+      const B rv(r_rms);
+      size_t i = 0;
+      // The reference's order: (x * r) * gamma.
+      if (gamma) {
+        for (; i + W <= dim; i += W)
+          (B::load_unaligned(xr + i) * rv * B::load_unaligned(gamma + i)).store_unaligned(yr + i);
+        for (; i < dim; ++i) yr[i] = xr[i] * r_rms * gamma[i];
+      } else {
+        for (; i + W <= dim; i += W) (B::load_unaligned(xr + i) * rv).store_unaligned(yr + i);
+        for (; i < dim; ++i) yr[i] = xr[i] * r_rms;
+      }
+    }
+  }
+
+  static B silu_vec(B v) { return divide(v, B(1.0f) + xsimd::exp(-v)); }
+
+  template <class F>
+  static void glu_rows(const float* in, float* out, size_t rows, size_t ff, F act) {
+    for (size_t r = 0; r < rows; ++r) {
+      const float* g = in + r * 2 * ff;
+      const float* u = g + ff;
+      float* o = out + r * ff;
+      size_t j = 0;
+      for (; j + W <= ff; j += W) (act(B::load_unaligned(g + j)) * B::load_unaligned(u + j)).store_unaligned(o + j);
+      if (j < ff) {  // the tail through a padded vector: the same arithmetic for every element
+        alignas(64) float gb[W], ub[W];
+        for (size_t k = 0; k < W; ++k) gb[k] = j + k < ff ? g[j + k] : 0.0f, ub[k] = j + k < ff ? u[j + k] : 0.0f;
+        (act(B::load_aligned(gb)) * B::load_aligned(ub)).store_aligned(gb);
+        for (size_t k = 0; j + k < ff; ++k) o[j + k] = gb[k];
+      }
+    }
+  }
+
+  MMGPT_SIMD_ENTRY static void glu(const float* in, float* out, size_t rows, size_t ff, Gate act) {
+    if (act == Gate::Silu) return glu_rows(in, out, rows, ff, silu_vec);
+    if (act == Gate::GeluErf) return glu_rows(in, out, rows, ff, gelu_erf_vec);
+    glu_rows(in, out, rows, ff, gelu_tanh_vec);
+  }
+
+  MMGPT_SIMD_ENTRY static void softcap(float* x, size_t n, float cap) {
+    const B c(cap);
+    map_inplace(x, n, 0.0f, [&](B v) { return c * xsimd::tanh(divide(v, c)); });
+  }
+
+  MMGPT_SIMD_ENTRY static void rope(float* x, size_t heads, size_t hd, size_t rot, const float* cos, const float* sin,
+                                    bool interleaved) {
+    const size_t half = rot / 2;
+    for (size_t h = 0; h < heads; ++h) {
+      float* xh = x + h * hd;
+      size_t i = 0;
+      if (!interleaved) {
+        for (; i + W <= half; i += W) {
+          const B a = B::load_unaligned(xh + i), b = B::load_unaligned(xh + half + i);
+          const B c = B::load_unaligned(cos + i), s = B::load_unaligned(sin + i);
+          (a * c - b * s).store_unaligned(xh + i);
+          (b * c + a * s).store_unaligned(xh + half + i);
+        }
+      }
+      for (; i < half; ++i) {
+        float& a = interleaved ? xh[2 * i] : xh[i];
+        float& b = interleaved ? xh[2 * i + 1] : xh[i + half];
+        const float na = a * cos[i] - b * sin[i], nb = b * cos[i] + a * sin[i];
+        a = na;
+        b = nb;
+      }
+    }
+  }
+
   // The panel matmuls (f32, and bf16 / f16 widened to f32), by weight type.
   static const detail::MatmulKernels& matmul_kernels(const char* name) {
     static const detail::MatmulKernels k = [name] {
@@ -288,6 +382,7 @@ struct Kernels {
     s.attention[static_cast<size_t>(WeightType::F16)] = &attention_queries<WeightF16>;
     s.dot = &dot, s.axpy = &axpy, s.add = &add, s.layernorm = &layernorm;
     s.gelu_erf = &gelu_erf, s.gelu_tanh = &gelu_tanh, s.softmax = &softmax, s.narrow_f16 = &narrow_f16;
+    s.rmsnorm = &rmsnorm, s.glu = &glu, s.softcap = &softcap, s.rope = &rope;
     return s;
   }
 };

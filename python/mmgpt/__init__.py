@@ -240,7 +240,9 @@ def convert(src, out, *, layout: Optional[str] = None, n_head: Optional[int] = N
     but `out`, nothing is pickled. The file equals what the command line
     writes for the same weights saved with torch.save.
 
-    layout: "hf-gpt2", "nanogpt" or "llms-from-scratch" (None: detected).
+    layout: "hf-gpt2", "nanogpt", "llms-from-scratch", "hf-llama" or "hf-gpt-neox"
+    (None: detected; hf-llama and hf-gpt-neox read a path, whose config.json
+    says the family).
     n_head: needed where neither the checkpoint nor a module's config says it.
     dtype, dtype_head: "f32", "bf16", "f16", "q8_0" or "q4_0" for the weight
     matrices and the LM head (dtype_head None: as dtype).

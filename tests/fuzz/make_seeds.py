@@ -137,6 +137,23 @@ def main():
                         os.path.join(char_dir, "meta.pkl"), "-o", os.path.join(work, "char.mmgpt")], check=True)
         put(out, "fuzz_mmgpt_file", "char.mmgpt", read(os.path.join(work, "char.mmgpt")))
 
+        # config.json of every Hugging Face family the hf-llama and hf-gpt-neox layouts read.
+        sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+        import ref_hf_modern as M
+        for family in M.FAMILIES:
+            put(out, "fuzz_hf_config", family + ".json", json.dumps(M.config_json(family)).encode())
+        put(out, "fuzz_hf_config", "llama3_scaled.json", json.dumps(M.config_json(
+            "llama", rope_scaling=M.llama3_scaling(), num_key_value_heads=2)).encode())
+        put(out, "fuzz_hf_config", "pythia_legacy.json", json.dumps(M.config_json("gpt_neox", legacy=True)).encode())
+        # A modern block's .mmgpt (its block config section): a tiny Qwen3 directory, converted.
+        qwen_dir = os.path.join(work, "qwen3")
+        M.write_hf_modern_dir(M.build(M.config_json("qwen3", hidden_size=16, num_attention_heads=2, head_dim=8,
+                                                    num_key_value_heads=1, vocab_size=40, intermediate_size=24)),
+                              qwen_dir)
+        subprocess.run([a.mmgpt, "convert", qwen_dir, "-o", os.path.join(work, "qwen3.mmgpt")], check=True,
+                       stdout=subprocess.DEVNULL)
+        put(out, "fuzz_mmgpt_file", "qwen3.mmgpt", read(os.path.join(work, "qwen3.mmgpt")))
+
         vocab, merges = small_bpe()
         bpe_dir = os.path.join(work, "bpe")
         os.makedirs(bpe_dir)

@@ -157,7 +157,7 @@ def main():
 
     suite.case('dtype_convert_inspect_sizes', convert_all)
     suite.case('dtype_perplexity_budget', perplexity_budget)
-    suite.case('dtype_kl_divergence', kl_divergence)
+    suite.case('dtype_kl_divergence', kl_divergence, heavy=True)
     suite.finish()
 
 

@@ -19,7 +19,7 @@ import mmgpt_ref as R  # noqa: E402
 
 
 def hf_case(suite, name, shape, seed, fmt, dtype=torch.float32, with_buffers=False, prefix=True,
-            eps=1e-5, prompt_len=12, n_gen=20, layout_flag=True, long_prompt=False):
+            eps=1e-5, prompt_len=12, n_gen=20, layout_flag=True, long_prompt=False, heavy=False):
     L, H, D, ctx = shape
 
     def run():
@@ -34,7 +34,7 @@ def hf_case(suite, name, shape, seed, fmt, dtype=torch.float32, with_buffers=Fal
         model.double()
         prompt = R.prompt_ids(seed + 1, prompt_len, 50257)
         return R.check_model(suite, model, out, prompt, n_gen=n_gen, long_prompt=long_prompt)
-    suite.case(name, run)
+    suite.case(name, run, heavy=heavy)
 
 
 def real_tiny_gpt2(suite):
@@ -70,7 +70,7 @@ def main():
             dtype=torch.bfloat16, prompt_len=8, n_gen=40, layout_flag=False, long_prompt=True)
     suite.case('hf_real_tiny_gpt2_hf', lambda: real_tiny_gpt2(suite))
     hf_case(suite, 'hf_st_f16_gpt2_124M', (12, 12, 768, 1024), seed=15, fmt='safetensors',
-            dtype=torch.float16, prompt_len=10)
+            dtype=torch.float16, prompt_len=10, heavy=True)
     suite.finish()
 
 

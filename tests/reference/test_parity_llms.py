@@ -30,7 +30,7 @@ def write_llms(suite, name, shape, vocab, seed, qkv_bias, dtype, legacy):
 
 
 def llms_case(suite, name, shape, vocab, seed, qkv_bias=False, dtype=torch.float32, legacy=False,
-              prompt_len=12, n_gen=20, layout_flag=True, long_prompt=False):
+              prompt_len=12, n_gen=20, layout_flag=True, long_prompt=False, heavy=False):
     def run():
         model, src = write_llms(suite, name, shape, vocab, seed, qkv_bias, dtype, legacy)
         out = suite.path(name + '.mmgpt')
@@ -39,7 +39,7 @@ def llms_case(suite, name, shape, vocab, seed, qkv_bias=False, dtype=torch.float
         model.double()
         prompt = R.prompt_ids(seed + 1, prompt_len, vocab)
         return R.check_model(suite, model, out, prompt, n_gen=n_gen, long_prompt=long_prompt)
-    suite.case(name, run)
+    suite.case(name, run, heavy=heavy)
 
 
 def expect_one_line_error(suite, args, what):
@@ -72,7 +72,7 @@ def main():
               layout_flag=False, long_prompt=True)
     suite.case('llms_n_head_required', lambda: n_head_errors(suite))
     llms_case(suite, 'llms_zip_bf16_gpt2_124M', (12, 12, 768, 1024), 50257, seed=35, dtype=torch.bfloat16,
-              prompt_len=10)
+              prompt_len=10, heavy=True)
     suite.finish()
 
 

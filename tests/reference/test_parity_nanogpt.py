@@ -19,7 +19,7 @@ import mmgpt_ref as R  # noqa: E402
 
 def nano_case(suite, name, shape, vocab, seed, bias=True, compiled=False, optimizer=False, mask_buffer=False,
               dtype=torch.float32, legacy=False, prompt_vocab=None, prompt_len=12, n_gen=20, layout_flag=True,
-              long_prompt=False):
+              long_prompt=False, heavy=False):
     L, H, D, ctx = shape
 
     def run():
@@ -36,7 +36,7 @@ def nano_case(suite, name, shape, vocab, seed, bias=True, compiled=False, optimi
         # Prompts use the real (unpadded) vocabulary, as a tokenizer would.
         prompt = R.prompt_ids(seed + 1, prompt_len, prompt_vocab or vocab)
         return R.check_model(suite, model, out, prompt, n_gen=n_gen, long_prompt=long_prompt)
-    suite.case(name, run)
+    suite.case(name, run, heavy=heavy)
 
 
 def main():
@@ -51,7 +51,7 @@ def main():
               bias=False, compiled=True, optimizer=True, prompt_len=8, n_gen=40, layout_flag=False,
               long_prompt=True)
     nano_case(suite, 'nano_f32_gpt2_124M_pad50304', (12, 12, 768, 1024), 50304, seed=25,
-              prompt_vocab=50257, prompt_len=10)
+              prompt_vocab=50257, prompt_len=10, heavy=True)
     suite.finish()
 
 

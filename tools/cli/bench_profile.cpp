@@ -40,7 +40,7 @@ Work op_work(const Graph& g, const Op& op, const StepRecord& s, const ModelConfi
   size_t tokens = 0;
   for (size_t n : s.new_tokens) tokens += n;
   const size_t rows = g.buffers[op.output].rows == Rows::Tokens ? tokens : s.new_tokens.size();
-  const double width = double(g.buffers[op.output].width), d = c.n_embd;
+  const double width = double(g.buffers[op.output].width), q = double(c.q_width()), kvw = double(c.kv_width());
   Work w;
   switch (op.kind) {
     case OpKind::MatMul: {
@@ -55,15 +55,15 @@ Work op_work(const Graph& g, const Op& op, const StepRecord& s, const ModelConfi
     case OpKind::Attention:
       for (size_t i = 0; i < s.new_tokens.size(); ++i) {
         const double n = double(s.new_tokens[i]), c0 = double(s.context[i]);
-        w.flops += 4.0 * d * (n * c0 + n * (n + 1) / 2);  // q.k and p.v over the causal triangle
-        // keys and values of every position, and each new token's qkv row (3d floats) and output (d)
-        w.bytes += 2.0 * d * double(KVCache::element_bytes(kv)) * (c0 + n) + 4.0 * n * 4 * d;
+        w.flops += 4.0 * q * (n * c0 + n * (n + 1) / 2);  // q.k and p.v over the causal triangle
+        // keys and values of every position, and each new token's qkv row and output
+        w.bytes += 2.0 * kvw * double(KVCache::element_bytes(kv)) * (c0 + n) + 4.0 * n * (2 * q + 2 * kvw);
       }
       // Each sequence's queries share its keys and values: compute-bound only
       // with many new tokens in one sequence (a prefill), not a batch of decodes.
       w.compute = *std::max_element(s.new_tokens.begin(), s.new_tokens.end()) >= 16;
       break;
-    case OpKind::Embed: w.bytes = 12.0 * double(rows) * d; break;
+    case OpKind::Embed: w.bytes = 12.0 * double(rows) * width; break;
     default: w.bytes = 8.0 * double(rows) * width; break;  // read and write every element once
   }
   return w;

@@ -17,8 +17,8 @@
 // frac_of_bw is the median over the runs of each run's ratio. A probe of
 // anonymous huge-page memory is printed in the header for reference.
 // A step also reads the KV cache: keys and values of every layer for each
-// position so far (the new one included), n_layer * 2 * n_embd elements of
-// the cache's dtype per position and sequence. frac_of_bw_with_kv adds those
+// position so far (the new one included), n_layer * 2 * n_kv_head *
+// head_dim elements of the cache's dtype per position and sequence. frac_of_bw_with_kv adds those
 // bytes, which is what memory actually serves per step; at long contexts they
 // are a sizeable part of it (73.7 KB per position for 124M with an f32 cache).
 #include <algorithm>
@@ -108,9 +108,10 @@ uint64_t decode_weight_bytes(const Model& model) {
 // block matmul for each token, attention (q.k and p.v over the causal
 // triangle), and the LM head for the last position only.
 double prefill_flops(const ModelConfig& c, size_t p) {
-  const double d = c.n_embd, ff = c.n_ff, L = c.n_layer, P = double(p);
-  const double matmul = 2.0 * P * L * (3 * d * d + d * d + 2 * d * ff);
-  const double attention = 2.0 * 2.0 * L * d * (P * (P + 1) / 2);
+  const double d = c.n_embd, ff = c.n_ff, L = c.n_layer, P = double(p), q = double(c.q_width());
+  const double kv = double(c.kv_width()), up = c.mlp_gated ? 2 * ff : ff;
+  const double matmul = 2.0 * P * L * ((q + 2 * kv) * d + q * d + up * d + ff * d);
+  const double attention = 2.0 * 2.0 * L * q * (P * (P + 1) / 2);
   return matmul + attention + 2.0 * d * c.vocab_size;
 }
 
@@ -184,7 +185,7 @@ void run_bench(const BenchArgs& a) {
   const ModelConfig& config = lm.config();
   const uint64_t step_bytes = decode_weight_bytes(lm.model());
   const WeightType kv_dtype = parse_kv_dtype(a.kv_dtype);
-  const uint64_t kv_per_position = uint64_t{config.n_layer} * 2 * config.n_embd * KVCache::element_bytes(kv_dtype);
+  const uint64_t kv_per_position = uint64_t{config.n_layer} * 2 * config.kv_width() * KVCache::element_bytes(kv_dtype);
   uint64_t params = 0;
   for (const TensorView& t : lm.model().file().tensors()) params += t.numel();
   std::vector<std::string> notes;

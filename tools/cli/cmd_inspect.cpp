@@ -72,8 +72,30 @@ nlohmann::json to_json(const ModelFile& f) {
                  {"linear_bias", c.linear_bias},
                  {"norm_bias", c.norm_bias},
                  {"tied_lm_head", c.tied_lm_head},
-                 {"gelu", c.gelu == GeluKind::Erf ? "erf" : "tanh"},
-                 {"pos_embedding", "learned"}};
+                 {"gelu", activation_name(c.gelu)},
+                 {"pos_embedding", c.pos_embedding == PosEmbedding::Rotary ? "rotary" : "learned"},
+                 {"norm", c.norm == NormKind::RmsNorm ? "rmsnorm" : "layernorm"},
+                 {"norm_weight", c.norm_weight},
+                 {"n_kv_head", c.kv_heads()},
+                 {"head_dim", c.head_size()},
+                 {"mlp_bias", c.has_mlp_bias()},
+                 {"mlp_gated", c.mlp_gated},
+                 {"parallel_residual", c.parallel_residual},
+                 {"qk_norm", c.qk_norm == QkNorm::Weighted ? "weighted"
+                             : c.qk_norm == QkNorm::Plain  ? "plain"
+                                                           : "none"},
+                 {"attn_scale", c.scores_scale()},
+                 {"logit_softcap", c.logit_softcap}};
+  if (c.pos_embedding == PosEmbedding::Rotary)
+    j["config"]["rope"] = {{"dims", c.rope_dims},
+                           {"theta", c.rope_theta},
+                           {"interleaved", c.rope_interleaved},
+                           {"inverse", c.rope_inverse},
+                           {"scaling", c.rope_scaling == RopeScaling::Llama3 ? "llama3" : "none"},
+                           {"factor", c.rope_factor},
+                           {"low_freq_factor", c.rope_low_freq_factor},
+                           {"high_freq_factor", c.rope_high_freq_factor},
+                           {"original_context", c.rope_original_ctx}};
   const TokenizerData& t = f.tokenizer();
   j["tokenizer"] = {
       {"kind", tokenizer_name(t.kind)}, {"tokens", t.tokens.size()}, {"merges", t.merges.size()}, {"eos_id", t.eos_id}};
@@ -115,11 +137,34 @@ void print_text(const ModelFile& f) {
       kernels::describe_bf16().c_str(), kernels::describe_decode_prefetch().c_str());
   std::printf("model         GPT: %u layers, %u heads, width %u, MLP width %u, context %u, vocabulary %u\n", c.n_layer,
               c.n_head, c.n_embd, c.n_ff, c.n_ctx, c.vocab_size);
-  std::printf("              %llu parameters, layer-norm eps %g, GELU %s, LM head %s\n",
-              static_cast<unsigned long long>(params), c.norm_eps, c.gelu == GeluKind::Erf ? "erf (exact)" : "tanh",
-              c.tied_lm_head ? "tied to wte" : "separate");
-  std::printf("              biases: qkv %s, linear %s, norm %s; positions: learned\n", c.qkv_bias ? "yes" : "no",
-              c.linear_bias ? "yes" : "no", c.norm_bias ? "yes" : "no");
+  if (c.is_gpt2_block()) {
+    std::printf("              %llu parameters, layer-norm eps %g, GELU %s, LM head %s\n",
+                static_cast<unsigned long long>(params), c.norm_eps, c.gelu == GeluKind::Erf ? "erf (exact)" : "tanh",
+                c.tied_lm_head ? "tied to wte" : "separate");
+    std::printf("              biases: qkv %s, linear %s, norm %s; positions: learned\n", c.qkv_bias ? "yes" : "no",
+                c.linear_bias ? "yes" : "no", c.norm_bias ? "yes" : "no");
+  } else {
+    std::printf("              %llu parameters, %s eps %g%s, LM head %s\n", static_cast<unsigned long long>(params),
+                c.norm == NormKind::RmsNorm ? "RMS norm" : "layer norm", c.norm_eps,
+                c.norm_weight ? "" : " (no weight)", c.tied_lm_head ? "tied to wte" : "separate");
+    std::printf("attention     %u query heads, %u key/value heads, head_dim %u, scale %g%s%s\n", c.n_head, c.kv_heads(),
+                c.head_size(), c.scores_scale(),
+                c.qk_norm == QkNorm::None       ? ""
+                : c.qk_norm == QkNorm::Weighted ? ", QK-norm (weighted)"
+                                                : ", QK-norm",
+                c.qk_norm != QkNorm::None && c.qk_norm_after_rope ? " after the rotation" : "");
+    if (c.pos_embedding == PosEmbedding::Rotary)
+      std::printf("positions     rotary on %u of %u dims, theta %g, %s pairs%s%s\n", c.rope_dims, c.head_size(),
+                  c.rope_theta, c.rope_interleaved ? "interleaved" : "split-half", c.rope_inverse ? ", inverse" : "",
+                  c.rope_scaling == RopeScaling::Llama3 ? ", llama3 scaling" : "");
+    else
+      std::printf("positions     learned\n");
+    std::printf("MLP           %s %s, biases: qkv %s, attention out %s, MLP %s, norm %s%s%s\n",
+                c.mlp_gated ? "gated" : "plain", activation_name(c.gelu), c.qkv_bias ? "yes" : "no",
+                c.linear_bias ? "yes" : "no", c.has_mlp_bias() ? "yes" : "no", c.norm_bias ? "yes" : "no",
+                c.parallel_residual ? "; parallel residual" : "",
+                c.logit_softcap > 0 ? ("; logit softcap " + std::to_string(c.logit_softcap)).c_str() : "");
+  }
   if (t.kind == TokenizerKind::None)
     std::printf("tokenizer     none (the model runs on token ids)\n");
   else

@@ -2,7 +2,9 @@
 // Source layouts: how a family of checkpoints names and shapes its tensors,
 // and how to turn one into the canonical .mmgpt tensors of a ModelConfig.
 // One file per layout (layout_hf_gpt2.cpp, layout_nanogpt.cpp,
-// layout_llms_from_scratch.cpp); detection in layout_detect.cpp.
+// layout_llms_from_scratch.cpp, layout_hf_llama.cpp, layout_hf_gpt_neox.cpp);
+// detection in
+// layout_detect.cpp.
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,9 +15,9 @@
 
 namespace mmgpt::convert {
 
-enum class LayoutKind { HfGpt2, NanoGpt, LlmsFromScratch };
+enum class LayoutKind { HfGpt2, NanoGpt, LlmsFromScratch, HfLlama, HfGptNeox };
 
-const char* layout_name(LayoutKind kind);  // "hf-gpt2", "nanogpt", "llms-from-scratch"
+const char* layout_name(LayoutKind kind);  // "hf-gpt2", "nanogpt", "llms-from-scratch", "hf-llama", "hf-gpt-neox"
 // "auto" is not a layout: the caller handles it. Throws on unknown names.
 LayoutKind parse_layout_name(const std::string& name);
 
@@ -42,5 +44,7 @@ MappedModel map_layout(LayoutKind kind, const LayoutInput& in);
 MappedModel map_hf_gpt2(const LayoutInput& in);
 MappedModel map_nanogpt(const LayoutInput& in);
 MappedModel map_llms_from_scratch(const LayoutInput& in);
+MappedModel map_hf_llama(const LayoutInput& in);
+MappedModel map_hf_gpt_neox(const LayoutInput& in);
 
 }  // namespace mmgpt::convert

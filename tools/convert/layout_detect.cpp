@@ -9,19 +9,25 @@ const char* layout_name(LayoutKind kind) {
     case LayoutKind::HfGpt2: return "hf-gpt2";
     case LayoutKind::NanoGpt: return "nanogpt";
     case LayoutKind::LlmsFromScratch: return "llms-from-scratch";
+    case LayoutKind::HfLlama: return "hf-llama";
+    case LayoutKind::HfGptNeox: return "hf-gpt-neox";
   }
   return "?";
 }
 
 LayoutKind parse_layout_name(const std::string& name) {
-  for (LayoutKind k : {LayoutKind::HfGpt2, LayoutKind::NanoGpt, LayoutKind::LlmsFromScratch})
+  for (LayoutKind k : {LayoutKind::HfGpt2, LayoutKind::NanoGpt, LayoutKind::LlmsFromScratch, LayoutKind::HfLlama,
+                       LayoutKind::HfGptNeox})
     if (name == layout_name(k)) return k;
-  throw Error("--layout '" + name + "' is not one of auto, hf-gpt2, nanogpt, llms-from-scratch");
+  throw Error("--layout '" + name + "' is not one of auto, hf-gpt2, nanogpt, llms-from-scratch, hf-llama, hf-gpt-neox");
 }
 
 LayoutKind detect_layout(const StateDict& weights, const std::string& file) {
   if (weights.has("tok_emb.weight") && weights.has("trf_blocks.0.att.W_query.weight"))
     return LayoutKind::LlmsFromScratch;
+  if (weights.has("model.embed_tokens.weight") && weights.has("model.layers.0.self_attn.q_proj.weight"))
+    return LayoutKind::HfLlama;
+  if (weights.has("gpt_neox.embed_in.weight")) return LayoutKind::HfGptNeox;
   // HF and nanoGPT share names; the fused attention matrix tells them apart:
   // Conv1D stores it [d, 3d], nn.Linear [3d, d] (d = the width of wte).
   for (const std::string prefix : {"transformer.", ""}) {
@@ -37,10 +43,11 @@ LayoutKind detect_layout(const StateDict& weights, const std::string& file) {
   }
   std::vector<std::string> first;
   for (size_t i = 0; i < weights.entries.size() && i < 5; ++i) first.push_back(weights.entries[i].first);
-  throw Error(file +
-              ": unrecognised checkpoint layout (no hf-gpt2, nanogpt or llms-from-scratch tensor names; "
-              "it has " +
-              std::to_string(weights.entries.size()) + " tensors, starting with " + name_list(first, 5) + ")");
+  throw Error(
+      file +
+      ": unrecognised checkpoint layout (no hf-gpt2, nanogpt, llms-from-scratch, hf-llama or hf-gpt-neox tensor names; "
+      "it has " +
+      std::to_string(weights.entries.size()) + " tensors, starting with " + name_list(first, 5) + ")");
 }
 
 MappedModel map_layout(LayoutKind kind, const LayoutInput& in) {
@@ -48,6 +55,8 @@ MappedModel map_layout(LayoutKind kind, const LayoutInput& in) {
     case LayoutKind::HfGpt2: return map_hf_gpt2(in);
     case LayoutKind::NanoGpt: return map_nanogpt(in);
     case LayoutKind::LlmsFromScratch: return map_llms_from_scratch(in);
+    case LayoutKind::HfLlama: return map_hf_llama(in);
+    case LayoutKind::HfGptNeox: return map_hf_gpt_neox(in);
   }
   throw Error("internal: unknown layout");
 }

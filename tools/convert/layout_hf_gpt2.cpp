@@ -6,6 +6,7 @@
 
 #include "formats/error.hpp"
 #include "formats/file_util.hpp"
+#include "tools/convert/json_fields.hpp"
 #include "tools/convert/layout_gpt2_common.hpp"
 
 namespace mmgpt::convert {
@@ -14,18 +15,10 @@ namespace {
 
 using nlohmann::json;
 
-uint32_t json_u32(const json& j, const char* key, const std::string& file) {
-  const json& v = j.at(key);
-  if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > int64_t(UINT32_MAX))
-    throw Error(file + ": field '" + key + "' is " + v.dump() + ", expected a positive integer");
-  return uint32_t(v.get<int64_t>());
-}
-
 // Fills n_head, eps, GELU from config.json and checks every size it states
 // against the tensors.
 void apply_config_json(const std::string& path, const Gpt2Shapes& shapes, uint32_t n_head_option, ModelConfig& c) {
-  const json j = json::parse(read_small_file(path, 16 << 20), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) throw Error(path + ": not a JSON object");
+  const json j = read_json_object(path);
 
   if (j.contains("model_type") && j["model_type"] != "gpt2")
     throw Error(path + ": model_type is " + j["model_type"].dump() + ", layout hf-gpt2 converts only \"gpt2\"");

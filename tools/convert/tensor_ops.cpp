@@ -93,6 +93,18 @@ TensorPtr concat_rows(std::vector<TensorPtr> parts) {
   return out;
 }
 
+TensorPtr slice_rows(TensorPtr t, uint64_t first, uint64_t count) {
+  if (t->shape.empty() || !t->readable() || first > t->shape[0] || count > t->shape[0] - first)
+    throw Error("internal: slice_rows [" + std::to_string(first) + ", +" + std::to_string(count) + ") of " +
+                shape_str(t->shape));
+  auto out = std::make_shared<HostTensor>();
+  out->shape = t->shape;
+  out->shape[0] = count;
+  out->source_dtype = t->source_dtype;
+  out->reader = [t = std::move(t), first](uint64_t r, uint64_t n, float* dst) { t->read_rows(first + r, n, dst); };
+  return out;
+}
+
 bool same_values(const HostTensor& a, const HostTensor& b) {
   if (&a == &b) return true;
   if (a.shape != b.shape) return false;

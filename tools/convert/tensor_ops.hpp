@@ -56,6 +56,8 @@ class Scratch {
 TensorPtr transpose2d(TensorPtr t);
 // Stacks tensors along their first dimension; all must agree on the others.
 TensorPtr concat_rows(std::vector<TensorPtr> parts);
+// Rows [first, first + count) of t (along its first dimension).
+TensorPtr slice_rows(TensorPtr t, uint64_t first, uint64_t count);
 // Same shape and bit-identical values (a tied head saved as its own copy),
 // compared a piece at a time.
 bool same_values(const HostTensor& a, const HostTensor& b);
