@@ -79,19 +79,29 @@ def tensors(layers, width):
     return sorted(out)
 
 
-def write_safetensors(path, items, seed, zeros_only=False):
+def bf16_bytes(f32_bytes):
+    """float32 values (bytes) rounded to bfloat16, nearest even (no NaNs here)."""
+    words = array.array('I', f32_bytes)
+    return array.array('H', (((w + 0x7FFF + ((w >> 16) & 1)) >> 16) & 0xFFFF for w in words)).tobytes()
+
+
+def write_safetensors(path, items, seed, zeros_only=False, dtype='F32'):
+    """items: (name, shape, fill); every tensor stored as dtype, F32 or BF16."""
     block_floats = 1 << 20
     rng = random.Random(seed)
     # One block of normals plus room for any start offset below block_floats.
     normal = array.array('f', (rng.gauss(0.0, 0.02) for _ in range(2 * block_floats))).tobytes()
     ones = array.array('f', [1.0]).tobytes()
-    zeros = bytes(4)
+    size = 4
+    if dtype == 'BF16':
+        normal, ones, size = bf16_bytes(normal), bf16_bytes(ones), 2
+    zeros = bytes(size)
     header, offset = {'__metadata__': {'format': 'pt'}}, 0
     for name, shape, _ in items:
-        n = 4
+        n = size
         for s in shape:
             n *= s
-        header[name] = {'dtype': 'F32', 'shape': shape, 'data_offsets': [offset, offset + n]}
+        header[name] = {'dtype': dtype, 'shape': shape, 'data_offsets': [offset, offset + n]}
         offset += n
     hb = json.dumps(header, separators=(',', ':')).encode()
     hb += b' ' * (-len(hb) % 8)  # the data starts 8-aligned, as the safetensors library writes it
@@ -104,11 +114,11 @@ def write_safetensors(path, items, seed, zeros_only=False):
         for name, shape, fill in items:
             left = header[name]['data_offsets'][1] - header[name]['data_offsets'][0]
             if fill != 'normal':
-                f.write((ones if fill == 'ones' else zeros) * (left // 4))
+                f.write((ones if fill == 'ones' else zeros) * (left // size))
                 continue
-            start = 4 * rng.randrange(block_floats)
+            start = size * rng.randrange(block_floats)
             while left:
-                chunk = min(left, 4 * block_floats)
+                chunk = min(left, size * block_floats)
                 f.write(normal[start:start + chunk])
                 left -= chunk
 

@@ -15,7 +15,8 @@ seconds="${1:-30}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MMGPT_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 targets=(fuzz_mmgpt_file fuzz_pickle fuzz_zip fuzz_torch_checkpoint fuzz_safetensors
-         fuzz_bpe_files fuzz_meta_pkl fuzz_gpt2_bpe fuzz_token_ids fuzz_completion_request fuzz_hf_config)
+         fuzz_bpe_files fuzz_meta_pkl fuzz_gpt2_bpe fuzz_token_ids fuzz_completion_request fuzz_hf_config
+         fuzz_shard_index)
 
 command -v clang++ >/dev/null || { echo "fuzz-smoke: clang++ not found (scripts/setup.sh installs it)" >&2; exit 1; }
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \

@@ -68,7 +68,7 @@ stage() {
 host_ctest() { (cd build && env -u MMGPT_TEST_SLICE ctest --output-on-failure -j "$(nproc)" "$@"); }
 
 stage "set-up and build" 900 bash scripts/build.sh
-stage "aarch64 (qemu)" 720 bash scripts/test-aarch64.sh
+stage "aarch64 (qemu)" 900 bash scripts/test-aarch64.sh
 stage "fuzz smoke" 360 env MMGPT_FUZZ_SEED=1 bash scripts/fuzz-smoke.sh 10
 stage "ASan+UBSan" 1200 env MMGPT_SANITIZERS=asan bash scripts/test-sanitizers.sh
 stage "TSan" 420 env MMGPT_SANITIZERS=tsan bash scripts/test-sanitizers.sh

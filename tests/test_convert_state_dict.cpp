@@ -144,6 +144,49 @@ TEST_CASE("container detection by content") {
   CHECK(error_of([&] { detect_container((d / "absent.pt").string()); }).find("absent.pt") != std::string::npos);
 }
 
+TEST_CASE("a shard index names files in its own directory that exist, or is refused by name") {
+  const fs::path d = fs::path(MMGPT_TEST_TMP) / "convert_shard_index";
+  fs::remove_all(d);
+  fs::create_directories(d / "sub");
+  std::ofstream(d / "a.safetensors") << "x";
+  std::ofstream(d / "b.safetensors") << "x";
+  std::ofstream(d.parent_path() / "outside.safetensors") << "x";
+  fs::create_symlink(d.parent_path() / "outside.safetensors", d / "link.safetensors");
+  const std::string index = (d / "model.safetensors.index.json").string();
+  auto with = [&](const std::string& json) {
+    std::ofstream(index) << json;
+    return index;
+  };
+  const std::vector<Shard> shards =
+      read_shard_index(with(R"({"metadata": {"total_size": 8}, "weight_map": {"w1": "a.safetensors",
+                            "w2": "b.safetensors", "w3": "a.safetensors"}})"));
+  REQUIRE(shards.size() == 2);
+  CHECK(fs::path(shards[0].path).filename() == "a.safetensors");
+  CHECK(shards[0].tensors == std::vector<std::string>{"w1", "w3"});
+  CHECK(shards[1].tensors == std::vector<std::string>{"w2"});
+  CHECK(is_shard_index(index));
+  CHECK_FALSE(is_shard_index("model.safetensors"));
+  const std::pair<std::string, std::string> refused[] = {
+      {"[1, 2]", "not a JSON object"},
+      {"{\"metadata\": {}}", "no \"weight_map\""},
+      {"{\"weight_map\": {}}", "no \"weight_map\""},
+      {R"({"weight_map": {"w": 3}})", "expected a file name"},
+      {R"({"weight_map": {"w": "../outside.safetensors"}})", "not a file in the index's own directory"},
+      {R"({"weight_map": {"w": "/etc/passwd"}})", "not a file in the index's own directory"},
+      {R"({"weight_map": {"w": ".."}})", "not a file in the index's own directory"},
+      {R"({"weight_map": {"w": "model.safetensors.index.json"}})", "not a file in the index's own directory"},
+      {R"({"weight_map": {"w": "c.safetensors"}})", "shard \"c.safetensors\" (for tensor 'w') is missing"},
+      {R"({"weight_map": {"w": "sub"}})", "is missing"},
+      {R"({"weight_map": {"w": "link.safetensors"}})", "leads outside the index's directory"},
+  };
+  for (const auto& [json, needle] : refused) {
+    CAPTURE(json);
+    const std::string msg = error_of([&] { read_shard_index(with(json)); });
+    CHECK(msg.rfind(index, 0) == 0);
+    CHECK(msg.find(needle) != std::string::npos);
+  }
+}
+
 TEST_CASE("layout detection") {
   auto sd2 = [](std::vector<std::pair<std::string, std::vector<uint64_t>>> items) {
     StateDict sd;

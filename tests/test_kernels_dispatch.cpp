@@ -52,9 +52,10 @@ TEST_CASE("the forced scalar instantiation is the scalar reference") {
   const size_t M = 3, K = 257, N = 131;
   const auto x = kt::random_floats(M * K, -1, 1, 1), w = kt::random_floats(N * K, -1, 1, 2);
   const auto b = kt::random_floats(N, -1, 1, 3);
-  std::vector<float> got(M * N), want(M * N);
-  kt::matmul_rowmajor(x.data(), w.data(), b.data(), got.data(), M, K, N);
-  k::scalar::matmul(x.data(), w.data(), b.data(), want.data(), M, K, N);
+  std::vector<float> got(M * N), want(M * N), wp(mmgpt::panel_floats(N, K));
+  mmgpt::pack_panels(w.data(), N, K, wp.data());
+  k::matmul_packed(x.data(), wp.data(), b.data(), got.data(), M, K, N);
+  k::scalar::matmul_packed(x.data(), wp.data(), b.data(), want.data(), M, K, N);
   CHECK(got == want);
   auto g1 = x, g2 = x;
   k::gelu_erf(g1.data(), g1.size());

@@ -15,6 +15,7 @@ a window, or a 256-token step of a long prompt.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Union
@@ -230,7 +231,7 @@ def load(path: str) -> Model:
 
 
 def convert(src, out, *, layout: Optional[str] = None, n_head: Optional[int] = None, dtype: str = "f32",
-            dtype_head: Optional[str] = None, tokenizer: Optional[str] = None) -> None:
+            dtype_head: Optional[str] = None, tokenizer: Optional[str] = None, config=None) -> None:
     """Converts a PyTorch model to the .mmgpt file `out`, as `mmgpt convert` does.
 
     src is a checkpoint path (a file, or a folder holding one), a checkpoint as
@@ -248,18 +249,58 @@ def convert(src, out, *, layout: Optional[str] = None, n_head: Optional[int] = N
     matrices and the LM head (dtype_head None: as dtype).
     tokenizer: meta.pkl, vocab.json/merges.txt or encoder.json/vocab.bpe, or a
     folder holding them (a path src also finds them beside the checkpoint).
+    config: the model's config, for a state dict in memory whose layout needs
+    one (Hugging Face Llama / Qwen / GPT-NeoX, the book's Llama3Model /
+    Qwen3Model): a dict (config.json's keys, or the book's config dict; a
+    torch dtype in it is written as its name), a JSON string, or an object
+    with to_dict() (a transformers config). None: taken from an nn.Module's
+    .config (transformers) or .cfg (the book), else read beside a path.
     """
     if n_head is not None and (isinstance(n_head, bool) or not isinstance(n_head, int) or n_head < 1):
         raise Error(f"n_head: must be a positive integer or None, not {n_head!r}")
     args = (os.fspath(out), layout or "auto", n_head or 0, dtype, dtype_head or "",
             "" if tokenizer is None else os.fspath(tokenizer))
     if isinstance(src, (str, os.PathLike)):
+        if config is not None:
+            raise Error("config: give it with a checkpoint in memory; a path's config.json is read beside it")
         _mmgpt.convert(os.fspath(src), *args)
         return
+    if config is not None:
+        config_json = _config_json(config)
+    else:  # an nn.Module's own: the book's keep a dict in .cfg, transformers' an object in .config
+        config_json = ""
+        found = getattr(src, "cfg", None) if not isinstance(src, dict) else None
+        hf = getattr(src, "config", None) if not isinstance(src, dict) else None
+        if found is None and callable(getattr(hf, "to_dict", None)):
+            found = hf
+        if found is not None:
+            try:
+                config_json = _config_json(found)
+            except Error:  # not a config the modern layouts read; the others need none
+                config_json = ""
     if not isinstance(src, dict) and callable(getattr(src, "state_dict", None)):
         if n_head is None:  # nanoGPT's and Hugging Face's modules say it in their config
             n_head = getattr(getattr(src, "config", None), "n_head", None)
             if isinstance(n_head, int) and not isinstance(n_head, bool) and n_head > 0:
                 args = args[:2] + (n_head,) + args[3:]
         src = src.state_dict()
-    _mmgpt.convert_object(src, *args)
+    _mmgpt.convert_object(src, *args, config_json)
+
+
+def _config_json(config) -> str:
+    """The model config as JSON text for the converter ("" for none)."""
+    if config is None:
+        return ""
+    if isinstance(config, str):
+        return config
+    if callable(getattr(config, "to_dict", None)) and not isinstance(config, dict):
+        config = config.to_dict()
+    if not isinstance(config, dict):
+        raise Error(f"config: must be a dict, a JSON string or an object with to_dict(), not {type(config).__name__}")
+
+    def plain(v):  # torch.bfloat16 -> "bfloat16"; anything else JSON cannot hold is an error
+        text = str(v)
+        if text.startswith("torch."):
+            return text[len("torch."):]
+        raise Error(f"config: value {v!r} cannot be written as JSON")
+    return json.dumps(config, default=plain)

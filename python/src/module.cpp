@@ -480,16 +480,17 @@ PYBIND11_MODULE(_mmgpt, m) {
   m.def(
       "convert_object",
       [options](const py::object& src, std::string out, std::string layout, int n_head, std::string dtype,
-                std::string dtype_head, std::string tokenizer) {
-        const ConvertOptions o = options(std::move(out), std::move(layout), n_head, std::move(dtype),
-                                         std::move(dtype_head), std::move(tokenizer));
+                std::string dtype_head, std::string tokenizer, std::string config_json) {
+        ConvertOptions o = options(std::move(out), std::move(layout), n_head, std::move(dtype), std::move(dtype_head),
+                                   std::move(tokenizer));
+        o.config_json = std::move(config_json);
         InMemory in;
         const pickle::ValuePtr root = in.value(src);
         py::gil_scoped_release release;
         convert_in_memory(*root, "in-memory checkpoint", o);
       },
       py::arg("src"), py::arg("out"), py::arg("layout"), py::arg("n_head"), py::arg("dtype"), py::arg("dtype_head"),
-      py::arg("tokenizer"));
+      py::arg("tokenizer"), py::arg("config_json") = "");
 
   py::class_<TextStream>(m, "TextStream")
       .def("next", &TextStream::next)

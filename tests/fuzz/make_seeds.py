@@ -145,6 +145,10 @@ def main():
         put(out, "fuzz_hf_config", "llama3_scaled.json", json.dumps(M.config_json(
             "llama", rope_scaling=M.llama3_scaling(), num_key_value_heads=2)).encode())
         put(out, "fuzz_hf_config", "pythia_legacy.json", json.dumps(M.config_json("gpt_neox", legacy=True)).encode())
+        put(out, "fuzz_shard_index", "two_shards.json", json.dumps({
+            "metadata": {"total_size": 64},
+            "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+                           "lm_head.weight": "model-00002-of-00002.safetensors"}}, indent=2).encode())
         # A modern block's .mmgpt (its block config section): a tiny Qwen3 directory, converted.
         qwen_dir = os.path.join(work, "qwen3")
         M.write_hf_modern_dir(M.build(M.config_json("qwen3", hidden_size=16, num_attention_heads=2, head_dim=8,

@@ -135,3 +135,39 @@ def test_bundled_gpt2_vocabulary(work):
     lm = mmgpt.load(out)
     assert lm.encode("Hello world") == [15496, 995]
     assert lm.decode([15496, 995]) == "Hello world"
+
+
+def test_modern_block_in_memory(cli, work):
+    """A Hugging Face Qwen3 state dict with its config dict, and the book's
+    Llama3Model module (its .cfg, a torch dtype in it), give the files the
+    command line writes from the directory and the saved state dict."""
+    import ref_hf_modern as M
+    import ref_llms_modern as L
+    cfg = M.config_json("qwen3", hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                        vocab_size=90)
+    model = M.randomize_(M.build(cfg, rope_fp32=True), 14)
+    M.write_hf_modern_dir(model, work / "qwen3-dir")
+    cli("convert", work / "qwen3-dir", "-o", work / "qwen3-cli.mmgpt")
+    from_sd = work / "qwen3-sd.mmgpt"
+    mmgpt.convert(model.state_dict(), from_sd, config=cfg)
+    assert from_sd.read_bytes() == (work / "qwen3-cli.mmgpt").read_bytes()
+    check_logits(from_sd, model)
+    import json
+    from_text = work / "qwen3-text.mmgpt"
+    mmgpt.convert(model.state_dict(), from_text, config=json.dumps(cfg))
+    assert from_text.read_bytes() == from_sd.read_bytes()
+
+    book_cfg = L.llama3_config(dtype=torch.float32)
+    book = L.randomize_modern_(L.build_model(book_cfg), 15)
+    pth, _ = L.write_llms_modern(book, book_cfg, str(work / "book"), "model", torch.float32)
+    cli("convert", pth, "-o", work / "book-cli.mmgpt")
+    from_module = work / "book-module.mmgpt"
+    mmgpt.convert(book, from_module)
+    assert from_module.read_bytes() == (work / "book-cli.mmgpt").read_bytes()
+
+    with pytest.raises(mmgpt.Error, match="needs its config dict beside it"):
+        mmgpt.convert(book.state_dict(), work / "no-config.mmgpt")
+    with pytest.raises(mmgpt.Error, match="config: must be a dict"):
+        mmgpt.convert(book.state_dict(), work / "bad-config.mmgpt", config=3)
+    with pytest.raises(mmgpt.Error, match="give it with a checkpoint in memory"):
+        mmgpt.convert(work / "qwen3-dir", work / "path-config.mmgpt", config=cfg)

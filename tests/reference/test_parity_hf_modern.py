@@ -8,7 +8,8 @@ hidden_size / heads, Qwen2's q/k/v biases, Llama's attention_bias and mlp_bias,
 Qwen3's QK-norm, llama3 rope scaling, GeGLU, GPT-NeoX's per-head fused QKV, partial
 rotary, parallel and sequential residual and the buffers Pythia's checkpoints carry,
 tied and untied heads, model.safetensors
-and pytorch_model.bin (a tied head stored twice), f32 / bf16 / f16 storage, greedy
+and pytorch_model.bin (a tied head stored twice), sharded with their index files (and
+an index that points outside its directory refused), f32 / bf16 / f16 storage, greedy
 generation past the context, and the clear errors for what is not supported.
 """
 import json
@@ -23,13 +24,13 @@ import ref_hf_modern as M  # noqa: E402
 
 
 def modern_case(suite, name, family, seed, fmt='safetensors', dtype=torch.float32, prompt_len=12, n_gen=16,
-                long_prompt=False, heavy=False, std=0.08, build_kw=None, **cfg_kw):
+                long_prompt=False, heavy=False, std=0.08, build_kw=None, shards=1, **cfg_kw):
     def run():
         cfg = M.config_json(family, **cfg_kw)
         model = M.randomize_(M.build(cfg, rope_fp32=True, **(build_kw or {})), seed, std=std)
         R.stored_roundtrip_(model, dtype)
         d = suite.path(name)
-        M.write_hf_modern_dir(model, d, fmt=fmt, dtype=dtype)
+        M.write_hf_modern_dir(model, d, fmt=fmt, dtype=dtype, shards=shards)
         out = suite.path(name + '.mmgpt')
         R.convert(suite, d, out)  # --layout auto: found from the tensor names, the family from config.json
         model.double()
@@ -56,6 +57,25 @@ def refused(suite, name, family, needle, **cfg_kw):
         assert not os.path.exists(suite.path(name + '.mmgpt')), "a partial output was left behind"
         return [err[:160]]
     suite.case(name, run)
+
+
+def bad_index(suite):
+    """A shard index naming a file outside its directory is refused, and nothing is written."""
+    model = M.randomize_(M.build(M.config_json('llama')), 7)
+    d = suite.path('bad_index')
+    M.write_hf_modern_dir(model, d, shards=2)
+    index = os.path.join(d, 'model.safetensors.index.json')
+    with open(index) as f:
+        j = json.load(f)
+    name = sorted(j['weight_map'])[0]
+    j['weight_map'][name] = '../' + j['weight_map'][name]
+    with open(index, 'w') as f:
+        json.dump(j, f)
+    out = suite.path('bad_index.mmgpt')
+    rc, _, err = R.run_cli(suite.mmgpt, ['convert', d, '-o', out], expect_ok=False)
+    assert rc != 0 and "not a file in the index's own directory" in err, err
+    assert not os.path.exists(out), "a partial output was left behind"
+    return [err.strip()[:160]]
 
 
 def main():
@@ -88,6 +108,11 @@ def main():
                 prompt_len=8, n_gen=24, long_prompt=True)
     modern_case(suite, 'neox_full_rotary_gelu_new_tied', 'gpt_neox', seed=51, hidden_size=32, num_attention_heads=2,
                 rotary_pct=1.0, hidden_act='gelu_new', tie_word_embeddings=True, vocab_size=70)
+    modern_case(suite, 'qwen2_sharded3_safetensors_bf16', 'qwen2', seed=52, dtype=torch.bfloat16, shards=3,
+                hidden_size=32, num_attention_heads=4, num_key_value_heads=2, vocab_size=120)
+    modern_case(suite, 'llama_sharded2_bin_untied', 'llama', seed=53, fmt='bin', shards=2, hidden_size=32,
+                num_attention_heads=2, vocab_size=80)
+    suite.case('refuse_index_outside_directory', lambda: bad_index(suite))
     # 30 layers: initialised at std 0.02 (as trained models start), which keeps f32
     # rounding well inside the tolerance (torch's own f32 forward is at 5e-6).
     modern_case(suite, 'llama_smollm2_135M_shaped', 'llama', seed=48, heavy=True, std=0.02, hidden_size=576,

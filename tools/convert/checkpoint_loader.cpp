@@ -6,7 +6,10 @@
 #include <fstream>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "formats/error.hpp"
+#include "formats/file_util.hpp"
 #include "formats/torch_checkpoint.hpp"
 
 namespace fs = std::filesystem;
@@ -43,8 +46,10 @@ std::string find_checkpoint_file(const std::string& input) {
   if (ec || !fs::exists(st)) throw Error(input + ": no such file or directory");
   if (!fs::is_directory(st)) return input;
 
-  // Hugging Face names first; safetensors preferred as it needs no unpickling.
-  for (const char* name : {"model.safetensors", "pytorch_model.bin"}) {
+  // Hugging Face names first; safetensors preferred as it needs no unpickling;
+  // a whole file before a shard index.
+  for (const char* name :
+       {"model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json"}) {
     const fs::path p = fs::path(input) / name;
     if (fs::is_regular_file(p, ec)) return p.string();
   }
@@ -62,6 +67,48 @@ std::string find_checkpoint_file(const std::string& input) {
                 " candidate checkpoints in this directory, name one of them: " + name_list(found));
   }
   return found[0];
+}
+
+bool is_shard_index(const std::string& file) {
+  const std::string suffix = ".index.json";
+  return file.size() > suffix.size() && file.compare(file.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<Shard> read_shard_index(const std::string& index_path) {
+  const nlohmann::json j =
+      nlohmann::json::parse(read_small_file(index_path, 64 << 20), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) throw Error(index_path + ": not a JSON object");
+  if (!j.contains("weight_map") || !j["weight_map"].is_object() || j["weight_map"].empty())
+    throw Error(index_path + ": no \"weight_map\" object of tensor names and shard files");
+  std::error_code ec;
+  const fs::path dir = fs::path(index_path).parent_path().empty() ? fs::path(".") : fs::path(index_path).parent_path();
+  const fs::path real_dir = fs::canonical(dir, ec);
+  if (ec) throw Error(index_path + ": cannot resolve its directory: " + ec.message());
+  std::vector<Shard> shards;
+  for (const auto& [tensor, value] : j["weight_map"].items()) {
+    if (!value.is_string())
+      throw Error(index_path + ": weight_map entry '" + tensor + "' is " + value.dump() + ", expected a file name");
+    const std::string name = value.get<std::string>();
+    if (name.empty() || name == "." || name == ".." || is_shard_index(name) || name.find('/') != std::string::npos ||
+        name.find('\\') != std::string::npos || name.find('\0') != std::string::npos)
+      throw Error(index_path + ": weight_map entry '" + tensor + "' names \"" + name +
+                  "\", not a file in the index's own directory");
+    auto it =
+        std::find_if(shards.begin(), shards.end(), [&](const Shard& s) { return fs::path(s.path).filename() == name; });
+    if (it == shards.end()) {
+      const fs::path p = dir / name;
+      const fs::path real = fs::canonical(p, ec);
+      if (ec || !fs::is_regular_file(real, ec))
+        throw Error(index_path + ": shard \"" + name + "\" (for tensor '" + tensor + "') is missing");
+      if (real.parent_path() != real_dir)
+        throw Error(index_path + ": shard \"" + name + "\" leads outside the index's directory (to " + real.string() +
+                    ")");
+      shards.push_back({p.string(), {}});
+      it = shards.end() - 1;
+    }
+    it->tensors.push_back(tensor);
+  }
+  return shards;
 }
 
 Container detect_container(const std::string& file) {
@@ -152,7 +199,44 @@ void strip_wrapper_prefixes(StateDict& weights, const std::string& file) {
   }
 }
 
+namespace {
+
+// Every shard an index names, loaded and checked against it: each tensor in
+// the shard the index says, none twice, none unlisted; all shards of one container.
+LoadedCheckpoint load_shards(const std::string& index) {
+  LoadedCheckpoint ck;
+  ck.file = index;
+  std::set<std::string> seen;
+  bool first = true;
+  for (const Shard& shard : read_shard_index(index)) {
+    LoadedCheckpoint part = load_checkpoint(shard.path);
+    if (first) {
+      ck.container = part.container;
+      first = false;
+    } else if (part.container != ck.container) {
+      throw Error(index + ": shard " + shard.path + " is " + container_name(part.container) + ", the others " +
+                  container_name(ck.container));
+    }
+    const std::set<std::string> listed(shard.tensors.begin(), shard.tensors.end());
+    for (const std::string& name : shard.tensors)
+      if (!part.weights.has(name))
+        throw Error(index + ": tensor '" + name + "' is not in shard " + shard.path + ", where the index puts it");
+    for (auto& [name, tensor] : part.weights.entries) {
+      if (!listed.count(name))
+        throw Error(index + ": shard " + shard.path + " holds tensor '" + name +
+                    "', which the index does not put there");
+      if (!seen.insert(name).second) throw Error(index + ": tensor '" + name + "' is in more than one shard");
+      ck.weights.entries.emplace_back(name, std::move(tensor));
+    }
+    ck.skipped.insert(ck.skipped.end(), part.skipped.begin(), part.skipped.end());
+  }
+  return ck;
+}
+
+}  // namespace
+
 LoadedCheckpoint load_checkpoint(const std::string& file) {
+  if (is_shard_index(file)) return load_shards(file);
   LoadedCheckpoint ck;
   ck.file = file;
   ck.container = detect_container(file);

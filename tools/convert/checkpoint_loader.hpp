@@ -16,8 +16,21 @@ enum class Container { TorchZip, TorchLegacy, Safetensors };
 const char* container_name(Container c);
 
 // `input` itself when it is a file; for a directory, model.safetensors, else
-// pytorch_model.bin, else its only *.pt / *.pth / *.bin / *.safetensors file.
+// pytorch_model.bin, else the shard index model.safetensors.index.json, else
+// pytorch_model.bin.index.json, else its only *.pt / *.pth / *.bin /
+// *.safetensors file.
 std::string find_checkpoint_file(const std::string& input);
+
+// A Hugging Face shard index ({"metadata": ..., "weight_map": {tensor: file}}):
+// its shard files in order of first mention, each with the tensors the index
+// puts in it. A file name must be a plain name in the index's own directory
+// (no path separators, no "..", not a link leading out of it) that exists.
+struct Shard {
+  std::string path;
+  std::vector<std::string> tensors;
+};
+std::vector<Shard> read_shard_index(const std::string& index_path);
+bool is_shard_index(const std::string& file);  // a name ending in ".index.json"
 
 // Reads the first bytes of `file`: zip magic, legacy torch.save magic, or a
 // safetensors header. Throws naming the file when it is none of them.

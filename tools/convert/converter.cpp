@@ -180,6 +180,7 @@ ConvertSummary convert_source(const Source& src, std::optional<LayoutKind> force
   in.weights = src.weights;
   in.root = src.root;
   in.directory = src.directory;
+  in.config_text = opt.config_json;
   in.n_head = uint32_t(opt.n_head);
   MappedModel model = map_layout(kind, in);
   validate_config(model.config, file);

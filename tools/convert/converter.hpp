@@ -29,6 +29,11 @@ struct ConvertOptions {
   // --dtype-head: element type of the LM head (lm_head.weight, or wte when
   // tied); empty = the same as dtype.
   std::string dtype_head;
+  // The model's config as JSON text, in place of the config.json beside a
+  // checkpoint (the Python package's, for a state dict in memory): a Hugging
+  // Face config.json's keys, or the LLMs-from-scratch config dict's. Empty:
+  // config.json is read from the checkpoint's directory where a layout needs it.
+  std::string config_json;
 };
 
 struct ConvertSummary {

@@ -9,9 +9,11 @@ namespace mmgpt::convert {
 
 using nlohmann::json;
 
-json read_json_object(const std::string& path) {
-  json j = json::parse(read_small_file(path, 16 << 20), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) throw Error(path + ": not a JSON object");
+json read_json_object(const std::string& path) { return parse_json_object(read_small_file(path, 16 << 20), path); }
+
+json parse_json_object(const std::string& text, const std::string& name) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) throw Error(name + ": not a JSON object");
   return j;
 }
 

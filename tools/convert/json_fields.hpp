@@ -10,6 +10,8 @@ namespace mmgpt::convert {
 
 // The JSON object in `path` (at most 16 MB), or an error naming the file.
 nlohmann::json read_json_object(const std::string& path);
+// The JSON object in `text`; `name` says where it came from in the error.
+nlohmann::json parse_json_object(const std::string& text, const std::string& name);
 
 // j[key] as a positive integer fitting u32; an error naming `path` and `key`
 // when it is missing or anything else.

@@ -31,6 +31,7 @@ struct LayoutInput {
   const pickle::Value* root = nullptr;  // torch files: the top-level object (nanoGPT's model_args), else null
   std::string directory;                // the checkpoint's directory (HF config.json); "" for one in memory
   uint32_t n_head = 0;                  // --n-head, 0 when not given
+  std::string config_text;              // the model config as JSON text, given in memory; "" when not
 };
 
 struct MappedModel {
@@ -41,9 +42,16 @@ struct MappedModel {
 };
 
 MappedModel map_layout(LayoutKind kind, const LayoutInput& in);
+
+// The model config a layout reads: in.config_text when given, else the
+// config.json in in.directory. Sets `where` to what errors name ("FILE:
+// config" or the config.json path); false when there is neither.
+bool find_model_config(const LayoutInput& in, std::string& text, std::string& where);
 MappedModel map_hf_gpt2(const LayoutInput& in);
 MappedModel map_nanogpt(const LayoutInput& in);
 MappedModel map_llms_from_scratch(const LayoutInput& in);
+// The book's Llama3Model / Qwen3Model (map_llms_from_scratch hands them over).
+MappedModel map_llms_modern(const LayoutInput& in);
 MappedModel map_hf_llama(const LayoutInput& in);
 MappedModel map_hf_gpt_neox(const LayoutInput& in);
 

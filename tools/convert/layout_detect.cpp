@@ -1,5 +1,6 @@
 // Choosing a layout: by name (--layout) or from the tensors themselves.
 #include "formats/error.hpp"
+#include "formats/file_util.hpp"
 #include "tools/convert/layout.hpp"
 
 namespace mmgpt::convert {
@@ -48,6 +49,19 @@ LayoutKind detect_layout(const StateDict& weights, const std::string& file) {
       ": unrecognised checkpoint layout (no hf-gpt2, nanogpt, llms-from-scratch, hf-llama or hf-gpt-neox tensor names; "
       "it has " +
       std::to_string(weights.entries.size()) + " tensors, starting with " + name_list(first, 5) + ")");
+}
+
+bool find_model_config(const LayoutInput& in, std::string& text, std::string& where) {
+  if (!in.config_text.empty()) {
+    where = in.file + ": config";
+    text = in.config_text;
+    return true;
+  }
+  if (in.directory.empty()) return false;
+  where = join_path(in.directory, "config.json");
+  if (!is_file(where)) return false;
+  text = read_small_file(where, 16 << 20);
+  return true;
 }
 
 MappedModel map_layout(LayoutKind kind, const LayoutInput& in) {

@@ -31,10 +31,10 @@ TensorPtr regroup_qkv(const TensorPtr& t, uint32_t heads, uint64_t hs) {
 }  // namespace
 
 MappedModel map_hf_gpt_neox(const LayoutInput& in) {
-  if (in.directory.empty() || !is_file(join_path(in.directory, "config.json")))
+  std::string text, path;
+  if (!find_model_config(in, text, path))
     throw Error(in.file + ": layout hf-gpt-neox needs the config.json that Hugging Face saves beside the weights");
-  const std::string path = join_path(in.directory, "config.json");
-  const json j = read_json_object(path);
+  const json j = parse_json_object(text, path);
   if (!j.contains("model_type") || j["model_type"] != "gpt_neox")
     throw Error(path + ": model_type is " + (j.contains("model_type") ? j["model_type"].dump() : "missing") +
                 ", layout hf-gpt-neox converts \"gpt_neox\"");
@@ -82,6 +82,7 @@ MappedModel map_hf_gpt_neox(const LayoutInput& in) {
     c.qkv_bias = c.linear_bias = bias;
     c.mlp_bias = true;
     c.tied_lm_head = json_bool(j, "tie_word_embeddings", false, path);
+    validate_config(c, path);  // bounds every size before anything is built from it
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": " + e.what());
   }

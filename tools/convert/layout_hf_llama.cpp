@@ -89,10 +89,10 @@ void check_sliding_window(const json& j, const Family& f, const std::string& pat
 }  // namespace
 
 MappedModel map_hf_llama(const LayoutInput& in) {
-  if (in.directory.empty() || !is_file(join_path(in.directory, "config.json")))
+  std::string text, path;
+  if (!find_model_config(in, text, path))
     throw Error(in.file + ": layout hf-llama needs the config.json that Hugging Face saves beside the weights");
-  const std::string path = join_path(in.directory, "config.json");
-  const json j = read_json_object(path);
+  const json j = parse_json_object(text, path);
   const Family& f = family_of(j, path);
 
   MappedModel out;
@@ -149,6 +149,7 @@ MappedModel map_hf_llama(const LayoutInput& in) {
     c.qk_norm = f.qk_norm ? QkNorm::Weighted : QkNorm::None;
     c.tied_lm_head = json_bool(j, "tie_word_embeddings", false, path);
     check_sliding_window(j, f, path, c);
+    validate_config(c, path);  // bounds every size before anything is built from it
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": " + e.what());
   }

@@ -10,6 +10,8 @@
 namespace mmgpt::convert {
 
 MappedModel map_llms_from_scratch(const LayoutInput& in) {
+  // Chapter 5's Llama3Model and Qwen3Model: a SwiGLU feed-forward (fc1..fc3), no positions table.
+  if (in.weights->has("trf_blocks.0.ff.fc1.weight") && !in.weights->has("pos_emb.weight")) return map_llms_modern(in);
   TensorTaker taker(*in.weights, in.file, "llms-from-scratch");
   taker.require({"tok_emb.weight", "pos_emb.weight", "trf_blocks.0.ff.layers.0.weight"});
   MappedModel out;
