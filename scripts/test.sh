@@ -69,7 +69,7 @@ host_ctest() { (cd build && env -u MMGPT_TEST_SLICE ctest --output-on-failure -j
 
 stage "set-up and build" 900 bash scripts/build.sh
 stage "aarch64 (qemu)" 900 bash scripts/test-aarch64.sh
-stage "fuzz smoke" 360 env MMGPT_FUZZ_SEED=1 bash scripts/fuzz-smoke.sh 10
+stage "fuzz smoke" 480 env MMGPT_FUZZ_SEED=1 bash scripts/fuzz-smoke.sh 10
 stage "ASan+UBSan" 1200 env MMGPT_SANITIZERS=asan bash scripts/test-sanitizers.sh
 stage "TSan" 420 env MMGPT_SANITIZERS=tsan bash scripts/test-sanitizers.sh
 stage "POSIX fallbacks" 480 bash scripts/test-posix.sh

@@ -179,7 +179,9 @@ TEST_CASE("a shard index names files in its own directory that exist, or is refu
       {R"({"weight_map": {"w": "sub"}})", "is missing"},
       {R"({"weight_map": {"w": "link.safetensors"}})", "leads outside the index's directory"},
   };
-  for (const auto& [json, needle] : refused) {
+  for (const auto& item : refused) {
+    const std::string& json = item.first;  // (clang 14 cannot capture a structured binding)
+    const std::string& needle = item.second;
     CAPTURE(json);
     const std::string msg = error_of([&] { read_shard_index(with(json)); });
     CHECK(msg.rfind(index, 0) == 0);
