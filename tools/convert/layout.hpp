@@ -43,6 +43,14 @@ struct MappedModel {
 
 MappedModel map_layout(LayoutKind kind, const LayoutInput& in);
 
+// A Hugging Face head `head` [vocab, d] beside the embedding `embed_name`
+// (whose tensor is `wte`): absent when tied (safetensors), or the embedding's
+// values again (torch.save of a tied model). config.json's
+// tie_word_embeddings (`tied`, named by `config`) decides; a head that
+// contradicts it is named. An untied head joins out.tensors as lm_head.weight.
+void take_hf_head(TensorTaker& taker, const std::string& head, const std::string& embed_name, const TensorPtr& wte,
+                  bool tied, const std::string& config, MappedModel& out);
+
 // The model config a layout reads: in.config_text when given, else the
 // config.json in in.directory. Sets `where` to what errors name ("FILE:
 // config" or the config.json path); false when there is neither.

@@ -2,6 +2,7 @@
 #include "formats/error.hpp"
 #include "formats/file_util.hpp"
 #include "tools/convert/layout.hpp"
+#include "tools/convert/tensor_ops.hpp"
 
 namespace mmgpt::convert {
 
@@ -49,6 +50,23 @@ LayoutKind detect_layout(const StateDict& weights, const std::string& file) {
       ": unrecognised checkpoint layout (no hf-gpt2, nanogpt, llms-from-scratch, hf-llama or hf-gpt-neox tensor names; "
       "it has " +
       std::to_string(weights.entries.size()) + " tensors, starting with " + name_list(first, 5) + ")");
+}
+
+void take_hf_head(TensorTaker& taker, const std::string& head, const std::string& embed_name, const TensorPtr& wte,
+                  bool tied, const std::string& config, MappedModel& out) {
+  const std::vector<uint64_t>& shape = wte->shape;
+  if (!taker.has(head)) {
+    if (!tied)
+      throw Error(taker.file() + ": tensor '" + head + "' is missing (" + config + " says tie_word_embeddings false)");
+    return;
+  }
+  TensorPtr t = taker.take(head, shape);
+  if (!tied) {
+    out.tensors.emplace_back("lm_head.weight", t);
+  } else if (!same_values(*t, *wte)) {
+    throw Error(taker.file() + ": " + head + " differs from " + embed_name + " but " + config +
+                " says tie_word_embeddings true");
+  }
 }
 
 bool find_model_config(const LayoutInput& in, std::string& text, std::string& where) {

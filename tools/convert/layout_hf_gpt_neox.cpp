@@ -125,18 +125,7 @@ MappedModel map_hf_gpt_neox(const LayoutInput& in) {
       taker.ignore(p + buffer);
   }
   norm("gpt_neox.final_layer_norm", "ln_f");
-  if (taker.has("embed_out.weight")) {
-    TensorPtr head = taker.take("embed_out.weight", {v, d});
-    if (c.tied_lm_head) {
-      if (!same_values(*head, *wte))
-        throw Error(in.file + ": embed_out.weight differs from gpt_neox.embed_in.weight but " + path +
-                    " says tie_word_embeddings true");
-    } else {
-      out.tensors.emplace_back("lm_head.weight", head);
-    }
-  } else if (!c.tied_lm_head) {
-    throw Error(in.file + ": tensor 'embed_out.weight' is missing (" + path + " says tie_word_embeddings false)");
-  }
+  take_hf_head(taker, "embed_out.weight", "gpt_neox.embed_in.weight", wte, c.tied_lm_head, path, out);
   taker.finish();
   out.notes.push_back("GPTNeoXForCausalLM: " + std::to_string(c.n_layer) + " layers, " + std::to_string(c.n_head) +
                       " heads of " + std::to_string(hs) + ", rotary on " + std::to_string(c.rope_dims) + " dims, " +

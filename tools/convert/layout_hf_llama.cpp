@@ -203,21 +203,7 @@ MappedModel map_hf_llama(const LayoutInput& in) {
   }
   out.tensors.emplace_back("ln_f.weight", taker.take("model.norm.weight", {d}));
 
-  // The head: absent when tied (safetensors), or the embedding's values
-  // again (torch.save of a tied model); config.json's tie_word_embeddings
-  // decides, and a head that contradicts it is named.
-  if (taker.has("lm_head.weight")) {
-    TensorPtr head = taker.take("lm_head.weight", {v, d});
-    if (c.tied_lm_head) {
-      if (!same_values(*head, *wte))
-        throw Error(in.file + ": lm_head.weight differs from model.embed_tokens.weight but " + path +
-                    " says tie_word_embeddings true");
-    } else {
-      out.tensors.emplace_back("lm_head.weight", head);
-    }
-  } else if (!c.tied_lm_head) {
-    throw Error(in.file + ": tensor 'lm_head.weight' is missing (" + path + " says tie_word_embeddings false)");
-  }
+  take_hf_head(taker, "lm_head.weight", "model.embed_tokens.weight", wte, c.tied_lm_head, path, out);
   taker.finish();
   out.notes.push_back(std::string(f.architecture) + ": " + std::to_string(c.n_layer) + " layers, " +
                       std::to_string(c.n_head) + " heads (" + std::to_string(c.kv_heads()) + " key/value) of " +
