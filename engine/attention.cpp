@@ -50,29 +50,43 @@ void prepare_token(float* row, size_t t, size_t pos, size_t layer, const Attenti
   }
 }
 
+// The first position a call over n positions need read: the start of the
+// block holding the window's first position (the kernel gives the ones
+// before that probability 0).
+size_t window_start(size_t n, const AttentionSpec& a) {
+  return a.window != 0 && n > a.window ? (n - a.window) / KVCache::kBlock * KVCache::kBlock : 0;
+}
+
 // Token t (qkv row t, position base + t), query heads [h0, h1), against
-// positions 0 .. base + t. Without GQA a call per group of the cache the
-// heads span; with it a call per query head, on its key/value head. scores:
-// (h1 - h0) * (base + t + 1) floats.
+// positions 0 .. base + t (or its window of them). Without GQA a call per
+// group of the cache the heads span; with it a call per key/value head, for
+// its query heads. scores: (h1 - h0) * (base + t + 1) floats.
 void attend(const float* qkv, float* out, size_t t, size_t base, size_t layer, size_t h0, size_t h1,
             const AttentionSpec& a, KVCache& cache, float* scores) {
-  const size_t hd = a.head_dim, n = base + t + 1, rep = a.n_head / a.n_kv_head;
+  const size_t hd = a.head_dim, rep = a.n_head / a.n_kv_head;
+  const size_t p0 = window_start(base + t + 1, a), n = base + t + 1 - p0;
   const float* q = qkv + t * a.row_width();
   float* o = out + t * a.q_width();
   const WeightType kv = cache.dtype();
   if (rep == 1) {
     for (size_t h = h0; h < h1;) {
       const size_t g = cache.group_of(h), e = std::min(h1, cache.group_begin(g + 1));
-      kernels::attention_heads(q + h * hd, cache.keys(layer, h), cache.values(layer, h), kv, n, e - h, hd,
-                               cache.blocks(g), a.scale, scores + (h - h0) * n, o + h * hd);
+      kernels::attention_heads(q + h * hd, cache.key_row(layer, h, p0), cache.value_row(layer, h, p0), kv, n, e - h,
+                               hd, cache.blocks(g), a.scale, scores + (h - h0) * n, o + h * hd, a.window);
       h = e;
     }
     return;
   }
-  for (size_t h = h0; h < h1; ++h) {
-    const size_t j = h / rep;
-    kernels::attention_heads(q + h * hd, cache.keys(layer, j), cache.values(layer, j), kv, n, 1, hd,
-                             cache.blocks(cache.group_of(j)), a.scale, scores + (h - h0) * n, o + h * hd);
+  // GQA: the query heads of key/value head j in one call whose heads all
+  // read j's rows (a head stride of 0), so each block of them is read from
+  // memory once for the group and then from the cache.
+  for (size_t h = h0; h < h1;) {
+    const size_t j = h / rep, e = std::min(h1, (j + 1) * rep);
+    kernels::KVBlocks at = cache.blocks(cache.group_of(j));
+    at.head_stride = 0;
+    kernels::attention_heads(q + h * hd, cache.key_row(layer, j, p0), cache.value_row(layer, j, p0), kv, n, e - h, hd,
+                             at, a.scale, scores + (h - h0) * n, o + h * hd, a.window);
+    h = e;
   }
 }
 
@@ -82,9 +96,11 @@ void attend(const float* qkv, float* out, size_t t, size_t base, size_t layer, s
 void attend_tokens(const float* qkv, float* out, size_t t0, size_t t1, size_t base, size_t layer, size_t h,
                    const AttentionSpec& a, KVCache& cache, float* s) {
   const size_t hd = a.head_dim, j = h / (a.n_head / a.n_kv_head);
-  kernels::attention_queries(qkv + t0 * a.row_width() + h * hd, a.row_width(), cache.keys(layer, j),
-                             cache.values(layer, j), cache.dtype(), base + t0 + 1, t1 - t0, 1, hd,
-                             cache.blocks(cache.group_of(j)), a.scale, s, out + t0 * a.q_width() + h * hd, a.q_width());
+  const size_t p0 = window_start(base + t0 + 1, a);
+  kernels::attention_queries(qkv + t0 * a.row_width() + h * hd, a.row_width(), cache.key_row(layer, j, p0),
+                             cache.value_row(layer, j, p0), cache.dtype(), base + t0 + 1 - p0, t1 - t0, 1, hd,
+                             cache.blocks(cache.group_of(j)), a.scale, s, out + t0 * a.q_width() + h * hd, a.q_width(),
+                             a.window);
 }
 
 // A prefill (or a chunk of one): tasks of a query head and a tile of tokens.

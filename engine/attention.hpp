@@ -26,6 +26,9 @@ struct AttentionSpec {
   const float* k_norm = nullptr;
   float norm_eps = 0, qk_norm_scale = 1;
   bool qk_norm_after_rope = false;
+  // A sliding window: a query sees its last `window` positions, itself
+  // included (0: all).
+  size_t window = 0;
 
   size_t q_width() const { return n_head * head_dim; }
   size_t row_width() const { return (n_head + 2 * n_kv_head) * head_dim; }

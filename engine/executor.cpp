@@ -1,6 +1,7 @@
 #include "engine/executor.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -61,6 +62,9 @@ std::span<const float> Executor::run(std::span<const SequenceStep> steps) {
         std::span<std::byte>(reinterpret_cast<std::byte*>(arena_storage_.data()), arena_storage_.size() * sizeof(Line));
   }
 
+  for (const SequenceStep& s : steps)
+    for (size_t t = 0; t < s.ids.size(); ++t) s.cache->set_token(s.cache->length() + t, s.ids[t]);
+
   if (!inv_freq_.empty()) {  // the angles of every row's position, for every layer
     const size_t half = inv_freq_.size();
     cos_.resize(tokens * half);
@@ -85,6 +89,29 @@ std::span<const float> Executor::run(std::span<const SequenceStep> steps) {
   for (const SequenceStep& s : steps) s.cache->set_length(s.cache->length() + s.ids.size());
   return {buffer(graph_.logits), logit_rows * c.vocab_size};
 }
+
+void Executor::embed_row(int32_t id, size_t pos, float* dst) const {
+  const ModelConfig& c = model_->config();
+  const size_t d = c.n_embd;
+  const TensorView& wte = model_->tensor("wte");
+  unpack_panel_row(wte.data, wte.dtype, c.vocab_size, d, static_cast<size_t>(id), dst);
+  if (c.pos_embedding == PosEmbedding::Learned) {
+    const float* p = model_->weight("wpe") + pos * d;
+    for (size_t i = 0; i < d; ++i) dst[i] += p[i];
+  }
+  if (!c.embed_norm) return;
+  const float* w = c.norm_weight ? model_->weight("ln_e.weight") : nullptr;
+  if (c.norm == NormKind::RmsNorm)
+    kernels::rmsnorm(dst, w, dst, 1, d, c.norm_eps);
+  else
+    kernels::layernorm(dst, w, c.norm_bias ? model_->weight("ln_e.bias") : nullptr, dst, 1, d, c.norm_eps);
+}
+
+namespace {
+
+float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+}  // namespace
 
 void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t tokens, size_t logit_rows) {
   const ModelConfig& c = model_->config();
@@ -134,6 +161,7 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
             for (size_t i = r.begin(); i < r.end(); ++i) {
               const SequenceStep& s = steps[i];
               AttentionSpec ai = a;
+              ai.window = op.window;
               if (half != 0)
                 ai.rope_cos = cos_.data() + first_row[i] * half, ai.rope_sin = sin_.data() + first_row[i] * half;
               causal_attention(qkv + first_row[i] * a.row_width(), out + first_row[i] * a.q_width(), s.ids.size(),
@@ -141,6 +169,57 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
             }
           },
           tbb::auto_partitioner());
+      break;
+    }
+    case OpKind::Copy: std::memcpy(out, in, out_rows * width * sizeof(float)); break;
+    case OpKind::Mix:
+      for (size_t i = 0; i < out_rows * width; ++i) {
+        const float a = op.alpha * out[i], b = op.beta * in[i];  // two products, then the sum (as PyTorch)
+        out[i] = a + b;
+      }
+      break;
+    case OpKind::Smear: {
+      // Backwards, so that each row's previous one is still as the embedding left it.
+      std::vector<float> prev(d);
+      size_t row0 = 0;
+      for (const SequenceStep& s : steps) {
+        const size_t base = s.cache->length(), n = s.ids.size();
+        for (size_t t = n; t-- > 0;) {
+          if (t == 0 && base == 0) break;  // the sequence's first token has no previous one
+          float* xt = out + (row0 + t) * d;
+          const float* xp = out + (row0 + t - 1) * d;
+          if (t == 0) {
+            embed_row(s.cache->token(base - 1), base - 1, prev.data());
+            xp = prev.data();
+          }
+          const float gate = op.b[0] * sigmoid(kernels::dot(op.w, xt, op.channels));
+          for (size_t i = 0; i < d; ++i) {
+            const float g = gate * xp[i];
+            xt[i] = xt[i] + g;
+          }
+        }
+        row0 += n;
+      }
+      break;
+    }
+    case OpKind::ValueEmbed: {
+      // qkv rows: v (after q and k) += range * sigmoid(gate_j . h[:c]) * ve[id] for each KV head j.
+      const size_t hd = c.head_size(), heads = c.kv_heads(), kvw = c.kv_width(), v_at = c.q_width() + kvw;
+      std::vector<float> ve(kvw);
+      size_t row = 0;
+      for (const SequenceStep& s : steps)
+        for (size_t t = 0; t < s.ids.size(); ++t, ++row) {
+          unpack_panel_row(op.w_data, op.w_type, c.vocab_size, kvw, static_cast<size_t>(s.ids[t]), ve.data());
+          const float* h = in + row * graph_.buffers[op.input].width;
+          float* v = out + row * width + v_at;
+          for (size_t j = 0; j < heads; ++j) {
+            const float gate = c.ve_gate_range * sigmoid(kernels::dot(op.b + j * op.channels, h, op.channels));
+            for (size_t i = j * hd; i < (j + 1) * hd; ++i) {
+              const float g = gate * ve[i];
+              v[i] = v[i] + g;
+            }
+          }
+        }
       break;
     }
     case OpKind::SelectRows: {

@@ -64,6 +64,10 @@ class Executor {
   // One operation of the graph over every row of the step; each kernel
   // splits its own work over the threads (TBB tasks).
   void run_op(const Op& op, std::span<const SequenceStep> steps, size_t tokens, size_t logit_rows);
+  // The residual stream's row of token `id` at position `pos` as the embed
+  // op (and the norm after it, if any) make it: the smear's previous row
+  // when that token was in an earlier step.
+  void embed_row(int32_t id, size_t pos, float* dst) const;
 
   std::shared_ptr<const Model> model_;
   Graph graph_;

@@ -54,6 +54,12 @@ class GraphBuilder {
     return out;
   }
 
+  // The config's norm of the residual stream itself (after the embedding).
+  void norm_in_place(const std::string& name, int x, const ModelConfig& c) {
+    Op& o = op(c.norm == NormKind::RmsNorm ? OpKind::RmsNorm : OpKind::LayerNorm, name, x, x);
+    weights(o, c.norm_weight ? name + ".weight" : "", c.norm_bias ? name + ".bias" : "");
+  }
+
   int matmul(const std::string& name, int input, size_t in, size_t out_features, bool has_bias,
              const std::string& weight_name = "") {
     int out = buffer(name, graph_.buffers[input].rows, out_features);
@@ -66,12 +72,12 @@ class GraphBuilder {
 
   // out = gelu(in W^T + b), the GELU fused into the matmul's epilogue.
   int matmul_gelu(const std::string& name, int input, size_t in, size_t out_features, bool has_bias, GeluKind gelu) {
-    if (gelu != GeluKind::Erf && gelu != GeluKind::Tanh)
-      throw Error(std::string("an MLP without a gate and with the ") + activation_name(gelu) +
-                  " activation is not supported yet");
+    if (gelu == GeluKind::Silu)
+      throw Error("an MLP without a gate and with the silu activation is not supported");
     int out = matmul(name, input, in, out_features, has_bias);
-    graph_.ops.back().epilogue.act =
-        gelu == GeluKind::Erf ? kernels::Activation::GeluErf : kernels::Activation::GeluTanh;
+    graph_.ops.back().epilogue.act = gelu == GeluKind::Erf    ? kernels::Activation::GeluErf
+                                     : gelu == GeluKind::Tanh ? kernels::Activation::GeluTanh
+                                                              : kernels::Activation::ReluSquared;
     return out;
   }
 
@@ -125,22 +131,57 @@ Graph build_gpt_graph(const Model& model) {
       e.b = model.weight("wpe");
     }
   }
+  if (c.embed_norm) g.norm_in_place("ln_e", x, c);
+  if (c.smear_channels != 0) {
+    Op& s = g.op(OpKind::Smear, "smear", x, x);
+    g.weights(s, "smear.gate.weight", "smear.lambda");
+    s.channels = c.smear_channels;
+  }
+  int x0 = -1;
+  if (c.resid_mix) {
+    x0 = g.buffer("x0", Rows::Tokens, d);
+    g.op(OpKind::Copy, "x0", x, x0);
+  }
+  int backout = -1;
+  const float* resid_lambdas = c.resid_mix ? model.weight("resid_lambdas") : nullptr;
+  const float* x0_lambdas = c.resid_mix ? model.weight("x0_lambdas") : nullptr;
 
   for (uint32_t layer = 0; layer < c.n_layer; ++layer) {
     const std::string p = "h." + std::to_string(layer) + ".";
+    if (c.resid_mix) {
+      Op& m = g.op(OpKind::Mix, p + "mix", x0, x);
+      m.weight = "resid_lambdas[" + std::to_string(layer) + "]";
+      m.bias = "x0_lambdas[" + std::to_string(layer) + "]";
+      m.alpha = resid_lambdas[layer], m.beta = x0_lambdas[layer];
+    }
     const int h = g.norm(p + "ln_1", x, c);
     // Parallel residual: both sublayers read the block's input.
     const int h2_parallel = c.parallel_residual ? g.norm(p + "ln_2", x, c) : -1;
     const int qkv = g.matmul(p + "attn.qkv", h, d, q + 2 * kv, c.qkv_bias);
+    if (c.has_value_embed(layer)) {
+      Op& v = g.op(OpKind::ValueEmbed, p + "attn.ve", h, qkv);
+      g.weights(v, p + "attn.ve.weight", p + "attn.ve_gate.weight");
+      v.channels = c.ve_gate_channels;
+    }
     const int att = g.buffer(p + "attn.out", Rows::Tokens, q);
     Op& a = g.op(OpKind::Attention, p + "attn", qkv, att);
     a.layer = static_cast<int>(layer);
+    a.window = c.window_of(layer);
     if (c.qk_norm == QkNorm::Weighted) g.weights(a, p + "attn.q_norm.weight", p + "attn.k_norm.weight");
     g.matmul_residual(p + "attn.proj", att, q, d, c.linear_bias, x);
     const int h2 = c.parallel_residual ? h2_parallel : g.norm(p + "ln_2", x, c);
     const int fc = c.mlp_gated ? g.gated(p + "mlp.fc", h2, d, ff, c.has_mlp_bias(), c.gelu)
                                : g.matmul_gelu(p + "mlp.fc", h2, d, ff, c.has_mlp_bias(), c.gelu);
     g.matmul_residual(p + "mlp.proj", fc, ff, d, c.has_mlp_bias(), x);
+    if (c.backout_after == layer + 1) {
+      backout = g.buffer("x_backout", Rows::Tokens, d);
+      g.op(OpKind::Copy, "backout.keep", x, backout);
+    }
+  }
+  if (backout >= 0) {
+    Op& m = g.op(OpKind::Mix, "backout", backout, x);
+    m.bias = "backout_lambda";
+    m.alpha = 1.0f, m.beta = -model.weight("backout_lambda")[0];
   }
 
   const int hf = g.norm("ln_f", x, c);
@@ -156,8 +197,8 @@ Graph build_gpt_graph(const Model& model) {
 }
 
 const char* op_kind_name(OpKind kind) {
-  static const char* kNames[] = {"embed",       "layernorm", "matmul", "attention",
-                                 "select_rows", "rmsnorm",   "glu",    "softcap"};
+  static const char* kNames[] = {"embed",   "layernorm", "matmul", "attention", "select_rows", "rmsnorm",
+                                 "glu",     "softcap",   "copy",   "mix",       "smear",       "value_embed"};
   return kNames[static_cast<int>(kind)];
 }
 
@@ -172,7 +213,10 @@ std::string Graph::to_string() const {
     const Op& o = ops[i];
     out << i << ": " << op_kind_name(o.kind) << " " << o.label << "  " << shape(o.input) << " -> " << shape(o.output);
     if (o.kind == OpKind::MatMul && o.epilogue.act != kernels::Activation::None)
-      out << " +" << (o.epilogue.act == kernels::Activation::GeluErf ? "gelu_erf" : "gelu_tanh");
+      out << " +"
+          << (o.epilogue.act == kernels::Activation::GeluErf    ? "gelu_erf"
+              : o.epilogue.act == kernels::Activation::GeluTanh ? "gelu_tanh"
+                                                                : "relu2");
     if (o.kind == OpKind::MatMul && o.epilogue.accumulate) out << " (added into " << buffers[o.output].name << ")";
     if (o.kind == OpKind::Glu)
       out << " "
@@ -182,7 +226,14 @@ std::string Graph::to_string() const {
           << "(gate)*up";
     if (o.kind == OpKind::Attention) {
       if (!o.weight.empty()) out << "  q_norm=" << o.weight << " k_norm=" << o.bias;
+      if (o.window != 0) out << "  window=" << o.window;
       out << "\n";
+      continue;
+    }
+    if (o.kind == OpKind::Mix) {
+      out << "  " << buffers[o.output].name << " = " << o.alpha << " * " << buffers[o.output].name << " + " << o.beta
+          << " * " << buffers[o.input].name << "  (" << (o.weight.empty() ? "1" : o.weight) << ", "
+          << (o.weight.empty() ? "-" : "") << o.bias << ")\n";
       continue;
     }
     if (!o.weight.empty()) {

@@ -30,9 +30,14 @@ enum class OpKind {
   RmsNorm,     // out = rmsnorm(in; w), w may be absent
   Glu,         // out = act(in[:, :ff]) * in[:, ff:] (the gated MLP)
   Softcap,     // in place: x = cap * tanh(x / cap) (the logits)
+  Copy,        // out = in (keeps the residual stream for a later Mix)
+  Mix,         // out = alpha * out + beta * in (nanochat's residual mixing and backout)
+  Smear,       // in place: x[t] += lambda * sigmoid(gate . x[t][:c]) * x[t-1] (w: gate, b: lambda)
+  ValueEmbed,  // out (the qkv rows) v += range * sigmoid(gate . in[:c]) * ve[id] per KV head
 };
 
-// "embed", "layernorm", "matmul", "attention", "select_rows", "rmsnorm", "glu", "softcap".
+// "embed", "layernorm", "matmul", "attention", "select_rows", "rmsnorm", "glu", "softcap", "copy", "mix",
+// "smear", "value_embed".
 const char* op_kind_name(OpKind kind);
 
 enum class Rows { Tokens, LogitRows };
@@ -57,6 +62,9 @@ struct Op {
   size_t in_features = 0, out_features = 0;  // MatMul
   int layer = -1;                            // Attention (w, b: the q_norm and k_norm weights, if any)
   kernels::Gate gate = kernels::Gate::Silu;  // Glu
+  float alpha = 1, beta = 0;                 // Mix
+  size_t channels = 0;                       // Smear, ValueEmbed: the gate's input features
+  size_t window = 0;                         // Attention: positions a query sees (0: all)
 };
 
 struct Graph {

@@ -15,6 +15,7 @@ KVCache::KVCache(const ModelConfig& config, WeightType dtype, size_t groups)
       dtype_(checked(dtype)),
       elem_(element_bytes(dtype)),
       keys_(floats(size_t{config.n_layer} * n_head_ * padded_ * head_dim_)),
-      values_(keys_.size()) {}
+      values_(keys_.size()),
+      tokens_(capacity_, -1) {}
 
 }  // namespace mmgpt

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/even_split.hpp"
 #include "engine/huge_page_buffer.hpp"
@@ -52,6 +53,11 @@ class KVCache {
     values_.fault_in();
   }
   size_t head_dim() const { return head_dim_; }
+  // The token id at each position the cache holds (the executor records
+  // them; a model whose block reads the previous token, nanochat's smear,
+  // reads them back).
+  int32_t token(size_t pos) const { return tokens_.at(pos); }
+  void set_token(size_t pos, int32_t id) { tokens_.at(pos) = id; }
 
   size_t groups() const { return groups_; }
   // The group holding `head`, and the heads [first, end) of group g.
@@ -90,6 +96,7 @@ class KVCache {
   size_t elem_;  // bytes per element
   size_t length_ = 0;
   HugePageBuffer keys_, values_;  // huge pages: decode streams all of it every step
+  std::vector<int32_t> tokens_;
 };
 
 }  // namespace mmgpt

@@ -50,16 +50,25 @@ inline constexpr uint64_t kCfgTiedHead = 39;    // u8 0/1
 
 // --- block config section (kind 5, required; absent for GPT-2's block) --------
 // The parts of a modern block (model_config.hpp). Versioned: version 1 is
-// exactly kBlockSize bytes; a reader refuses a version it does not know.
+// exactly kBlockSize bytes; version 2 (nanochat's additions) is version 1's
+// fields followed by kBlockV2Extra bytes and kBlockV2PerLayer per layer. A
+// writer uses version 1 unless a version 2 field is set; a reader refuses a
+// version it does not know.
 inline constexpr uint32_t kSectionBlock = 5;
 inline constexpr uint32_t kBlockVersion = 1;
+inline constexpr uint32_t kBlockVersion2 = 2;
 inline constexpr uint64_t kBlockSize = 80;
+inline constexpr uint64_t kBlockV2Extra = 24;
+inline constexpr uint64_t kBlockV2PerLayer = 8;
 // u32 version, u32 norm, u32 n_kv_head, u32 head_dim,
 // u8 norm_weight, u8 mlp_bias, u8 mlp_gated, u8 parallel_residual,
 // u8 rope_interleaved, u8 rope_inverse, u8 qk_norm_after_rope, u8 reserved (0),
 // u32 rope_dims, u32 rope_scaling, f64 rope_theta,
 // f32 rope_factor, f32 rope_low_freq_factor, f32 rope_high_freq_factor, u32 rope_original_ctx,
 // u32 qk_norm, f32 qk_norm_scale, f32 attn_scale, f32 logit_softcap, u64 reserved (0)
+// version 2, then: u8 embed_norm, u8 resid_mix, u8 reserved (0), u8 reserved (0),
+// u32 smear_channels, u32 backout_after, u32 ve_gate_channels, f32 ve_gate_range,
+// u32 reserved (0); per layer: u32 attn_window (0: all), u32 flags (bit 0: value embedding)
 
 // --- tokenizer section --------------------------------------------------------
 inline constexpr uint64_t kTokFixedSize = 32;  // u32 kind, u32 reserved, i64 eos_id, u64 token_count, u64 merge_count

@@ -151,12 +151,15 @@ void require_consumed(const ByteCursor& c);
 void read_block(const unsigned char* p, SectionRef ref, ModelConfig& cfg, const std::string& path) {
   ByteCursor c(p, ref.offset, ref.offset + ref.size, path + ": block config section");
   const uint32_t version = c.u32("version");
-  if (version != kBlockVersion)
+  if (version != kBlockVersion && version != kBlockVersion2)
     throw Error(c.where() + ": version " + std::to_string(version) + " is not supported (this mmgpt reads " +
-                std::to_string(kBlockVersion) + "; the file needs a newer mmgpt)");
-  if (ref.size != kBlockSize)
-    throw Error(c.where() + ": size is " + std::to_string(ref.size) + " (version 1 requires " +
-                std::to_string(kBlockSize) + ")");
+                std::to_string(kBlockVersion) + " and " + std::to_string(kBlockVersion2) +
+                "; the file needs a newer mmgpt)");
+  const uint64_t size =
+      version == kBlockVersion ? kBlockSize : kBlockSize + kBlockV2Extra + kBlockV2PerLayer * uint64_t{cfg.n_layer};
+  if (ref.size != size)
+    throw Error(c.where() + ": size is " + std::to_string(ref.size) + " (version " + std::to_string(version) +
+                " with " + std::to_string(cfg.n_layer) + " layers requires " + std::to_string(size) + ")");
   cfg.norm = static_cast<NormKind>(c.u32("norm"));
   cfg.n_kv_head = c.u32("n_kv_head");
   cfg.head_dim = c.u32("head_dim");
@@ -180,6 +183,29 @@ void read_block(const unsigned char* p, SectionRef ref, ModelConfig& cfg, const 
   cfg.attn_scale = c.f32("attn_scale");
   cfg.logit_softcap = c.f32("logit_softcap");
   if (c.u64("reserved") != 0) throw Error(c.where() + ": reserved bytes 72..79 are not 0");
+  if (version == kBlockVersion2) {
+    cfg.embed_norm = read_bool(c, "embed_norm");
+    cfg.resid_mix = read_bool(c, "resid_mix");
+    if (c.u8("reserved") != 0 || c.u8("reserved") != 0) throw Error(c.where() + ": reserved bytes 82..83 are not 0");
+    cfg.smear_channels = c.u32("smear_channels");
+    cfg.backout_after = c.u32("backout_after");
+    cfg.ve_gate_channels = c.u32("ve_gate_channels");
+    cfg.ve_gate_range = c.f32("ve_gate_range");
+    if (c.u32("reserved") != 0) throw Error(c.where() + ": reserved bytes 100..103 are not 0");
+    bool windows = false, ve = false;
+    std::vector<uint32_t> window(cfg.n_layer);
+    std::vector<uint8_t> flags(cfg.n_layer);
+    for (uint32_t i = 0; i < cfg.n_layer; ++i) {
+      window[i] = c.u32("attn_window");
+      const uint32_t f = c.u32("layer flags");
+      if (f > 1) throw Error(c.where() + ": layer " + std::to_string(i) + " has unknown flags " + std::to_string(f));
+      flags[i] = static_cast<uint8_t>(f);
+      windows = windows || window[i] != 0;
+      ve = ve || f != 0;
+    }
+    if (windows) cfg.attn_window = std::move(window);
+    if (ve) cfg.value_embed = std::move(flags);
+  }
   require_consumed(c);
 }
 

@@ -60,8 +60,9 @@ std::vector<unsigned char> encode_config(const ModelConfig& c) {
 // Section kind 5 (docs/format.md); empty for GPT-2's block, which has none.
 std::vector<unsigned char> encode_block(const ModelConfig& c) {
   if (c.is_gpt2_block()) return {};
+  const bool v2 = c.has_block_v2();
   ByteSink s;
-  s.u32(kBlockVersion), s.u32(static_cast<uint32_t>(c.norm)), s.u32(c.n_kv_head), s.u32(c.head_dim);
+  s.u32(v2 ? kBlockVersion2 : kBlockVersion), s.u32(static_cast<uint32_t>(c.norm)), s.u32(c.n_kv_head), s.u32(c.head_dim);
   s.u8(c.norm_weight), s.u8(c.has_mlp_bias()), s.u8(c.mlp_gated), s.u8(c.parallel_residual);
   s.u8(c.rope_interleaved), s.u8(c.rope_inverse), s.u8(c.qk_norm_after_rope), s.u8(0);
   s.u32(c.rope_dims), s.u32(static_cast<uint32_t>(c.rope_scaling)), s.u64(std::bit_cast<uint64_t>(c.rope_theta));
@@ -70,6 +71,12 @@ std::vector<unsigned char> encode_block(const ModelConfig& c) {
   s.u32(static_cast<uint32_t>(c.qk_norm)), s.u32(std::bit_cast<uint32_t>(c.qk_norm_scale));
   s.u32(std::bit_cast<uint32_t>(c.attn_scale)), s.u32(std::bit_cast<uint32_t>(c.logit_softcap));
   s.u64(0);
+  if (v2) {
+    s.u8(c.embed_norm), s.u8(c.resid_mix), s.u8(0), s.u8(0);
+    s.u32(c.smear_channels), s.u32(c.backout_after), s.u32(c.ve_gate_channels);
+    s.u32(std::bit_cast<uint32_t>(c.ve_gate_range)), s.u32(0);
+    for (uint32_t i = 0; i < c.n_layer; ++i) s.u32(c.window_of(i)), s.u32(c.has_value_embed(i) ? 1 : 0);
+  }
   return std::move(s.bytes);
 }
 

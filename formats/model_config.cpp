@@ -57,7 +57,17 @@ bool ModelConfig::is_gpt2_block() const {
          rope_factor == d.rope_factor && rope_low_freq_factor == d.rope_low_freq_factor &&
          rope_high_freq_factor == d.rope_high_freq_factor && rope_original_ctx == d.rope_original_ctx &&
          qk_norm == d.qk_norm && qk_norm_after_rope == d.qk_norm_after_rope && qk_norm_scale == d.qk_norm_scale &&
-         attn_scale == d.attn_scale && logit_softcap == d.logit_softcap;
+         attn_scale == d.attn_scale && logit_softcap == d.logit_softcap && !has_block_v2();
+}
+
+bool ModelConfig::has_block_v2() const {
+  auto nonzero = [](const auto& v) {
+    for (auto x : v)
+      if (x != 0) return true;
+    return false;
+  };
+  return embed_norm || smear_channels != 0 || resid_mix || backout_after != 0 || ve_gate_channels != 0 ||
+         ve_gate_range != 0.0f || nonzero(attn_window) || nonzero(value_embed);
 }
 
 namespace {
@@ -104,6 +114,28 @@ void validate_block(const ModelConfig& c, const std::string& source) {
   if (!std::isfinite(c.logit_softcap) || c.logit_softcap < 0)
     throw Error(source + ": config field logit_softcap is " + std::to_string(c.logit_softcap) +
                 " (must be finite, >= 0)");
+  if (c.smear_channels > c.n_embd || c.ve_gate_channels > c.n_embd)
+    throw Error(source + ": config field smear_channels " + std::to_string(c.smear_channels) + " or ve_gate_channels " +
+                std::to_string(c.ve_gate_channels) + " exceeds n_embd " + std::to_string(c.n_embd));
+  if (c.backout_after > c.n_layer)
+    throw Error(source + ": config field backout_after is " + std::to_string(c.backout_after) + " (at most n_layer " +
+                std::to_string(c.n_layer) + ")");
+  if (!c.attn_window.empty() && c.attn_window.size() != c.n_layer)
+    throw Error(source + ": config has " + std::to_string(c.attn_window.size()) + " attention windows for " +
+                std::to_string(c.n_layer) + " layers");
+  if (!c.value_embed.empty() && c.value_embed.size() != c.n_layer)
+    throw Error(source + ": config has " + std::to_string(c.value_embed.size()) + " value-embedding flags for " +
+                std::to_string(c.n_layer) + " layers");
+  bool any_ve = false;
+  for (uint8_t f : c.value_embed) {
+    if (f > 1) throw Error(source + ": config has a value-embedding flag " + std::to_string(f) + " (must be 0 or 1)");
+    any_ve = any_ve || f != 0;
+  }
+  if (any_ve != (c.ve_gate_channels != 0))
+    throw Error(source + ": config's value embeddings need both a layer that has one and ve_gate_channels > 0");
+  if (any_ve ? !finite_positive(c.ve_gate_range) : c.ve_gate_range != 0.0f)
+    throw Error(source + ": config field ve_gate_range is " + std::to_string(c.ve_gate_range) +
+                (any_ve ? " (must be finite, > 0)" : " without value embeddings (must be 0)"));
 }
 
 }  // namespace
@@ -144,6 +176,16 @@ std::vector<TensorSpec> required_tensors(const ModelConfig& c) {
 
   add("wte", {vocab, d}, true);  // also the LM head when tied
   if (c.pos_embedding == PosEmbedding::Learned) add("wpe", {ctx, d});
+  if (c.embed_norm) add_norm("ln_e");
+  if (c.smear_channels != 0) {
+    add("smear.gate.weight", {c.smear_channels});
+    add("smear.lambda", {1});
+  }
+  if (c.resid_mix) {
+    add("resid_lambdas", {c.n_layer});
+    add("x0_lambdas", {c.n_layer});
+  }
+  if (c.backout_after != 0) add("backout_lambda", {1});
   for (uint32_t i = 0; i < c.n_layer; ++i) {
     const std::string h = "h." + std::to_string(i);
     add_norm(h + ".ln_1");
@@ -151,6 +193,10 @@ std::vector<TensorSpec> required_tensors(const ModelConfig& c) {
     if (c.qk_norm == QkNorm::Weighted) {
       add(h + ".attn.q_norm.weight", {hd});
       add(h + ".attn.k_norm.weight", {hd});
+    }
+    if (c.has_value_embed(i)) {
+      add(h + ".attn.ve.weight", {vocab, kv}, true);
+      add(h + ".attn.ve_gate.weight", {c.kv_heads(), c.ve_gate_channels});
     }
     add_linear(h + ".attn.proj", d, q, c.linear_bias);
     add_norm(h + ".ln_2");

@@ -68,6 +68,17 @@ struct ModelConfig {
   float attn_scale = 0.0f;          // scores scale; 0: 1/sqrt(head_dim)
   float logit_softcap = 0.0f;       // logits = c * tanh(logits / c); 0: none
 
+  // nanochat's additions (block section version 2). x0 is the residual
+  // stream as the embedding (and smear) leave it.
+  bool embed_norm = false;             // the norm ln_e right after the embedding (weight / bias as the others')
+  uint32_t smear_channels = 0;         // t > 0: x[t] += smear.lambda * sigmoid(smear.gate . x[t][:c]) * x[t-1]
+  bool resid_mix = false;              // before layer i: x = resid_lambdas[i] * x + x0_lambdas[i] * x0
+  uint32_t backout_after = 0;          // before ln_f: x -= backout_lambda * (x after this many layers); 0: none
+  uint32_t ve_gate_channels = 0;       // value embeddings: v += range * sigmoid(ve_gate . h[:c]) * ve[id], per head
+  float ve_gate_range = 0.0f;
+  std::vector<uint32_t> attn_window;   // per layer: positions a query sees, itself included (0: all); empty: all
+  std::vector<uint8_t> value_embed;    // per layer: 1 if it adds a value embedding; empty: none
+
   uint32_t kv_heads() const { return n_kv_head ? n_kv_head : n_head; }
   uint32_t head_size() const { return head_dim ? head_dim : n_embd / n_head; }
   uint64_t q_width() const { return uint64_t(n_head) * head_size(); }       // query features (the attention output's)
@@ -75,6 +86,9 @@ struct ModelConfig {
   bool has_mlp_bias() const { return mlp_bias.value_or(linear_bias); }
   float scores_scale() const;  // attn_scale, or 1/sqrt(head_size())
   bool is_gpt2_block() const;  // every field above at its default (and no rotary positions)
+  bool has_block_v2() const;   // a field of nanochat's additions is set (block section version 2)
+  uint32_t window_of(uint32_t layer) const { return attn_window.empty() ? 0 : attn_window[layer]; }
+  bool has_value_embed(uint32_t layer) const { return !value_embed.empty() && value_embed[layer] != 0; }
 };
 
 enum class TokenizerKind : uint32_t { None = 0, Char = 1, Gpt2Bpe = 2 };
@@ -111,7 +125,11 @@ struct TensorSpec {
 //   h.N.attn.proj.weight [d, q] (+ .bias), h.N.ln_2.weight [d] (+ .bias),
 //   h.N.mlp.fc.weight [ff, d] (gated: [2 ff, d], the gate's rows then the up's) (+ .bias),
 //   h.N.mlp.proj.weight [d, ff] (+ .bias [d]),
-//   ln_f.weight [d] (+ .bias), lm_head.weight [vocab, d] unless tied.
+//   ln_f.weight [d] (+ .bias), lm_head.weight [vocab, d] unless tied;
+// and nanochat's: ln_e.weight [d] (+ .bias) (embed_norm, norm_weight),
+//   smear.gate.weight [smear_channels], smear.lambda [1], resid_lambdas [n_layer],
+//   x0_lambdas [n_layer], backout_lambda [1], h.N.attn.ve.weight [vocab, kv] (a
+//   matrix, like wte) and h.N.attn.ve_gate.weight [n_kv_head, ve_gate_channels].
 // Matrices are [out, in]: y = x W^T + b, the PyTorch nn.Linear convention.
 std::vector<TensorSpec> required_tensors(const ModelConfig& config);
 

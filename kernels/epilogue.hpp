@@ -1,13 +1,14 @@
 #pragma once
 // What a matmul does with each result before storing it: the fusions that
-// save a pass over the output (bias + GELU for the MLP, the residual add for
+// save a pass over the output (bias + activation for the MLP, the residual add for
 // the projections). The order is that of the unfused graph, so fused and
 // unfused results are identical: v = acc + bias; v = act(v); y = y + v.
 #include <cstddef>
 
 namespace mmgpt::kernels {
 
-enum class Activation { None = 0, GeluErf = 1, GeluTanh = 2 };
+// ReluSquared: max(v, 0)^2 (nanochat's MLP), exact in every kernel set.
+enum class Activation { None = 0, GeluErf = 1, GeluTanh = 2, ReluSquared = 3 };
 
 // The gated MLP's activation of its gate (kernels::glu).
 enum class Gate { Silu = 0, GeluErf = 1, GeluTanh = 2 };

@@ -138,18 +138,18 @@ void quantize_rows(const float* x, size_t M, size_t K, int8_t* q, float* scale, 
 
 void attention_queries(const float* q, size_t q_stride, const void* k, const void* v, WeightType kv, size_t n,
                        size_t queries, size_t heads, size_t hd, KVBlocks at, float scale, float* s, float* out,
-                       size_t out_stride) {
+                       size_t out_stride, size_t window) {
   if (n + queries > 1 && (at.block == 0 || at.block % kKVBlockMultiple != 0))
     throw std::invalid_argument("attention: the block of positions must be a positive multiple of " +
                                 std::to_string(kKVBlockMultiple));
   const detail::AttentionKernel attend = detail::active_set().attention[static_cast<size_t>(kv)];
   if (attend == nullptr) throw std::invalid_argument("attention: a KV cache holds f32, bf16 or f16");
-  attend(q, q_stride, k, v, n, queries, heads, hd, at, scale, s, out, out_stride);
+  attend(q, q_stride, k, v, n, queries, heads, hd, at, scale, s, out, out_stride, window);
 }
 
 void attention_heads(const float* q, const void* k, const void* v, WeightType kv, size_t n, size_t heads, size_t hd,
-                     KVBlocks at, float scale, float* s, float* out) {
-  attention_queries(q, 0, k, v, kv, n, 1, heads, hd, at, scale, s, out, 0);
+                     KVBlocks at, float scale, float* s, float* out, size_t window) {
+  attention_queries(q, 0, k, v, kv, n, 1, heads, hd, at, scale, s, out, 0, window);
 }
 
 void narrow(const float* in, size_t n, WeightType to, uint16_t* out) {

@@ -99,8 +99,10 @@ class PanelProduct {
 // head h's probabilities at s + h * n). Serial: the engine runs tokens and
 // groups of heads in parallel. Each head's result is the same whatever the
 // block size and whichever heads share the call (attention_simd.hpp).
+// window (0: all): a query sees only its last `window` positions (a sliding
+// window, itself included); the earlier ones get probability 0 in s.
 void attention_heads(const float* q, const void* k, const void* v, WeightType kv, size_t n, size_t heads, size_t hd,
-                     KVBlocks at, float scale, float* s, float* out);
+                     KVBlocks at, float scale, float* s, float* out, size_t window = 0);
 // attention_heads for `queries` consecutive positions of one sequence (a
 // prefill): query i (q + i * q_stride) over the first n + i positions, its
 // output at out + i * out_stride. Bit for bit attention_heads of each query
@@ -109,7 +111,7 @@ void attention_heads(const float* q, const void* k, const void* v, WeightType kv
 // (i * heads + h) * (n + queries - 1)).
 void attention_queries(const float* q, size_t q_stride, const void* k, const void* v, WeightType kv, size_t n,
                        size_t queries, size_t heads, size_t hd, KVBlocks at, float scale, float* s, float* out,
-                       size_t out_stride);
+                       size_t out_stride, size_t window = 0);
 // One head over n contiguous rows of hd floats (s: n floats).
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
                    float* out);
@@ -178,6 +180,7 @@ void add(float* y, const float* x, size_t n);
 void layernorm(const float* x, const float* gamma, const float* beta, float* y, size_t rows, size_t dim, float eps);
 void gelu_erf(float* x, size_t n);
 void gelu_tanh(float* x, size_t n);
+void relu_squared(float* x, size_t n);  // max(x, 0)^2
 void softmax(float* x, size_t n);
 void rmsnorm(const float* x, const float* gamma, float* y, size_t rows, size_t dim, float eps);
 void glu(const float* in, float* out, size_t rows, size_t ff, Gate act);

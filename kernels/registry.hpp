@@ -44,7 +44,7 @@ struct MatmulKernels {
 // cache of one element type (kernels.hpp attention_queries).
 using AttentionKernel = void (*)(const float* q, size_t q_stride, const void* k, const void* v, size_t n,
                                  size_t queries, size_t heads, size_t hd, KVBlocks at, float scale, float* s,
-                                 float* out, size_t out_stride);
+                                 float* out, size_t out_stride, size_t window);
 // x[M, K] to q8 blocks (quant_layout.hpp): q[M * Kp], scale / sum[M * Kb].
 using QuantizeRows = void (*)(const float* x, size_t M, size_t K, int8_t* q, float* scale, int32_t* sum);
 
@@ -132,8 +132,8 @@ inline size_t bf16dot_row_elems(size_t K) { return K + (K & 1); }
 // does); out: M * bf16dot_row_elems(K) values.
 void bf16dot_round_rows(const float* x, size_t M, size_t K, uint16_t* out);
 
-// The GELU of the intrinsics kernels' epilogues, on n finished values (bias
-// added): the active set's vector GELU, the one the f32 matmul fuses, so a
+// The activation of the intrinsics kernels' epilogues, on n finished values
+// (bias added): the active set's vector GELU (ReLU squared is exact anywhere), the one the f32 matmul fuses, so a
 // quantized matmul with GELU equals "matmul, then kernels::gelu_*" exactly as
 // f32 does. Defined in scalar/quant.cpp (no ISA flags), so no ISA's inline
 // code crosses into another's TU.

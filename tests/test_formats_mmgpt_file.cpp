@@ -320,9 +320,13 @@ TEST_CASE("the block section: a modern config round-trips, GPT-2's block writes 
   const uint64_t entry = section_entry(img, 3), at = section_offset(img, 3);
   CHECK(load_u32(img.data() + entry) == mmgpt_file::kSectionBlock);
   CHECK(load_u32(img.data() + entry + 4) == mmgpt_file::kSectionFlagRequired);
+  CHECK(load_u32(img.data() + at) == 1);  // no field of version 2 set: version 1, as earlier mmgpt wrote it
   Bytes bad = img;
+  set_u32(bad, at, 3);
+  CHECK_REJECTS(bad, "block config section: version 3 is not supported");
+  bad = img;
   set_u32(bad, at, 2);
-  CHECK_REJECTS(bad, "block config section: version 2 is not supported");
+  CHECK_REJECTS(bad, "size is 80 (version 2 with 2 layers requires 120)");
   bad = img;
   set_u64(bad, entry + 16, mmgpt_file::kBlockSize - 8);
   CHECK_REJECTS(bad, "size is 72");
@@ -341,6 +345,66 @@ TEST_CASE("the block section: a modern config round-trips, GPT-2's block writes 
   bad = img;
   set_u32(bad, at + 72, 1);
   CHECK_REJECTS(bad, "reserved bytes 72..79");
+}
+
+TEST_CASE("the block section, version 2 (nanochat): round-trips with its per-layer windows and value embeddings") {
+  ModelConfig cfg = tiny_config();
+  REQUIRE(cfg.n_layer == 2);
+  cfg.norm = NormKind::RmsNorm;
+  cfg.norm_weight = false;
+  cfg.norm_bias = false;
+  cfg.qkv_bias = cfg.linear_bias = false;
+  cfg.tied_lm_head = false;
+  cfg.gelu = GeluKind::ReluSquared;
+  cfg.pos_embedding = PosEmbedding::Rotary;
+  cfg.rope_dims = cfg.head_size();
+  cfg.rope_inverse = true;
+  cfg.qk_norm = QkNorm::Plain;
+  cfg.qk_norm_after_rope = true;
+  cfg.qk_norm_scale = 1.2f;
+  cfg.logit_softcap = 15.0f;
+  cfg.embed_norm = true;
+  cfg.smear_channels = 4;
+  cfg.resid_mix = true;
+  cfg.backout_after = 2;
+  cfg.ve_gate_channels = 3;
+  cfg.ve_gate_range = 3.0f;
+  cfg.attn_window = {5, 0};
+  cfg.value_embed = {0, 1};
+  const Model m = make_model(cfg, char_tokenizer());
+  const Bytes img = image_of(m);
+  REQUIRE(rejection(img).empty());
+  const ModelFile f = parse_model_file_for_test(img.data(), img.size(), "model.mmgpt");
+  const ModelConfig& c = f.config();
+  CHECK(c.embed_norm);
+  CHECK(c.smear_channels == 4);
+  CHECK(c.resid_mix);
+  CHECK(c.backout_after == 2);
+  CHECK(c.ve_gate_channels == 3);
+  CHECK(c.ve_gate_range == 3.0f);
+  CHECK(c.attn_window == std::vector<uint32_t>{5, 0});
+  CHECK(c.value_embed == std::vector<uint8_t>{0, 1});
+  CHECK(c.gelu == GeluKind::ReluSquared);
+  for (const char* name : {"smear.gate.weight", "smear.lambda", "resid_lambdas", "x0_lambdas", "backout_lambda",
+                           "h.1.attn.ve.weight", "h.1.attn.ve_gate.weight"})
+    CHECK(f.find(name) != nullptr);
+  CHECK(f.find("h.0.attn.ve.weight") == nullptr);
+
+  const uint64_t entry = section_entry(img, 3), at = section_offset(img, 3);
+  CHECK(load_u32(img.data() + at) == 2);
+  CHECK(load_u64(img.data() + entry + 16) == mmgpt_file::kBlockSize + mmgpt_file::kBlockV2Extra + 2 * 8);
+  Bytes bad = img;
+  set_u32(bad, at + 80 + 24 + 8 + 4, 2);  // layer 1's flags
+  CHECK_REJECTS(bad, "layer 1 has unknown flags 2");
+  bad = img;
+  set_u32(bad, at + 80 + 12, 0);  // ve_gate_channels, with a layer that has a value embedding
+  CHECK_REJECTS(bad, "value embeddings need both");
+  bad = img;
+  set_u32(bad, at + 80 + 8, 3);  // backout_after > n_layer
+  CHECK_REJECTS(bad, "backout_after is 3");
+  bad = img;
+  bad[at + 82] = 1;
+  CHECK_REJECTS(bad, "reserved bytes 82..83");
 }
 
 TEST_CASE("round trip through a file: config, char tokenizer, tensor bytes, mapping") {

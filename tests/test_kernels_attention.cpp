@@ -285,6 +285,72 @@ TEST_CASE("attention_queries: each query bit for bit attention_heads of it alone
   kt::for_each_simd_isa([&](std::string_view) { run_all(); });
 }
 
+// A sliding window (nanochat's per-layer windows): query i sees only its last
+// `window` positions. Each query's output is the exact (double) attention over
+// those rows alone, the earlier positions get probability exactly 0, and a
+// prefill's queries in one call are bit for bit each query alone, in the
+// scalar reference and every SIMD set; windows shorter than, equal to and
+// longer than the positions, inside and across blocks of the cache.
+TEST_CASE("attention with a sliding window: the last `window` positions only") {
+  const size_t hd = 17, heads = 2, block = 16;
+  auto run_all = [&] {
+    uint32_t seed = 4100;
+    for (size_t n : {1, 9, 40, 70})
+      for (size_t queries : {1, 5, 9})
+        for (size_t window : {1, 3, 16, 33, 200}) {
+          CAPTURE(n);
+          CAPTURE(queries);
+          CAPTURE(window);
+          const size_t positions = n + queries - 1, nb = positions / block + 1;
+          const k::KVBlocks at{block, block * hd, heads * block * hd};
+          const size_t cells = nb * at.block_stride;
+          const auto kf = kt::random_floats(cells, -2, 2, seed += 3), vf = kt::random_floats(cells, -1, 1, seed + 1);
+          const size_t q_stride = heads * hd;
+          const auto q = kt::random_floats(queries * q_stride, -2, 2, seed + 2);
+          const float scale = 1.0f / std::sqrt(float(hd));
+          std::vector<float> s(queries * heads * positions, -1.0f), out(queries * q_stride, -1.0f);
+          k::attention_queries(q.data(), q_stride, kf.data(), vf.data(), mmgpt::WeightType::F32, n, queries, heads,
+                               hd, at, scale, s.data(), out.data(), q_stride, window);
+          for (size_t i = 0; i < queries; ++i) {
+            CAPTURE(i);
+            const size_t m = n + i, first = m > window ? m - window : 0;
+            std::vector<float> s1(heads * m), o1(heads * hd);
+            k::attention_heads(q.data() + i * q_stride, kf.data(), vf.data(), mmgpt::WeightType::F32, m, heads, hd, at,
+                               scale, s1.data(), o1.data(), window);
+            CHECK(std::memcmp(out.data() + i * q_stride, o1.data(), heads * hd * sizeof(float)) == 0);
+            for (size_t h = 0; h < heads; ++h) {
+              const float* p = s.data() + (i * heads + h) * positions;
+              for (size_t j = 0; j < first; ++j) CHECK(p[j] == 0.0f);
+              // The exact attention over rows first .. m-1.
+              std::vector<double> e(m - first);
+              double mx = -1e300, total = 0;
+              for (size_t j = first; j < m; ++j) {
+                const size_t row = (j / block) * at.block_stride + h * at.head_stride + (j % block) * hd;
+                double dot = 0;
+                for (size_t d = 0; d < hd; ++d) dot += double(q[i * q_stride + h * hd + d]) * kf[row + d];
+                mx = std::max(mx, e[j - first] = dot * scale);
+              }
+              for (double& x : e) total += (x = std::exp(x - mx));
+              for (size_t d = 0; d < hd; ++d) {
+                double exact = 0;
+                for (size_t j = first; j < m; ++j) {
+                  const size_t row = (j / block) * at.block_stride + h * at.head_stride + (j % block) * hd;
+                  exact += e[j - first] / total * vf[row + d];
+                }
+                CHECK(std::fabs(out[i * q_stride + h * hd + d] - exact) <= 1e-5);
+              }
+            }
+          }
+        }
+  };
+  {
+    kt::IsaGuard guard;
+    REQUIRE(k::force_isa("scalar"));
+    run_all();
+  }
+  kt::for_each_simd_isa([&](std::string_view) { run_all(); });
+}
+
 TEST_CASE("attention_heads: a block that is not a positive multiple of 16 is refused") {
   std::vector<float> q(4), kv(64), s(2), out(4);
   CHECK_THROWS_AS(k::attention_heads(q.data(), kv.data(), kv.data(), mmgpt::WeightType::F32, 2, 1, 4, {8, 0, 0}, 1.0f,

@@ -40,7 +40,10 @@ double abs_dot(const std::vector<float>& x, const std::vector<float>& w, size_t 
 }
 
 const char* act_name(Activation a) {
-  return a == Activation::None ? "none" : a == Activation::GeluErf ? "gelu_erf" : "gelu_tanh";
+  return a == Activation::None      ? "none"
+         : a == Activation::GeluErf ? "gelu_erf"
+         : a == Activation::GeluTanh ? "gelu_tanh"
+                                     : "relu2";
 }
 
 // matmul_packed against scalar::matmul_packed for one shape and epilogue.
@@ -51,7 +54,7 @@ void check_packed(size_t M, size_t K, size_t N, bool with_bias, Epilogue e, uint
   CAPTURE(with_bias);
   CAPTURE(act_name(e.act));
   CAPTURE(e.accumulate);
-  if (e.act == Activation::None) {  // integer data: exact, so bit-identical
+  if (e.act == Activation::None || e.act == Activation::ReluSquared) {  // integer data: exact, so bit-identical
     const auto x = kt::random_ints(M * K, -4, 4, seed), w = kt::random_ints(N * K, -4, 4, seed + 1);
     const auto b = kt::random_ints(N, -100, 100, seed + 2), y0 = kt::random_ints(M * N, -50, 50, seed + 3);
     const auto wp = pack(w, N, K);
@@ -74,6 +77,9 @@ void check_packed(size_t M, size_t K, size_t N, bool with_bias, Epilogue e, uint
       const double pre = 2.0 * (double(K) + 1) * kU * abs_dot(x, w, m, n, K) + (bias ? 2 * kU * std::fabs(b[n]) : 0);
       // GELU's slope is below 1.13, and each side's GELU is a few ulp from exact.
       double tol = e.act == Activation::None ? pre : 1.13 * pre + 4 * kt::ulp(want[m * N + n]) + 0x1p-22;
+      // ReLU squared: (a + e)^2 - a^2 = 2 a e + e^2, a = sqrt(result).
+      if (e.act == Activation::ReluSquared)
+        tol = (2 * std::sqrt(std::fabs(double(want[m * N + n]))) + pre) * pre + 2 * kt::ulp(want[m * N + n]);
       if (e.accumulate) tol += 2 * kU * std::fabs(y0[m * N + n]);
       tol += 2 * kt::ulp(want[m * N + n]);
       if (!(std::fabs(double(got[m * N + n]) - want[m * N + n]) <= tol)) ++bad;
@@ -134,7 +140,7 @@ TEST_CASE("packed matmul matches the scalar reference on awkward shapes") {
 TEST_CASE("packed matmul epilogues match the scalar reference") {
   kt::for_each_simd_isa([&](std::string_view) {
     uint32_t seed = 500;
-    for (Activation act : {Activation::None, Activation::GeluErf, Activation::GeluTanh})
+    for (Activation act : {Activation::None, Activation::GeluErf, Activation::GeluTanh, Activation::ReluSquared})
       for (bool accumulate : {false, true})
         for (size_t M : {1, 4, 7})
           for (size_t N : {1, 16, 45}) {
@@ -176,14 +182,16 @@ TEST_CASE("fused epilogues equal the unfused kernels bit for bit") {
         const auto x = kt::random_floats(M * K, -1, 1, 1), w = kt::random_floats(N * K, -1, 1, 2);
         const auto b = kt::random_floats(N, -1, 1, 3), r = kt::random_floats(M * N, -1, 1, 4);
         const auto wp = pack(w, N, K);
-        for (Activation act : {Activation::GeluErf, Activation::GeluTanh}) {
+        for (Activation act : {Activation::GeluErf, Activation::GeluTanh, Activation::ReluSquared}) {
           std::vector<float> fused(M * N), plain(M * N);
           k::matmul_packed(x.data(), wp.data(), b.data(), fused.data(), M, K, N, {act, false});
           k::matmul_packed(x.data(), wp.data(), b.data(), plain.data(), M, K, N);
           if (act == Activation::GeluErf)
             k::gelu_erf(plain.data(), plain.size());
-          else
+          else if (act == Activation::GeluTanh)
             k::gelu_tanh(plain.data(), plain.size());
+          else
+            k::scalar::relu_squared(plain.data(), plain.size());
           CHECK(fused == plain);
         }
         auto fused = r, plain = r;

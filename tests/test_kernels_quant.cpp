@@ -298,7 +298,8 @@ TEST_CASE(
     "every quantized kernel set equals the scalar reference bit for bit (a fused GELU within its bound), every shape") {
   const auto sets = quant_sets();
   const Epilogue epilogues[] = {
-      {Activation::None, false}, {Activation::None, true}, {Activation::GeluTanh, false}, {Activation::GeluErf, true}};
+      {Activation::None, false},    {Activation::None, true},         {Activation::GeluTanh, false},
+      {Activation::GeluErf, true}, {Activation::ReluSquared, false}, {Activation::ReluSquared, true}};
   int compared = 0;
   for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0})
     for (size_t K : kKs)
@@ -336,8 +337,8 @@ TEST_CASE(
                 CAPTURE(K);
                 CAPTURE(N);
                 CAPTURE(i);
-                if (e.act == Activation::None) {
-                  // The sums are the reference's bit for bit.
+                if (e.act == Activation::None || e.act == Activation::ReluSquared) {
+                  // The sums (and ReLU squared of them) are the reference's bit for bit.
                   if (std::memcmp(&got[i], &want[i], 4) != 0) CHECK(got[i] == want[i]);
                 } else {
                   // The kernels fuse their ISA's vector GELU, which test_kernels_simd.cpp

@@ -131,6 +131,13 @@ void gelu_tanh(float* x, size_t n) {
   }
 }
 
+void relu_squared(float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float r = x[i] > 0.0f ? x[i] : 0.0f;
+    x[i] = r * r;
+  }
+}
+
 void attention_row(const float* q, const float* k, const float* v, size_t n, size_t hd, float scale, float* s,
                    float* out) {
   for (size_t j = 0; j < n; ++j) s[j] = dot(q, k + j * hd, hd) * scale;
@@ -183,27 +190,32 @@ namespace mmgpt::kernels::detail {
 namespace {
 // The scalar set's attention entries: each head's rows gathered from the blocks
 // into one run, then the reference row.
+// With a window, only the last `window` rows are gathered (the others get
+// probability 0).
 template <class E, class Row>
 void attention_entry_of(const float* q, const E* k, const E* v, size_t n, size_t heads, size_t hd, KVBlocks at,
-                        float scale, float* s, size_t s_stride, float* out, Row row) {
-  std::vector<E> kr(n * hd), vr(n * hd);
+                        float scale, float* s, size_t s_stride, float* out, Row row, size_t window) {
+  const size_t first = window != 0 && n > window ? n - window : 0, m = n - first;
+  std::vector<E> kr(m * hd), vr(m * hd);
   for (size_t h = 0; h < heads; ++h) {
-    for (size_t j = 0; j < n; ++j) {
+    for (size_t j = first; j < n; ++j) {
       const size_t from = (j / at.block) * at.block_stride + h * at.head_stride + (j % at.block) * hd;
-      std::copy(k + from, k + from + hd, kr.begin() + j * hd);
-      std::copy(v + from, v + from + hd, vr.begin() + j * hd);
+      std::copy(k + from, k + from + hd, kr.begin() + (j - first) * hd);
+      std::copy(v + from, v + from + hd, vr.begin() + (j - first) * hd);
     }
-    row(q + h * hd, kr.data(), vr.data(), n, hd, scale, s + h * s_stride, out + h * hd);
+    std::fill(s + h * s_stride, s + h * s_stride + first, 0.0f);
+    row(q + h * hd, kr.data(), vr.data(), m, hd, scale, s + h * s_stride + first, out + h * hd);
   }
 }
 // Query i against n + i positions, one query at a time.
 template <class E, auto Row>
 void attention_entry(const float* q, size_t q_stride, const void* k, const void* v, size_t n, size_t queries,
-                     size_t heads, size_t hd, KVBlocks at, float scale, float* s, float* out, size_t out_stride) {
+                     size_t heads, size_t hd, KVBlocks at, float scale, float* s, float* out, size_t out_stride,
+                     size_t window) {
   const size_t S = n + queries - 1;
   for (size_t i = 0; i < queries; ++i)
     attention_entry_of(q + i * q_stride, static_cast<const E*>(k), static_cast<const E*>(v), n + i, heads, hd, at,
-                       scale, s + i * heads * S, S, out + i * out_stride, Row);
+                       scale, s + i * heads * S, S, out + i * out_stride, Row, window);
 }
 }  // namespace
 

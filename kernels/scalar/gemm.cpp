@@ -35,6 +35,7 @@ void store_epilogue(float acc, const float* bias, Epilogue e, float& dst) {
   float v = bias ? acc + *bias : acc;
   if (e.act == Activation::GeluErf) gelu_erf(&v, 1);
   if (e.act == Activation::GeluTanh) gelu_tanh(&v, 1);
+  if (e.act == Activation::ReluSquared) relu_squared(&v, 1);
   dst = e.accumulate ? dst + v : v;
 }
 

@@ -78,6 +78,7 @@ void quant_gelu(Activation act, float* v, size_t n) {
   const KernelSet& t = active_set();
   if (act == Activation::GeluErf) t.gelu_erf(v, n);
   if (act == Activation::GeluTanh) t.gelu_tanh(v, n);
+  if (act == Activation::ReluSquared) scalar::relu_squared(v, n);
 }
 
 const QuantKernels& scalar_quant_kernels() {

@@ -3,7 +3,9 @@
 // sequence (prefill, in tiles that share each row they read) for consecutive
 // heads, written once against xsimd and instantiated per ISA through
 // kernels_simd.hpp (include only from there): for each head h,
-//   out_h[d] = sum_j softmax_j(scale * q_h . k_hj) v_hj[d]   for keys j < n.
+//   out_h[d] = sum_j softmax_j(scale * q_h . k_hj) v_hj[d]   for keys j < n
+// (or, with a sliding window, the last `window` of them: the others' scores
+// are computed and then given probability 0).
 // Keys and values lie in the KV cache's blocks (kv_blocks.hpp KVBlocks): a block
 // holds `block` positions of every head, each head's rows contiguous, heads
 // one after another. Elements are f32, or bf16 / f16 (a 16-bit KV cache,
@@ -236,6 +238,14 @@ struct AttentionHeads {
       }
   }
 
+  // Softmax of a query's n scores over its last `window` of them (0: all);
+  // the positions before get probability 0 (and add nothing to the values).
+  static void softmax_window(float* s, size_t n, size_t window) {
+    const size_t first = window != 0 && n > window ? n - window : 0;
+    std::fill(s, s + first, 0.0f);
+    Softmax::softmax(s + first, n - first);
+  }
+
   // Calls f(block, first, count) for the runs of positions [j0, j1) that lie
   // in one block of the cache each.
   template <class F>
@@ -254,7 +264,7 @@ struct AttentionHeads {
   template <size_t DV>
   static void tile(const float* q, size_t q_stride, const KE* k, const KE* v, size_t n, size_t queries, size_t i0,
                    size_t heads, size_t h, size_t hd, KVBlocks at, float scale, float* s, float* out,
-                   size_t out_stride) {
+                   size_t out_stride, size_t window) {
     const size_t S = n + queries - 1;
     const float* qr[QT];
     float *sr[QT], *orow[QT];
@@ -276,7 +286,7 @@ struct AttentionHeads {
     for (size_t r = 0; r < QT; ++r) {
       for_runs(whole, first + r, at.block,
                [&](size_t b, size_t j, size_t m) { scores(qr[r], row(kh, b, j), m, hd, scale, sr[r] + j); });
-      Softmax::softmax(sr[r], first + r);
+      softmax_window(sr[r], first + r, window);
     }
     for_runs(0, first, at.block, [&](size_t b, size_t j, size_t m) {
       const float* pj[QT];
@@ -293,39 +303,40 @@ struct AttentionHeads {
   // (n + queries - 1). Whole tiles of QT queries, the rest one at a time
   // (run(), as decode).
   static void run_queries(const float* q, size_t q_stride, const KE* k, const KE* v, size_t n, size_t queries,
-                          size_t heads, size_t hd, KVBlocks at, float scale, float* s, float* out, size_t out_stride) {
+                          size_t heads, size_t hd, KVBlocks at, float scale, float* s, float* out, size_t out_stride,
+                          size_t window) {
     if (queries == 0) return;
-    if (queries == 1) return run(q, k, v, n, heads, hd, at, scale, s, out);  // decode: every head in one walk
+    if (queries == 1) return run(q, k, v, n, heads, hd, at, scale, s, out, window);  // decode: every head in one walk
     const size_t S = n + queries - 1;
     if (n == 0) {  // the first query has no positions
-      run(q, k, v, 0, heads, hd, at, scale, s, out);
+      run(q, k, v, 0, heads, hd, at, scale, s, out, window);
       return run_queries(q + q_stride, q_stride, k, v, 1, queries - 1, heads, hd, at, scale, s + heads * S,
-                         out + out_stride, out_stride);
+                         out + out_stride, out_stride, window);
     }
     const size_t tiled = queries - queries % QT;
     for (size_t h = 0; h < heads; ++h) {
       for (size_t i0 = 0; i0 < tiled; i0 += QT) {
         if (hd == 64)  // every GPT-2's head size
-          tile<64 / W>(q, q_stride, k, v, n, queries, i0, heads, h, hd, at, scale, s, out, out_stride);
+          tile<64 / W>(q, q_stride, k, v, n, queries, i0, heads, h, hd, at, scale, s, out, out_stride, window);
         else
-          tile<0>(q, q_stride, k, v, n, queries, i0, heads, h, hd, at, scale, s, out, out_stride);
+          tile<0>(q, q_stride, k, v, n, queries, i0, heads, h, hd, at, scale, s, out, out_stride, window);
       }
       for (size_t i = tiled; i < queries; ++i)
         run(q + i * q_stride + h * hd, k + h * at.head_stride, v + h * at.head_stride, n + i, 1, hd, at, scale,
-            s + (i * heads + h) * S, out + i * out_stride + h * hd);
+            s + (i * heads + h) * S, out + i * out_stride + h * hd, window);
     }
   }
 
   // q, out: heads x hd floats; k, v: the first head's block 0; s: heads x n.
   static void run(const float* q, const KE* k, const KE* v, size_t n, size_t heads, size_t hd, KVBlocks at, float scale,
-                  float* s, float* out) {
+                  float* s, float* out, size_t window) {
     if (n == 0) return std::fill(out, out + heads * hd, 0.0f);
     for (size_t j0 = 0; j0 < n; j0 += at.block) {
       const size_t m = std::min(at.block, n - j0), b = j0 / at.block;
       for (size_t h = 0; h < heads; ++h)
         scores(q + h * hd, k + b * at.block_stride + h * at.head_stride, m, hd, scale, s + h * n + j0);
     }
-    for (size_t h = 0; h < heads; ++h) Softmax::softmax(s + h * n, n);
+    for (size_t h = 0; h < heads; ++h) softmax_window(s + h * n, n, window);
     for (size_t j0 = 0; j0 < n; j0 += at.block) {
       const size_t m = std::min(at.block, n - j0), b = j0 / at.block;
       for (size_t h = 0; h < heads; ++h)

@@ -84,6 +84,10 @@ struct PanelGemm {
     switch (a) {
       case Activation::GeluErf: return Act::gelu_erf_vec(v);
       case Activation::GeluTanh: return Act::gelu_tanh_vec(v);
+      case Activation::ReluSquared: {
+        const B r = xsimd::max(v, B(0.0f));
+        return r * r;
+      }
       case Activation::None: break;
     }
     return v;

@@ -57,10 +57,11 @@ struct Kernels {
   template <class WT = WeightF32>
   MMGPT_SIMD_ENTRY static void attention_queries(const float* q, size_t q_stride, const void* k, const void* v,
                                                  size_t n, size_t queries, size_t heads, size_t hd, KVBlocks at,
-                                                 float scale, float* s, float* out, size_t out_stride) {
+                                                 float scale, float* s, float* out, size_t out_stride,
+                                                 size_t window) {
     using E = typename WT::E;
     AttentionHeads<Arch, Kernels, WT>::run_queries(q, q_stride, static_cast<const E*>(k), static_cast<const E*>(v), n,
-                                                   queries, heads, hd, at, scale, s, out, out_stride);
+                                                   queries, heads, hd, at, scale, s, out, out_stride, window);
   }
 
   // f32 -> f16, round to nearest even (the hardware conversion; the tail

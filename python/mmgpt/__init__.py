@@ -15,6 +15,7 @@ a window, or a 256-token step of a long prompt.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -241,9 +242,9 @@ def convert(src, out, *, layout: Optional[str] = None, n_head: Optional[int] = N
     but `out`, nothing is pickled. The file equals what the command line
     writes for the same weights saved with torch.save.
 
-    layout: "hf-gpt2", "nanogpt", "llms-from-scratch", "hf-llama" or "hf-gpt-neox"
-    (None: detected; hf-llama and hf-gpt-neox read a path, whose config.json
-    says the family).
+    layout: "hf-gpt2", "nanogpt", "llms-from-scratch", "hf-llama", "hf-gpt-neox"
+    or "nanochat" (None: detected; hf-llama and hf-gpt-neox read a path, whose
+    config.json says the family).
     n_head: needed where neither the checkpoint nor a module's config says it.
     dtype, dtype_head: "f32", "bf16", "f16", "q8_0" or "q4_0" for the weight
     matrices and the LM head (dtype_head None: as dtype).
@@ -251,10 +252,12 @@ def convert(src, out, *, layout: Optional[str] = None, n_head: Optional[int] = N
     folder holding them (a path src also finds them beside the checkpoint).
     config: the model's config, for a state dict in memory whose layout needs
     one (Hugging Face Llama / Qwen / GPT-NeoX, the book's Llama3Model /
-    Qwen3Model): a dict (config.json's keys, or the book's config dict; a
-    torch dtype in it is written as its name), a JSON string, or an object
-    with to_dict() (a transformers config). None: taken from an nn.Module's
-    .config (transformers) or .cfg (the book), else read beside a path.
+    Qwen3Model, nanochat): a dict (config.json's keys, the book's config
+    dict, nanochat's meta or its model_config; a torch dtype in it is written
+    as its name), a JSON string, an object with to_dict() (a transformers
+    config) or a dataclass (nanochat's GPTConfig). None: taken from an
+    nn.Module's .config (transformers, nanochat) or .cfg (the book), else read
+    beside a path.
     """
     if n_head is not None and (isinstance(n_head, bool) or not isinstance(n_head, int) or n_head < 1):
         raise Error(f"n_head: must be a positive integer or None, not {n_head!r}")
@@ -271,7 +274,8 @@ def convert(src, out, *, layout: Optional[str] = None, n_head: Optional[int] = N
         config_json = ""
         found = getattr(src, "cfg", None) if not isinstance(src, dict) else None
         hf = getattr(src, "config", None) if not isinstance(src, dict) else None
-        if found is None and callable(getattr(hf, "to_dict", None)):
+        if found is None and (callable(getattr(hf, "to_dict", None)) or
+                              (dataclasses.is_dataclass(hf) and not isinstance(hf, type))):
             found = hf
         if found is not None:
             try:
@@ -295,8 +299,11 @@ def _config_json(config) -> str:
         return config
     if callable(getattr(config, "to_dict", None)) and not isinstance(config, dict):
         config = config.to_dict()
+    elif dataclasses.is_dataclass(config) and not isinstance(config, type):
+        config = dataclasses.asdict(config)
     if not isinstance(config, dict):
-        raise Error(f"config: must be a dict, a JSON string or an object with to_dict(), not {type(config).__name__}")
+        raise Error(f"config: must be a dict, a JSON string, an object with to_dict() or a dataclass, "
+                    f"not {type(config).__name__}")
 
     def plain(v):  # torch.bfloat16 -> "bfloat16"; anything else JSON cannot hold is an error
         text = str(v)

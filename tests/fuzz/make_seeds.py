@@ -145,6 +145,13 @@ def main():
         put(out, "fuzz_hf_config", "llama3_scaled.json", json.dumps(M.config_json(
             "llama", rope_scaling=M.llama3_scaling(), num_key_value_heads=2)).encode())
         put(out, "fuzz_hf_config", "pythia_legacy.json", json.dumps(M.config_json("gpt_neox", legacy=True)).encode())
+        # nanochat's meta_<step>.json and the book's Llama 3.2 config dict (the in-memory configs).
+        import ref_nanochat as NC
+        import ref_llms_modern as LM
+        nc = NC.NanochatGPT(NC.nanochat_config(sequence_len=256, vocab_size=200, n_layer=4, n_head=4, n_kv_head=2,
+                                               n_embd=64, window_pattern="SSSL"))
+        put(out, "fuzz_hf_config", "nanochat_meta.json", json.dumps(NC.nanochat_meta(nc, 1), indent=2).encode())
+        put(out, "fuzz_hf_config", "book_llama32.json", json.dumps(LM.llama3_config(), default=str).encode())
         put(out, "fuzz_shard_index", "two_shards.json", json.dumps({
             "metadata": {"total_size": 64},
             "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors",

@@ -165,6 +165,23 @@ def test_modern_block_in_memory(cli, work):
     mmgpt.convert(book, from_module)
     assert from_module.read_bytes() == (work / "book-cli.mmgpt").read_bytes()
 
+    # nanochat: the GPT module (its GPTConfig dataclass in .config), the state dict with the meta dict.
+    import dataclasses
+    import ref_nanochat as N
+    nc_cfg = N.nanochat_config(sequence_len=64, vocab_size=100, n_layer=2, n_head=2, n_kv_head=1, n_embd=32)
+    nc = N.randomize_nanochat_(N.NanochatGPT(nc_cfg), 16)
+    model_path, _ = N.write_nanochat_checkpoint(nc, str(work / "nanochat"), 20)
+    cli("convert", model_path, "-o", work / "nanochat-cli.mmgpt")
+    GPTConfig = dataclasses.make_dataclass("GPTConfig", list(nc_cfg))
+    nc.config = GPTConfig(**nc_cfg)
+    mmgpt.convert(nc, work / "nanochat-module.mmgpt")
+    assert (work / "nanochat-module.mmgpt").read_bytes() == (work / "nanochat-cli.mmgpt").read_bytes()
+    meta = N.nanochat_meta(nc, 20)
+    mmgpt.convert(N.nanochat_state_dict(nc, compiled_prefix=True), work / "nanochat-sd.mmgpt", config=meta)
+    assert (work / "nanochat-sd.mmgpt").read_bytes() == (work / "nanochat-cli.mmgpt").read_bytes()
+    with pytest.raises(mmgpt.Error, match="needs its model_config"):
+        mmgpt.convert(nc.state_dict(), work / "nanochat-no-config.mmgpt")
+
     with pytest.raises(mmgpt.Error, match="needs its config dict beside it"):
         mmgpt.convert(book.state_dict(), work / "no-config.mmgpt")
     with pytest.raises(mmgpt.Error, match="config: must be a dict"):

@@ -119,8 +119,14 @@ def rms_norm(x, eps=None):
     return (xu * r).to(x.dtype)
 
 
+# The eps of norm(): None is F.rms_norm's default for the input's dtype. A float64
+# reference of nanochat's fp32 / bf16 runs sets float32's epsilon (2^-23), the one
+# those runs use (and mmgpt, which computes in float32).
+NORM_EPS = None
+
+
 def norm(x):
-    return rms_norm(x)
+    return rms_norm(x, NORM_EPS)
 
 
 def rotary_cos_sin(seq_len, head_dim, dtype, base=ROPE_BASE):

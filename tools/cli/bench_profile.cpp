@@ -55,9 +55,13 @@ Work op_work(const Graph& g, const Op& op, const StepRecord& s, const ModelConfi
     case OpKind::Attention:
       for (size_t i = 0; i < s.new_tokens.size(); ++i) {
         const double n = double(s.new_tokens[i]), c0 = double(s.context[i]);
-        w.flops += 4.0 * q * (n * c0 + n * (n + 1) / 2);  // q.k and p.v over the causal triangle
-        // keys and values of every position, and each new token's qkv row and output
-        w.bytes += 2.0 * kvw * double(KVCache::element_bytes(kv)) * (c0 + n) + 4.0 * n * (2 * q + 2 * kvw);
+        // q.k and p.v over the causal triangle (a sliding window: at most `window` positions a query)
+        const double window = op.window ? double(op.window) : c0 + n;
+        w.flops += 4.0 * q * n * std::min(c0 + (n + 1) / 2, window);
+        // keys and values of every position seen (once, however many query heads share
+        // them), and each new token's qkv row and output
+        w.bytes += 2.0 * kvw * double(KVCache::element_bytes(kv)) * std::min(c0 + n, window + n - 1) +
+                   4.0 * n * (2 * q + 2 * kvw);
       }
       // Each sequence's queries share its keys and values: compute-bound only
       // with many new tokens in one sequence (a prefill), not a batch of decodes.

@@ -96,6 +96,18 @@ nlohmann::json to_json(const ModelFile& f) {
                            {"low_freq_factor", c.rope_low_freq_factor},
                            {"high_freq_factor", c.rope_high_freq_factor},
                            {"original_context", c.rope_original_ctx}};
+  if (c.has_block_v2()) {
+    nlohmann::json windows = nlohmann::json::array(), ve = nlohmann::json::array();
+    for (uint32_t i = 0; i < c.n_layer; ++i) windows.push_back(c.window_of(i)), ve.push_back(c.has_value_embed(i));
+    j["config"]["embed_norm"] = c.embed_norm;
+    j["config"]["smear_channels"] = c.smear_channels;
+    j["config"]["resid_mix"] = c.resid_mix;
+    j["config"]["backout_after"] = c.backout_after;
+    j["config"]["ve_gate_channels"] = c.ve_gate_channels;
+    j["config"]["ve_gate_range"] = c.ve_gate_range;
+    j["config"]["attn_window"] = windows;
+    j["config"]["value_embed"] = ve;
+  }
   const TokenizerData& t = f.tokenizer();
   j["tokenizer"] = {
       {"kind", tokenizer_name(t.kind)}, {"tokens", t.tokens.size()}, {"merges", t.merges.size()}, {"eos_id", t.eos_id}};
@@ -164,6 +176,25 @@ void print_text(const ModelFile& f) {
                 c.linear_bias ? "yes" : "no", c.has_mlp_bias() ? "yes" : "no", c.norm_bias ? "yes" : "no",
                 c.parallel_residual ? "; parallel residual" : "",
                 c.logit_softcap > 0 ? ("; logit softcap " + std::to_string(c.logit_softcap)).c_str() : "");
+    if (c.has_block_v2()) {
+      std::string windows, ve;
+      for (uint32_t i = 0; i < c.n_layer; ++i) {
+        windows += (i ? "," : "") + (c.window_of(i) ? std::to_string(c.window_of(i)) : std::string("all"));
+        if (c.has_value_embed(i)) ve += (ve.empty() ? "" : ",") + std::to_string(i);
+      }
+      std::printf("residual      %s%s%s%s\n", c.embed_norm ? "norm after the embedding" : "no norm after the embedding",
+                  c.smear_channels ? ("; smear of the previous token (gate on " + std::to_string(c.smear_channels) +
+                                      " channels)")
+                                         .c_str()
+                                   : "",
+                  c.resid_mix ? "; mixed with the embedding before each layer" : "",
+                  c.backout_after ? ("; backout of the stream after " + std::to_string(c.backout_after) + " layers").c_str()
+                                  : "");
+      std::printf("windows       per layer: %s positions\n", windows.c_str());
+      if (!ve.empty())
+        std::printf("value embeds  layers %s (gate on %u channels, range %g)\n", ve.c_str(), c.ve_gate_channels,
+                    c.ve_gate_range);
+    }
   }
   if (t.kind == TokenizerKind::None)
     std::printf("tokenizer     none (the model runs on token ids)\n");

@@ -54,13 +54,27 @@ std::string find_checkpoint_file(const std::string& input) {
     if (fs::is_regular_file(p, ec)) return p.string();
   }
   std::vector<std::string> found;
-  for (fs::directory_iterator it(input, ec), end; !ec && it != end; it.increment(ec))
-    if (it->is_regular_file(ec) && is_checkpoint_extension(it->path())) found.push_back(it->path().string());
+  // nanochat's checkpoint directory: model_<step>.pt (beside meta_<step>.json
+  // and optim_<step>_rank<r>.pt), the last step the one loaded.
+  std::string nanochat;
+  uint64_t last_step = 0;
+  for (fs::directory_iterator it(input, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    const std::string name = it->path().filename().string();
+    if (is_checkpoint_extension(it->path())) found.push_back(it->path().string());
+    if (name.size() > 9 && name.rfind("model_", 0) == 0 && it->path().extension() == ".pt") {
+      const std::string digits = name.substr(6, name.size() - 9);
+      if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+      const uint64_t step = std::stoull(digits);
+      if (nanochat.empty() || step > last_step) nanochat = it->path().string(), last_step = step;
+    }
+  }
   if (ec) throw Error(input + ": cannot list directory: " + ec.message());
+  if (!nanochat.empty()) return nanochat;
   if (found.empty())
     throw Error(input +
                 ": no checkpoint in this directory (expected model.safetensors, pytorch_model.bin, "
-                "or a single *.pt, *.pth, *.bin or *.safetensors file)");
+                "nanochat's model_<step>.pt, or a single *.pt, *.pth, *.bin or *.safetensors file)");
   if (found.size() > 1) {
     std::sort(found.begin(), found.end());
     throw Error(input + ": " + std::to_string(found.size()) +

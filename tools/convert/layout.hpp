@@ -2,9 +2,8 @@
 // Source layouts: how a family of checkpoints names and shapes its tensors,
 // and how to turn one into the canonical .mmgpt tensors of a ModelConfig.
 // One file per layout (layout_hf_gpt2.cpp, layout_nanogpt.cpp,
-// layout_llms_from_scratch.cpp, layout_hf_llama.cpp, layout_hf_gpt_neox.cpp);
-// detection in
-// layout_detect.cpp.
+// layout_llms_from_scratch.cpp, layout_llms_modern.cpp, layout_hf_llama.cpp,
+// layout_hf_gpt_neox.cpp, layout_nanochat.cpp); detection in layout_detect.cpp.
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,9 +14,10 @@
 
 namespace mmgpt::convert {
 
-enum class LayoutKind { HfGpt2, NanoGpt, LlmsFromScratch, HfLlama, HfGptNeox };
+enum class LayoutKind { HfGpt2, NanoGpt, LlmsFromScratch, HfLlama, HfGptNeox, Nanochat };
 
-const char* layout_name(LayoutKind kind);  // "hf-gpt2", "nanogpt", "llms-from-scratch", "hf-llama", "hf-gpt-neox"
+// "hf-gpt2", "nanogpt", "llms-from-scratch", "hf-llama", "hf-gpt-neox", "nanochat"
+const char* layout_name(LayoutKind kind);
 // "auto" is not a layout: the caller handles it. Throws on unknown names.
 LayoutKind parse_layout_name(const std::string& name);
 
@@ -62,5 +62,11 @@ MappedModel map_llms_from_scratch(const LayoutInput& in);
 MappedModel map_llms_modern(const LayoutInput& in);
 MappedModel map_hf_llama(const LayoutInput& in);
 MappedModel map_hf_gpt_neox(const LayoutInput& in);
+// nanochat's model_<step>.pt with meta_<step>.json beside it (or in.config_text).
+MappedModel map_nanochat(const LayoutInput& in);
+// nanochat's per-layer attention windows (GPT._compute_window_sizes) as
+// ModelConfig::attn_window values: positions seen, 0 for the whole context.
+std::vector<uint32_t> nanochat_windows(const std::string& pattern, uint32_t sequence_len, uint32_t n_layer,
+                                       const std::string& where);
 
 }  // namespace mmgpt::convert

@@ -13,15 +13,17 @@ const char* layout_name(LayoutKind kind) {
     case LayoutKind::LlmsFromScratch: return "llms-from-scratch";
     case LayoutKind::HfLlama: return "hf-llama";
     case LayoutKind::HfGptNeox: return "hf-gpt-neox";
+    case LayoutKind::Nanochat: return "nanochat";
   }
   return "?";
 }
 
 LayoutKind parse_layout_name(const std::string& name) {
   for (LayoutKind k : {LayoutKind::HfGpt2, LayoutKind::NanoGpt, LayoutKind::LlmsFromScratch, LayoutKind::HfLlama,
-                       LayoutKind::HfGptNeox})
+                       LayoutKind::HfGptNeox, LayoutKind::Nanochat})
     if (name == layout_name(k)) return k;
-  throw Error("--layout '" + name + "' is not one of auto, hf-gpt2, nanogpt, llms-from-scratch, hf-llama, hf-gpt-neox");
+  throw Error("--layout '" + name +
+              "' is not one of auto, hf-gpt2, nanogpt, llms-from-scratch, hf-llama, hf-gpt-neox, nanochat");
 }
 
 LayoutKind detect_layout(const StateDict& weights, const std::string& file) {
@@ -30,6 +32,8 @@ LayoutKind detect_layout(const StateDict& weights, const std::string& file) {
   if (weights.has("model.embed_tokens.weight") && weights.has("model.layers.0.self_attn.q_proj.weight"))
     return LayoutKind::HfLlama;
   if (weights.has("gpt_neox.embed_in.weight")) return LayoutKind::HfGptNeox;
+  if (weights.has("transformer.wte.weight") && weights.has("transformer.h.0.attn.c_q.weight"))
+    return LayoutKind::Nanochat;
   // HF and nanoGPT share names; the fused attention matrix tells them apart:
   // Conv1D stores it [d, 3d], nn.Linear [3d, d] (d = the width of wte).
   for (const std::string prefix : {"transformer.", ""}) {
@@ -47,7 +51,8 @@ LayoutKind detect_layout(const StateDict& weights, const std::string& file) {
   for (size_t i = 0; i < weights.entries.size() && i < 5; ++i) first.push_back(weights.entries[i].first);
   throw Error(
       file +
-      ": unrecognised checkpoint layout (no hf-gpt2, nanogpt, llms-from-scratch, hf-llama or hf-gpt-neox tensor names; "
+      ": unrecognised checkpoint layout (no hf-gpt2, nanogpt, llms-from-scratch, hf-llama, hf-gpt-neox or nanochat "
+      "tensor names; "
       "it has " +
       std::to_string(weights.entries.size()) + " tensors, starting with " + name_list(first, 5) + ")");
 }
@@ -89,6 +94,7 @@ MappedModel map_layout(LayoutKind kind, const LayoutInput& in) {
     case LayoutKind::LlmsFromScratch: return map_llms_from_scratch(in);
     case LayoutKind::HfLlama: return map_hf_llama(in);
     case LayoutKind::HfGptNeox: return map_hf_gpt_neox(in);
+    case LayoutKind::Nanochat: return map_nanochat(in);
   }
   throw Error("internal: unknown layout");
 }
