@@ -329,10 +329,16 @@ PYBIND11_MODULE(_mmgpt, m) {
       .def_readonly("n_embd", &ModelConfig::n_embd, "model width")
       .def_readonly("vocab_size", &ModelConfig::vocab_size, "rows of the embedding and of the LM head")
       .def_readonly("n_ctx", &ModelConfig::n_ctx, "context length in tokens")
+      .def_readonly("n_ff", &ModelConfig::n_ff, "MLP hidden width")
+      .def_property_readonly(
+          "n_kv_head", [](const ModelConfig& c) { return c.kv_heads(); }, "key/value heads (grouped-query attention)")
+      .def_property_readonly(
+          "head_dim", [](const ModelConfig& c) { return c.head_size(); }, "features of one attention head")
       .def("__repr__", [](const ModelConfig& c) {
         return "Config(n_layer=" + std::to_string(c.n_layer) + ", n_head=" + std::to_string(c.n_head) +
                ", n_embd=" + std::to_string(c.n_embd) + ", vocab_size=" + std::to_string(c.vocab_size) +
-               ", n_ctx=" + std::to_string(c.n_ctx) + ")";
+               ", n_ctx=" + std::to_string(c.n_ctx) + ", n_ff=" + std::to_string(c.n_ff) +
+               ", n_kv_head=" + std::to_string(c.kv_heads()) + ", head_dim=" + std::to_string(c.head_size()) + ")";
       });
 
   py::class_<LanguageModel>(m, "Model")

@@ -145,6 +145,10 @@ def main():
         put(out, "fuzz_hf_config", "llama3_scaled.json", json.dumps(M.config_json(
             "llama", rope_scaling=M.llama3_scaling(), num_key_value_heads=2)).encode())
         put(out, "fuzz_hf_config", "pythia_legacy.json", json.dumps(M.config_json("gpt_neox", legacy=True)).encode())
+        put(out, "fuzz_hf_config", "mistral_sliding.json", json.dumps(M.config_json("mistral", sliding_window=16)).encode())
+        put(out, "fuzz_hf_config", "qwen2_sliding_layer_types.json", json.dumps(M.config_json(
+            "qwen2", use_sliding_window=True, sliding_window=8, max_window_layers=1,
+            layer_types=["full_attention", "sliding_attention"])).encode())
         # nanochat's meta_<step>.json and the book's Llama 3.2 config dict (the in-memory configs).
         import ref_nanochat as NC
         import ref_llms_modern as LM

@@ -152,6 +152,8 @@ def test_modern_block_in_memory(cli, work):
     mmgpt.convert(model.state_dict(), from_sd, config=cfg)
     assert from_sd.read_bytes() == (work / "qwen3-cli.mmgpt").read_bytes()
     check_logits(from_sd, model)
+    c = mmgpt.load(from_sd).config
+    assert (c.n_head, c.n_kv_head, c.head_dim) == (4, 2, 8), c
     import json
     from_text = work / "qwen3-text.mmgpt"
     mmgpt.convert(model.state_dict(), from_text, config=json.dumps(cfg))

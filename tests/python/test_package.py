@@ -28,6 +28,7 @@ def test_config(lm):
     c = lm.config
     assert (c.n_layer, c.n_head, c.n_embd, c.n_ctx, c.vocab_size) == (
         args["n_layer"], args["n_head"], args["n_embd"], args["block_size"], args["vocab_size"])
+    assert (c.n_ff, c.n_kv_head, c.head_dim) == (4 * args["n_embd"], args["n_head"], args["n_embd"] // args["n_head"])
     assert repr(c).startswith("Config(n_layer=")
 
 

@@ -248,7 +248,10 @@ def decoder_settings(cfg):
     # only with use_sliding_window true, for layers >= max_window_layers (config.layer_types wins).
     L = s['num_layers']
     sw = cfg.get('sliding_window')
-    if cfg.get('layer_types'):
+    qwen_off = mt in ('qwen2', 'qwen3') and not cfg.get('use_sliding_window', False)
+    if qwen_off:  # Qwen2Config / Qwen3Config: sliding_window = ... if use_sliding_window else None
+        windows = [None] * L
+    elif cfg.get('layer_types') and sw is not None:
         windows = [sw if t == 'sliding_attention' else None for t in cfg['layer_types']]
     elif mt == 'mistral':
         windows = [sw] * L

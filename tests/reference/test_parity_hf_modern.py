@@ -112,6 +112,13 @@ def main():
                 hidden_size=32, num_attention_heads=4, num_key_value_heads=2, vocab_size=120)
     modern_case(suite, 'llama_sharded2_bin_untied', 'llama', seed=53, fmt='bin', shards=2, hidden_size=32,
                 num_attention_heads=2, vocab_size=80)
+    # Sliding windows (transformers: query i sees keys j > i - sliding_window), prompts past them.
+    modern_case(suite, 'mistral_sliding_window_16', 'mistral', seed=54, hidden_size=32, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=64, sliding_window=16, vocab_size=90, prompt_len=40,
+                n_gen=20)
+    modern_case(suite, 'qwen2_sliding_from_layer_1_of_3', 'qwen2', seed=55, hidden_size=32, num_hidden_layers=3,
+                num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=48, use_sliding_window=True,
+                sliding_window=7, max_window_layers=1, vocab_size=80, prompt_len=30, n_gen=12)
     suite.case('refuse_index_outside_directory', lambda: bad_index(suite))
     # 30 layers: initialised at std 0.02 (as trained models start), which keeps f32
     # rounding well inside the tolerance (torch's own f32 forward is at 5e-6).
@@ -121,10 +128,8 @@ def main():
                 rms_norm_eps=1e-5, prompt_len=20, n_gen=8)
     refused(suite, 'refuse_rope_yarn', 'llama', 'rope_scaling type "yarn" is not supported',
             rope_scaling={'rope_type': 'yarn', 'factor': 4.0})
-    refused(suite, 'refuse_mistral_sliding_window', 'mistral', 'sliding_window 16 is shorter than the context 64',
-            sliding_window=16)
-    refused(suite, 'refuse_qwen2_use_sliding_window', 'qwen2', 'sliding-window attention is not supported',
-            use_sliding_window=True, sliding_window=32)
+    refused(suite, 'refuse_qwen2_unknown_layer_type', 'qwen2', 'layer_types[1] is "chunked_attention"',
+            use_sliding_window=True, sliding_window=8, layer_types=['full_attention', 'chunked_attention'])
     refused(suite, 'refuse_unknown_act', 'llama', 'hidden_act "relu" is not supported', hidden_act='relu')
     suite.finish()
 

@@ -4,8 +4,11 @@
 // self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj, the two RMS norms,
 // model.norm, lm_head); config.json beside the weights says which family and
 // its hyper-parameters, read as each family's modeling code reads them.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -75,15 +78,47 @@ void apply_rope_scaling(const json& j, const std::string& path, ModelConfig& c) 
   c.rope_original_ctx = json_u32(s, "original_max_position_embeddings", path + ": rope_scaling");
 }
 
-// Mistral's and Qwen's sliding window, when it would change results within
-// the context: refused (every layer attends to every earlier position here).
-void check_sliding_window(const json& j, const Family& f, const std::string& path, const ModelConfig& c) {
+// Mistral's and Qwen's sliding window, per layer as the modeling code
+// assigns it: transformers' masking_utils lets query i see keys j with
+// j > i - sliding_window, so sliding_window positions, itself included.
+// Mistral: every layer (or config.layer_types' "sliding_attention" ones);
+// Qwen2 / Qwen3: only with use_sliding_window, then layer_types or the layers
+// from max_window_layers on. A window that covers the context is none.
+void set_sliding_windows(const json& j, const Family& f, const std::string& path, ModelConfig& c) {
   if (!f.sliding || !j.contains("sliding_window") || j["sliding_window"].is_null()) return;
   if (f.qwen_sliding && !json_bool(j, "use_sliding_window", false, path)) return;
   const uint32_t window = json_u32(j, "sliding_window", path);
-  if (window < c.n_ctx)
-    throw Error(path + ": sliding_window " + std::to_string(window) + " is shorter than the context " +
-                std::to_string(c.n_ctx) + "; a sliding-window attention is not supported for " + f.model_type);
+  if (c.n_layer > 4096) return;  // validate_config names it
+  std::vector<uint32_t> windows(c.n_layer, 0);
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    const json& types = j["layer_types"];
+    if (!types.is_array() || types.size() != c.n_layer)
+      throw Error(path + ": layer_types is not a list of " + std::to_string(c.n_layer) + " layer types");
+    for (uint32_t i = 0; i < c.n_layer; ++i) {
+      const std::string t = types[i].is_string() ? types[i].get<std::string>() : types[i].dump();
+      if (t != "sliding_attention" && t != "full_attention")
+        throw Error(path + ": layer_types[" + std::to_string(i) + "] is \"" + t +
+                    "\" (supported: sliding_attention, full_attention)");
+      if (t == "sliding_attention") windows[i] = window;
+    }
+  } else if (f.qwen_sliding) {
+    uint32_t first = 28;  // Qwen2Config's default
+    if (j.contains("max_window_layers") && !j["max_window_layers"].is_null()) {
+      const json& m = j["max_window_layers"];
+      if (!m.is_number_unsigned() || m.get<uint64_t>() > UINT32_MAX)
+        throw Error(path + ": max_window_layers is " + m.dump() + ", expected a layer count");
+      first = m.get<uint32_t>();
+    }
+    for (uint32_t i = first; i < c.n_layer; ++i) windows[i] = window;
+  } else {
+    windows.assign(c.n_layer, window);
+  }
+  bool any = false;
+  for (uint32_t& w : windows) {
+    if (w >= c.n_ctx) w = 0;
+    any = any || w != 0;
+  }
+  if (any) c.attn_window = std::move(windows);
 }
 
 }  // namespace
@@ -148,7 +183,7 @@ MappedModel map_hf_llama(const LayoutInput& in) {
     c.mlp_bias = f.reads_mlp_bias && json_bool(j, "mlp_bias", false, path);
     c.qk_norm = f.qk_norm ? QkNorm::Weighted : QkNorm::None;
     c.tied_lm_head = json_bool(j, "tie_word_embeddings", false, path);
-    check_sliding_window(j, f, path, c);
+    set_sliding_windows(j, f, path, c);
     validate_config(c, path);  // bounds every size before anything is built from it
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": " + e.what());
@@ -209,6 +244,13 @@ MappedModel map_hf_llama(const LayoutInput& in) {
                       std::to_string(c.n_head) + " heads (" + std::to_string(c.kv_heads()) + " key/value) of " +
                       std::to_string(c.head_size()) + ", rope theta " + std::to_string(c.rope_theta) +
                       (c.rope_scaling == RopeScaling::Llama3 ? " with llama3 scaling" : ""));
+  if (!c.attn_window.empty()) {
+    uint32_t windowed = 0;
+    for (uint32_t w : c.attn_window) windowed += w != 0;
+    out.notes.push_back("sliding window of " + std::to_string(*std::max_element(c.attn_window.begin(),
+                                                                                 c.attn_window.end())) +
+                        " positions on " + std::to_string(windowed) + " of " + std::to_string(c.n_layer) + " layers");
+  }
   return out;
 }
 
