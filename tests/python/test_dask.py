@@ -82,3 +82,33 @@ def test_errors(client, demo, text):
         mmgpt.dask.perplexity(client, str(demo), text, ctx=0)
     with pytest.raises(mmgpt.Error, match="prompts"):
         mmgpt.dask.generate(client, str(demo), "ROMEO:")
+
+
+@pytest.fixture(scope="module")
+def nanochat(work):
+    """A nanochat checkpoint (sliding windows of 129 on two of three layers, the smear, value
+    embeddings) over the demo's characters, converted by the package."""
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "tests" / "reference"))
+    import ref_nanochat as N
+    cfg = N.nanochat_config(sequence_len=256, vocab_size=65, n_layer=3, n_head=4, n_kv_head=2, n_embd=48,
+                            window_pattern="SSL")
+    model_path, _ = N.write_nanochat_checkpoint(N.randomize_nanochat_(N.NanochatGPT(cfg), 3), str(work / "nc"), 9)
+    out = work / "nanochat.mmgpt"
+    mmgpt.convert(model_path, out, tokenizer=root / "models" / "demo" / "meta.pkl")
+    return out
+
+
+def test_modern_block_sharded_equals_one_process(client, nanochat, text):
+    lm = mmgpt.load(nanochat)
+    assert (lm.config.n_kv_head, lm.config.n_ctx) == (2, 256)
+    for ctx, stride in ((None, None), (200, 150)):
+        want = lm.perplexity(text, ctx, stride)
+        got = mmgpt.dask.perplexity(client, str(nanochat), text, ctx, stride, threads=1)
+        assert (got.tokens, got.windows) == (want.tokens, want.windows)
+        assert got.mean_nll == pytest.approx(want.mean_nll, rel=1e-12, abs=0)
+    prompts = ["ROMEO:", text[:300], "KING:"]
+    got = mmgpt.dask.generate(client, str(nanochat), prompts, batch_size=2, max_new_tokens=40, seed=5, threads=1)
+    assert [r.tokens for r in got] == [lm.generate(p, 40, seed=5).tokens for p in prompts]
