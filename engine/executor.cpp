@@ -90,28 +90,31 @@ std::span<const float> Executor::run(std::span<const SequenceStep> steps) {
   return {buffer(graph_.logits), logit_rows * c.vocab_size};
 }
 
-void Executor::embed_row(int32_t id, size_t pos, float* dst) const {
-  const ModelConfig& c = model_->config();
-  const size_t d = c.n_embd;
-  const TensorView& wte = model_->tensor("wte");
-  unpack_panel_row(wte.data, wte.dtype, c.vocab_size, d, static_cast<size_t>(id), dst);
-  if (c.pos_embedding == PosEmbedding::Learned) {
-    const float* p = model_->weight("wpe") + pos * d;
-    for (size_t i = 0; i < d; ++i) dst[i] += p[i];
-  }
-  if (!c.embed_norm) return;
-  const float* w = c.norm_weight ? model_->weight("ln_e.weight") : nullptr;
-  if (c.norm == NormKind::RmsNorm)
-    kernels::rmsnorm(dst, w, dst, 1, d, c.norm_eps);
-  else
-    kernels::layernorm(dst, w, c.norm_bias ? model_->weight("ln_e.bias") : nullptr, dst, 1, d, c.norm_eps);
-}
-
 namespace {
 
 float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
+// The embed op `e` for token id at position pos: its row strided through its
+// panel (widened from its weight type), plus the position's row if learned.
+void embed_token(const Op& e, const ModelConfig& c, int32_t id, size_t pos, float* dst) {
+  unpack_panel_row(e.w_data, e.w_type, c.vocab_size, c.n_embd, static_cast<size_t>(id), dst);
+  if (e.b != nullptr)
+    for (size_t i = 0; i < c.n_embd; ++i) dst[i] += e.b[pos * c.n_embd + i];
+}
+
 }  // namespace
+
+void Executor::embed_row(int32_t id, size_t pos, float* dst) const {
+  // The graph's first ops (graph.cpp): the embedding, then ln_e if the config has it.
+  const ModelConfig& c = model_->config();
+  embed_token(graph_.ops[0], c, id, pos, dst);
+  if (!c.embed_norm) return;
+  const Op& n = graph_.ops[1];
+  if (n.kind == OpKind::RmsNorm)
+    kernels::rmsnorm(dst, n.w, dst, 1, c.n_embd, c.norm_eps);
+  else
+    kernels::layernorm(dst, n.w, n.b, dst, 1, c.n_embd, c.norm_eps);
+}
 
 void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t tokens, size_t logit_rows) {
   const ModelConfig& c = model_->config();
@@ -126,15 +129,7 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
       size_t row = 0;
       for (const SequenceStep& s : steps) {
         const size_t base = s.cache->length();
-        for (size_t t = 0; t < s.ids.size(); ++t, ++row) {
-          float* dst = out + row * d;
-          // The token's row is strided through its panel (widened from its weight type).
-          unpack_panel_row(op.w_data, op.w_type, c.vocab_size, d, static_cast<size_t>(s.ids[t]), dst);
-          if (op.b != nullptr) {  // learned positions
-            const float* pos = op.b + (base + t) * d;
-            for (size_t i = 0; i < d; ++i) dst[i] += pos[i];
-          }
-        }
+        for (size_t t = 0; t < s.ids.size(); ++t, ++row) embed_token(op, c, s.ids[t], base + t, out + row * d);
       }
       break;
     }
