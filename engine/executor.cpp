@@ -182,11 +182,11 @@ void Executor::run_op(const Op& op, std::span<const SequenceStep> steps, size_t 
         for (size_t t = n; t-- > 0;) {
           if (t == 0 && base == 0) break;  // the sequence's first token has no previous one
           float* xt = out + (row0 + t) * d;
-          const float* xp = out + (row0 + t - 1) * d;
-          if (t == 0) {
+          const float* xp = prev.data();
+          if (t > 0)
+            xp = xt - d;
+          else
             embed_row(s.cache->token(base - 1), base - 1, prev.data());
-            xp = prev.data();
-          }
           const float gate = op.b[0] * sigmoid(kernels::dot(op.w, xt, op.channels));
           for (size_t i = 0; i < d; ++i) {
             const float g = gate * xp[i];
