@@ -740,6 +740,17 @@ def convert(suite, src, out, extra=()):
     return time.time() - t0
 
 
+def convert_refused(suite, src, out, needle):
+    """`mmgpt convert src -o out` must fail with one line naming `needle` and leave no output."""
+    rc, stdout, err = run_cli(suite.mmgpt, ['convert', src, '-o', out], expect_ok=False)
+    err = err.strip()
+    assert rc != 0, f"convert accepted it: {stdout}"
+    assert needle in err, f"error does not name {needle!r}: {err}"
+    assert len(err.splitlines()) == 1, f"not one line: {err!r}"
+    assert not os.path.exists(out), "a partial output was left behind"
+    return [err[:160]]
+
+
 def prompt_ids(seed, n, vocab):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(vocab, (n,), generator=g).tolist()

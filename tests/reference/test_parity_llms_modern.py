@@ -45,14 +45,7 @@ def refused(suite, name, needle, edit):
         model = L.randomize_modern_(L.build_model(cfg), 3)
         pth, cpath = L.write_llms_modern(model, cfg, suite.path(name), 'model', torch.float32)
         edit(cpath)
-        out = suite.path(name + '.mmgpt')
-        rc, _, err = R.run_cli(suite.mmgpt, ['convert', pth, '-o', out], expect_ok=False)
-        err = err.strip()
-        assert rc != 0, "convert accepted it"
-        assert needle in err, f"error does not name {needle!r}: {err}"
-        assert len(err.splitlines()) == 1, f"not one line: {err!r}"
-        assert not os.path.exists(out), "a partial output was left behind"
-        return [err[:160]]
+        return R.convert_refused(suite, pth, suite.path(name + '.mmgpt'), needle)
     suite.case(name, run)
 
 

@@ -84,14 +84,7 @@ def refused(suite, name, needle, edit):
         shutil.rmtree(d, ignore_errors=True)
         model_path, meta_path = N.write_nanochat_checkpoint(m, d, 7)
         edit(meta_path)
-        out = suite.path(name + '.mmgpt')
-        rc, _, err = R.run_cli(suite.mmgpt, ['convert', model_path, '-o', out], expect_ok=False)
-        err = err.strip()
-        assert rc != 0, "convert accepted it"
-        assert needle in err, f"error does not name {needle!r}: {err}"
-        assert len(err.splitlines()) == 1, f"not one line: {err!r}"
-        assert not os.path.exists(out), "a partial output was left behind"
-        return [err[:160]]
+        return R.convert_refused(suite, model_path, suite.path(name + '.mmgpt'), needle)
     suite.case(name, run)
 
 
