@@ -12,7 +12,7 @@ import threading
 
 import torch
 
-from server_harness import (MM, ROOT, W, Server, body_for, check, finish, generate_cli, run)
+from server_harness import (ROOT, W, Server, body_for, check, finish, generate_cli, run)
 
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'reference'))
 import ref_hf_modern as M  # noqa: E402
