@@ -9,6 +9,7 @@ import json
 import math
 import platform
 import os
+import re
 import sys
 
 
@@ -129,11 +130,13 @@ check('table: header, rule, one row; names the kernels and the bandwidth',
 # --- --profile: a table per op kind for the prefill and for a decode step
 rc, out, err = run('bench', '-m', model, '-p', '8', '-n', '4', '-t', '2', '-b', '2', *FAST, '--profile',
                    '--trace', os.path.join(W, 'trace.json'))
-prof = {}
+prof, ops_part = {}, {}
 for title in ('profile: prefill of 8 tokens, 2 threads, batch 2', 'profile: decode step, 2 threads, batch 2'):
     at = out.find(title)
     rows = []
     if at >= 0:
+        head = re.search(r'ops ([0-9.]+)% of it', out[at:].splitlines()[0])
+        ops_part[title] = float(head.group(1)) if head else None
         for ln in out[at:].splitlines()[3:]:
             if not ln.startswith('|'):
                 break
@@ -142,10 +145,13 @@ for title in ('profile: prefill of 8 tokens, 2 threads, batch 2', 'profile: deco
 KINDS = {'step set-up', 'embed', 'layernorm', 'matmul f32', 'attention', 'select_rows'}
 check('--profile: a prefill and a decode-step table with every op kind of the graph and the set-up',
       rc == 0 and all({r[0] for r in rows} == KINDS for rows in prof.values()), f'exit {rc}, {out!r}, {err!r}')
-shares = [sum(float(r[3].rstrip('%')) for r in rows) for rows in prof.values()]
+# The ops' part of a step is timing (a tiny model's step is mostly fixed costs on a
+# loaded host), so the check is that the rows add up to the part the title states.
+shares = {t: sum(float(r[3].rstrip('%')) for r in rows) for t, rows in prof.items()}
 rated = [r for rows in prof.values() for r in rows if r[0] != 'step set-up']
 check('--profile: shares add up to the ops\' part of the step; each op kind read against its limit',
-      all(50 < x <= 100.5 for x in shares)
+      all(ops_part.get(t) is not None and 0 < x <= 100.5 and abs(x - ops_part[t]) <= 0.05 * len(prof[t]) + 0.05
+          for t, x in shares.items())
       and all(float(r[7]) >= 0 and r[6] in ('fp32 FMA peak', 'read bandwidth') for r in rated)
       and all(float(r[7]) > 0 for r in rated if r[0] == 'matmul f32'), f'{shares}, {prof}')
 
