@@ -174,62 +174,32 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
 
-    @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
-        for _ in range(max_new_tokens):
-            bs = self.cfg['block_size']
-            idx_cond = idx if idx.size(1) <= bs else idx[:, -bs:]
-            logits, _ = self(idx_cond)
-            logits = logits[:, -1, :] / temperature
-            if top_k is not None:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float('Inf')
-            probs = F.softmax(logits, dim=-1)
-            idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
-        return idx
-
 
 # ----------------------------------------------------------------------------
+# The recipe's pieces, shared with tools/train_modern_demo.py.
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[1])
-    ap.add_argument('--data', default=os.path.join(REPO, 'data', 'tinyshakespeare.txt'))
-    ap.add_argument('--out', default=os.path.join(REPO, 'models', 'demo'))
-    ap.add_argument('--max-iters', type=int, default=3000)
-    ap.add_argument('--n-layer', type=int, default=6)
-    ap.add_argument('--n-head', type=int, default=8)
-    ap.add_argument('--n-embd', type=int, default=256)
-    ap.add_argument('--block-size', type=int, default=128)
-    ap.add_argument('--batch-size', type=int, default=32)
-    ap.add_argument('--lr', type=float, default=2e-3)
-    ap.add_argument('--min-lr', type=float, default=2e-4)
-    ap.add_argument('--warmup-iters', type=int, default=100)
-    ap.add_argument('--eval-interval', type=int, default=500)
-    ap.add_argument('--eval-iters', type=int, default=20)
-    ap.add_argument('--threads', type=int, default=os.cpu_count() or 1)
-    ap.add_argument('--seed', type=int, default=1337)
-    args = ap.parse_args()
-
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} threads, "
-          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}", flush=True)
-    t_start = time.time()
-
-    # --- data: nanoGPT data/shakespeare_char/prepare.py ---
-    with open(args.data, 'r') as f:
+def char_dataset(path, out):
+    """nanoGPT data/shakespeare_char/prepare.py: the sorted characters of the text
+    as the vocabulary, a 90/10 train/val split, and meta.pkl written into out."""
+    with open(path, 'r') as f:
         data = f.read()
     chars = sorted(list(set(data)))
-    vocab_size = len(chars)
     stoi = {ch: i for i, ch in enumerate(chars)}
     itos = {i: ch for i, ch in enumerate(chars)}
     n = len(data)
     train_ids = np.array([stoi[c] for c in data[:int(n * 0.9)]], dtype=np.uint16)
     val_ids = np.array([stoi[c] for c in data[int(n * 0.9):]], dtype=np.uint16)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, 'meta.pkl'), 'wb') as f:
-        pickle.dump({'vocab_size': vocab_size, 'itos': itos, 'stoi': stoi}, f)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, 'meta.pkl'), 'wb') as f:
+        pickle.dump({'vocab_size': len(chars), 'itos': itos, 'stoi': stoi}, f)
+    return stoi, itos, train_ids, val_ids
 
+
+def train(model, loss_of, args, train_ids, val_ids, t_start):
+    """nanoGPT's train.py loop: AdamW (betas 0.9/0.99, weight decay 0.1), linear
+    warmup then cosine decay to min_lr, gradient clip 1.0, an estimate of both
+    losses every eval_interval. loss_of(x, y) is the model's mean cross-entropy.
+    Returns the last estimates."""
     gen = torch.Generator().manual_seed(args.seed)
 
     def get_batch(split):
@@ -239,9 +209,6 @@ def main():
         y = torch.stack([torch.from_numpy(d[i + 1:i + 1 + args.block_size].astype(np.int64)) for i in ix])
         return x, y
 
-    model_args = dict(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
-                      block_size=args.block_size, bias=True, vocab_size=vocab_size, dropout=0.0)
-    model = GPT(model_args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.1)
 
     def get_lr(it):  # nanoGPT: linear warmup then cosine decay to min_lr
@@ -255,7 +222,7 @@ def main():
         model.eval()
         out = {}
         for split in ('train', 'val'):
-            losses = [model(*get_batch(split))[1].item() for _ in range(args.eval_iters)]
+            losses = [loss_of(*get_batch(split)).item() for _ in range(args.eval_iters)]
             out[split] = float(np.mean(losses))
         model.train()
         return out
@@ -272,7 +239,7 @@ def main():
         for g in optimizer.param_groups:
             g['lr'] = get_lr(it)
         x, y = get_batch('train')
-        _, loss = model(x, y)
+        loss = loss_of(x, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -281,37 +248,91 @@ def main():
             dt = time.time() - t0
             t0 = time.time()
             print(f"iter {it}: loss {loss.item():.4f}, {dt:.2f}s/50 iters", flush=True)
+    return losses
 
+
+@torch.no_grad()
+def whole_split_loss(model, logits_of, val_ids, T):
+    """The mean loss over the whole validation split (the text's last 10%), in
+    windows of T that overlap by half: every character after the first window is
+    scored with at least T/2 characters of context. Returns (loss, count)."""
+    model.eval()
+    ids = torch.from_numpy(val_ids.astype(np.int64))
+    stride = T // 2
+    last = len(ids) - 1 - T  # the last window's start: its final target is the last character
+    starts = list(range(0, last, stride)) + [last]
+    total, count, done = 0.0, 0, 0  # done: targets ids[1:done+1] are already scored
+    for b in range(0, len(starts), 64):
+        chunk = starts[b:b + 64]
+        x = torch.stack([ids[i:i + T] for i in chunk])
+        y = torch.stack([ids[i + 1:i + 1 + T] for i in chunk])
+        logits = logits_of(x)
+        nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1),
+                              reduction='none').view(len(chunk), T)
+        for j, i in enumerate(chunk):
+            lo = done - i  # score each target once, with the most context
+            total += nll[j, lo:].sum().item()
+            count += T - lo
+            done = i + T
+    model.train()
+    return total / count, count
+
+
+@torch.no_grad()
+def sample(logits_of, stoi, itos, seed, block_size, prompt='ROMEO:', n=300, temperature=0.8, top_k=200):
+    """nanoGPT's sample.py: temperature and top-k over the last position's logits."""
+    torch.manual_seed(seed)
+    idx = torch.tensor([[stoi[c] for c in prompt]], dtype=torch.long)
+    for _ in range(n):
+        logits = logits_of(idx[:, -block_size:])[:, -1, :] / temperature
+        if top_k is not None:
+            v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+            logits[logits < v[:, [-1]]] = -float('Inf')
+        probs = F.softmax(logits, dim=-1)
+        idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
+    return ''.join(itos[i] for i in idx[0].tolist())
+
+
+def openblas_note(args):
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} threads, "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}", flush=True)
+
+
+def add_recipe_args(ap, max_iters, block_size, batch_size, lr, min_lr):
+    ap.add_argument('--data', default=os.path.join(REPO, 'data', 'tinyshakespeare.txt'))
+    ap.add_argument('--max-iters', type=int, default=max_iters)
+    ap.add_argument('--block-size', type=int, default=block_size)
+    ap.add_argument('--batch-size', type=int, default=batch_size)
+    ap.add_argument('--lr', type=float, default=lr)
+    ap.add_argument('--min-lr', type=float, default=min_lr)
+    ap.add_argument('--warmup-iters', type=int, default=100)
+    ap.add_argument('--eval-interval', type=int, default=500)
+    ap.add_argument('--eval-iters', type=int, default=20)
+    ap.add_argument('--threads', type=int, default=os.cpu_count() or 1)
+    ap.add_argument('--seed', type=int, default=1337)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[1])
+    ap.add_argument('--out', default=os.path.join(REPO, 'models', 'demo'))
+    ap.add_argument('--n-layer', type=int, default=6)
+    ap.add_argument('--n-head', type=int, default=8)
+    ap.add_argument('--n-embd', type=int, default=256)
+    add_recipe_args(ap, max_iters=3000, block_size=128, batch_size=32, lr=2e-3, min_lr=2e-4)
+    args = ap.parse_args()
+
+    openblas_note(args)
+    t_start = time.time()
+    stoi, itos, train_ids, val_ids = char_dataset(args.data, args.out)
+    model_args = dict(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
+                      block_size=args.block_size, bias=True, vocab_size=len(stoi), dropout=0.0)
+    model = GPT(model_args)
+    losses = train(model, lambda x, y: model(x, y)[1], args, train_ids, val_ids, t_start)
     train_seconds = time.time() - t_start
 
-    # The whole validation split (the text's last 10%), in windows of
-    # block_size that overlap by half: every character after the first window
-    # is scored with at least block_size/2 characters of context.
-    @torch.no_grad()
-    def full_val_loss():
-        model.eval()
-        ids = torch.from_numpy(val_ids.astype(np.int64))
-        T = args.block_size
-        stride = T // 2
-        last = len(ids) - 1 - T  # the last window's start: its final target is the last character
-        starts = list(range(0, last, stride)) + [last]
-        total, count, done = 0.0, 0, 0  # done: targets ids[1:done+1] are already scored
-        for b in range(0, len(starts), 64):
-            chunk = starts[b:b + 64]
-            x = torch.stack([ids[i:i + T] for i in chunk])
-            y = torch.stack([ids[i + 1:i + 1 + T] for i in chunk])
-            logits, _ = model(x)
-            nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1),
-                                  reduction='none').view(len(chunk), T)
-            for j, i in enumerate(chunk):
-                lo = done - i  # score each target once, with the most context
-                total += nll[j, lo:].sum().item()
-                count += T - lo
-                done = i + T
-        model.train()
-        return total / count, count
-
-    val_full, val_count = full_val_loss()
+    val_full, val_count = whole_split_loss(model, lambda x: model(x)[0], val_ids, args.block_size)
     print(f"whole validation split: loss {val_full:.4f} over {val_count} predicted characters", flush=True)
 
     config = dict(vars(args))
@@ -331,11 +352,8 @@ def main():
           f"split {val_full:.4f}; training {train_seconds:.1f}s, total time {total:.1f}s")
 
     model.eval()
-    prompt = torch.tensor([[stoi[c] for c in 'ROMEO:']], dtype=torch.long)
-    torch.manual_seed(args.seed)
-    out = model.generate(prompt, 300, temperature=0.8, top_k=200)[0].tolist()
     print('--- sample ---')
-    print(''.join(itos[i] for i in out))
+    print(sample(lambda x: model(x)[0], stoi, itos, args.seed, args.block_size))
 
 
 if __name__ == '__main__':

@@ -15,9 +15,17 @@ mean KL. Also checked: `inspect --json` shows the dtypes, the file shrinks as
 expected, a mixed file (q4_0 matrices, q8_0 head) lands between the two, a
 16-bit KV cache (--kv-dtype) stays within +0.5% too, and convert refuses
 --weight-layout row-major, a layout it no longer writes.
+
+The same budgets hold for the modern block on trained weights: the bundled
+models/demo-qwen3 (a Hugging Face Qwen3 directory: RMSNorm, rotary, GQA with
+QK-norm, SwiGLU) and models/demo-nanochat (a nanochat checkpoint: ReLU^2,
+smear, value embeddings, residual mixing, sliding windows, softcap), trained
+by tools/train_modern_demo.py. Their f32 perplexity is first checked against
+the PyTorch reference over the same windows.
 """
 import json
 import os
+import pickle
 import struct
 import sys
 
@@ -25,7 +33,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mmgpt_ref as R  # noqa: E402
-from test_perplexity import val_text  # noqa: E402
+import ref_hf_modern as HF  # noqa: E402
+import ref_nanochat as NC  # noqa: E402
+from test_perplexity import compare, val_text  # noqa: E402
 
 DTYPES = ('bf16', 'f16', 'q8_0', 'q4_0')
 PPL_BUDGET = {'bf16': 0.005, 'f16': 0.005, 'q8_0': 0.01, 'q4_0': 0.05}  # perplexity increase over f32 (issue 5)
@@ -33,6 +43,7 @@ KL_BOUND = {'bf16': 1e-3, 'f16': 1e-4, 'q8_0': 2e-3, 'q4_0': 5e-2}     # mean KL
 SIZE_BOUND = {'bf16': 0.6, 'f16': 0.6, 'q8_0': 0.4, 'q4_0': 0.25}       # file size / f32's
 VAL_CHARS = 30000                              # of the validation split, for the perplexity budget
 KL_CHUNKS = 6                                  # context-length chunks of logits for the KL (768 positions at ctx 128)
+MODERN_PARITY_CHARS = 8000                     # of the split, for the modern models' f32 perplexity against PyTorch
 
 
 def logits(suite, model_path, ids, vocab):
@@ -42,6 +53,70 @@ def logits(suite, model_path, ids, vocab):
         raw = f.read()
     assert len(raw) == 4 * len(ids) * vocab, f"logits file has {len(raw)} bytes, expected {4 * len(ids) * vocab}"
     return torch.tensor(struct.unpack(f'<{len(ids) * vocab}f', raw), dtype=torch.float64).view(len(ids), vocab)
+
+
+def val_file(suite):
+    path = suite.path('val.txt')
+    if not os.path.isfile(path):
+        with open(path, 'w') as f:
+            f.write(val_text()[:VAL_CHARS])
+    return path
+
+
+def budgets(suite, files, path, dtypes, label=''):
+    """Perplexity of files['f32'] and of each dtype's file over the text at path, with
+    --kl-base f32: each within its budget. Returns (perplexities, KL figures, lines)."""
+    ppl, kl = {}, {}
+    _, out, _ = R.run_cli(suite.mmgpt, ['perplexity', '-m', files['f32'], '-f', path, '--threads', 2, '--json'])
+    ppl['f32'] = json.loads(out)['perplexity']
+    lines = [f"{label}val split, first {VAL_CHARS} chars: perplexity f32 {ppl['f32']:.5f}"]
+    for dt in dtypes:
+        _, out, _ = R.run_cli(suite.mmgpt, ['perplexity', '-m', files[dt], '-f', path, '--threads', 2,
+                                            '--kl-base', files['f32'], '--json'])
+        j = json.loads(out)
+        ppl[dt], kl[dt] = j['perplexity'], j['kl_base']
+        assert abs(kl[dt]['perplexity'] - ppl['f32']) < 1e-9 * ppl['f32'], (kl[dt], ppl['f32'])
+        rel = ppl[dt] / ppl['f32'] - 1
+        lines.append(f"{label}{dt} {ppl[dt]:.5f} ({rel * 100:+.3f}%), mean KL {kl[dt]['mean_kl']:.3e} nats "
+                     f"(max {kl[dt]['max_kl']:.3g}), same top-1 {kl[dt]['same_top1'] * 100:.2f}%")
+        if dt in PPL_BUDGET:
+            assert rel <= PPL_BUDGET[dt], \
+                f"{label}{dt}: perplexity {ppl[dt]} is {rel * 100:.3f}% above f32's {ppl['f32']}"
+            assert 0 <= kl[dt]['mean_kl'] < KL_BOUND[dt], lines[-1]
+    return ppl, kl, lines
+
+
+MODERN_DIR = os.path.join(R.REPO, 'models')
+
+
+def modern_reference(family):
+    """The trained model's directory and its PyTorch reference in float64."""
+    d = os.path.join(MODERN_DIR, f'demo-{family}')
+    assert os.path.isdir(d), f"missing {d} (train it with tools/train_modern_demo.py --family {family})"
+    if family == 'qwen3':
+        model = HF.load_hf_modern_dir(d).double().eval()
+    else:
+        steps = sorted(int(f[len('model_'):-len('.pt')]) for f in os.listdir(d) if f.startswith('model_'))
+        model = NC.load_nanochat_checkpoint(d, steps[-1], torch.float64)[0].eval()
+    return d, model
+
+
+def modern_budget(suite, family):
+    """A trained modern-block model: f32 equals PyTorch's perplexity over the same windows, and
+    every weight type is within the demo's budgets."""
+    d, model = modern_reference(family)
+    with open(os.path.join(d, 'meta.pkl'), 'rb') as f:
+        stoi = pickle.load(f)['stoi']
+    files = {}
+    for dt in ('f32',) + DTYPES:
+        files[dt] = suite.path(f'{family}_{dt}.mmgpt')
+        R.convert(suite, d, files[dt], ['--dtype', dt])
+    ctx = json.loads(R.run_cli(suite.mmgpt, ['inspect', files['f32'], '--json'])[1])['config']['n_ctx']
+    lines = [compare(suite, model, files['f32'], val_text()[:MODERN_PARITY_CHARS], stoi, ctx, ctx // 2,
+                     f'{family}_f32')]
+    ppl, kl, more = budgets(suite, files, val_file(suite), DTYPES, f'{family} ')
+    assert kl['f16']['mean_kl'] <= kl['q8_0']['mean_kl'] <= kl['q4_0']['mean_kl'], more
+    return lines + more
 
 
 def main():
@@ -87,26 +162,8 @@ def main():
 
     def perplexity_budget():
         assert 'f32' in state, 'conversion failed'
-        text = val_text()[:VAL_CHARS]
-        path = suite.path('val.txt')
-        with open(path, 'w') as f:
-            f.write(text)
-        ppl, kl = {}, {}
-        _, out, _ = R.run_cli(suite.mmgpt, ['perplexity', '-m', state['f32'], '-f', path, '--threads', 2, '--json'])
-        ppl['f32'] = json.loads(out)['perplexity']
-        lines = [f"val split, first {len(text)} chars: perplexity f32 {ppl['f32']:.5f}"]
-        for dt in DTYPES + ('q4_0+q8_0 head',):
-            _, out, _ = R.run_cli(suite.mmgpt, ['perplexity', '-m', state[dt], '-f', path, '--threads', 2,
-                                                '--kl-base', state['f32'], '--json'])
-            j = json.loads(out)
-            ppl[dt], kl[dt] = j['perplexity'], j['kl_base']
-            assert abs(kl[dt]['perplexity'] - ppl['f32']) < 1e-9 * ppl['f32'], (kl[dt], ppl['f32'])
-            rel = ppl[dt] / ppl['f32'] - 1
-            lines.append(f"{dt} {ppl[dt]:.5f} ({rel * 100:+.3f}%), mean KL {kl[dt]['mean_kl']:.3e} nats "
-                         f"(max {kl[dt]['max_kl']:.3g}), same top-1 {kl[dt]['same_top1'] * 100:.2f}%")
-            if dt in PPL_BUDGET:
-                assert rel <= PPL_BUDGET[dt], f"{dt}: perplexity {ppl[dt]} is {rel * 100:.3f}% above f32's {ppl['f32']}"
-                assert 0 <= kl[dt]['mean_kl'] < KL_BOUND[dt], lines[-1]
+        path = val_file(suite)
+        ppl, kl, lines = budgets(suite, state, path, DTYPES + ('q4_0+q8_0 head',))
         # A 16-bit KV cache (--kv-dtype): on the f32 model and on q8_0; the same
         # +0.5% budget as 16-bit weights.
         for model, kv in (('f32', 'bf16'), ('f32', 'f16'), ('q8_0', 'f16')):
@@ -158,6 +215,8 @@ def main():
     suite.case('dtype_convert_inspect_sizes', convert_all)
     suite.case('dtype_perplexity_budget', perplexity_budget)
     suite.case('dtype_kl_divergence', kl_divergence, heavy=True)
+    suite.case('dtype_modern_qwen3', lambda: modern_budget(suite, 'qwen3'), heavy=True)
+    suite.case('dtype_modern_nanochat', lambda: modern_budget(suite, 'nanochat'), heavy=True)
     suite.finish()
 
 

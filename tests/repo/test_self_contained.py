@@ -2,7 +2,7 @@
 """The test suite reads nothing outside the project's tree.
 
 A user's clone has only the project, so every file a test reads must be in
-the tree (data/, models/demo, tests/) or made by the test. Two checks:
+the tree (data/, models/, tests/) or made by the test. Two checks:
 
 - the configured tests: every absolute path in the build tree's
   CTestTestfile.cmake files (each test's command, arguments, working
