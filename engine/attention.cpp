@@ -58,34 +58,22 @@ size_t window_start(size_t n, const AttentionSpec& a) {
 }
 
 // Token t (qkv row t, position base + t), query heads [h0, h1), against
-// positions 0 .. base + t (or its window of them). Without GQA a call per
-// group of the cache the heads span; with it a call per key/value head, for
-// its query heads. scores: (h1 - h0) * (base + t + 1) floats.
+// positions 0 .. base + t (or its window of them): a call per group of the
+// cache the heads' key/value heads span, each query head reading its
+// key/value head's rows (with GQA, the query heads of one key/value head
+// read each of its rows once for all of them). scores: (h1 - h0) * (base + t + 1) floats.
 void attend(const float* qkv, float* out, size_t t, size_t base, size_t layer, size_t h0, size_t h1,
             const AttentionSpec& a, KVCache& cache, float* scores) {
   const size_t hd = a.head_dim, rep = a.n_head / a.n_kv_head;
   const size_t p0 = window_start(base + t + 1, a), n = base + t + 1 - p0;
   const float* q = qkv + t * a.row_width();
   float* o = out + t * a.q_width();
-  const WeightType kv = cache.dtype();
-  if (rep == 1) {
-    for (size_t h = h0; h < h1;) {
-      const size_t g = cache.group_of(h), e = std::min(h1, cache.group_begin(g + 1));
-      kernels::attention_heads(q + h * hd, cache.key_row(layer, h, p0), cache.value_row(layer, h, p0), kv, n, e - h,
-                               hd, cache.blocks(g), a.scale, scores + (h - h0) * n, o + h * hd, a.window);
-      h = e;
-    }
-    return;
-  }
-  // GQA: the query heads of key/value head j in one call whose heads all
-  // read j's rows (a head stride of 0), so each block of them is read from
-  // memory once for the group and then from the cache.
   for (size_t h = h0; h < h1;) {
-    const size_t j = h / rep, e = std::min(h1, (j + 1) * rep);
-    kernels::KVBlocks at = cache.blocks(cache.group_of(j));
-    at.head_stride = 0;
-    kernels::attention_heads(q + h * hd, cache.key_row(layer, j, p0), cache.value_row(layer, j, p0), kv, n, e - h, hd,
-                             at, a.scale, scores + (h - h0) * n, o + h * hd, a.window);
+    const size_t j = h / rep, g = cache.group_of(j), e = std::min(h1, cache.group_begin(g + 1) * rep);
+    kernels::KVBlocks at = cache.blocks(g);
+    at.rep = rep, at.first = h % rep;
+    kernels::attention_heads(q + h * hd, cache.key_row(layer, j, p0), cache.value_row(layer, j, p0), cache.dtype(), n,
+                             e - h, hd, at, a.scale, scores + (h - h0) * n, o + h * hd, a.window);
     h = e;
   }
 }

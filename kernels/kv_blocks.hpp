@@ -12,11 +12,18 @@ namespace mmgpt::kernels {
 constexpr size_t kKVBlockMultiple = 16;
 
 // In elements: positions in blocks of `block` (a multiple of
-// kKVBlockMultiple), head h's rows of block b (hd elements each, contiguous)
-// from b * block_stride + h * head_stride. Rows of one head stored one after
-// another are contiguous_rows.
+// kKVBlockMultiple), the rows of key/value head j in block b (hd elements
+// each, contiguous) from b * block_stride + j * head_stride. Query head h of a
+// call reads key/value head (first + h) / rep: rep query heads share each
+// key/value head (grouped-query attention), and `first` is the call's first
+// query head's place among its key/value head's (rep 1: head h reads head h).
+// Rows of one head stored one after another are contiguous_rows.
 struct KVBlocks {
   size_t block, head_stride, block_stride;
+  size_t rep = 1, first = 0;
+
+  // Query head h's rows of block 0, from the call's k (or v).
+  size_t head_offset(size_t h) const { return (first + h) / rep * head_stride; }
 };
 
 // n rows of one head, one after another: a single block of n rounded up.

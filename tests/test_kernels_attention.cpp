@@ -211,6 +211,89 @@ TEST_CASE("attention_heads over blocks of positions: each head bit for bit its r
   kt::for_each_simd_isa([&](std::string_view) { run_all(); });
 }
 
+// Grouped-query attention (KVBlocks rep and first): a call's query head h
+// reads key/value head (first + h) / rep, and the SIMD sets run the query
+// heads of one key/value head in tiles that load each row once. Each head's
+// output and probabilities are bit for bit those of the head alone on its
+// key/value head's rows, for every tile fill (1 .. 4 heads a key/value head,
+// and more), calls that start inside a key/value head's query heads, head
+// sizes of every remainder, positions that end inside a group of W keys and
+// inside a block, 16-bit caches and a sliding window; and a head stride of 0
+// (every head on the same rows). Unused rows hold NaN.
+TEST_CASE("attention_heads with grouped-query heads: each head bit for bit the head alone") {
+  const size_t hds[] = {1, 7, 16, 17, 64, 80};
+  const size_t ns[] = {1, 15, 16, 17, 64, 65, 130};
+  struct Grouping {
+    size_t rep, first, heads;
+  };
+  const Grouping groupings[] = {{2, 0, 4}, {3, 0, 9}, {3, 2, 5}, {4, 1, 7}, {5, 0, 10}, {7, 3, 9}, {1, 0, 3}};
+  const size_t kv_heads = 3;
+  auto run_all = [&] {
+    uint32_t seed = 1700;
+    for (mmgpt::WeightType t : {mmgpt::WeightType::F32, mmgpt::WeightType::BF16, mmgpt::WeightType::F16})
+      for (size_t hd : hds)
+        for (size_t n : ns)
+          for (const Grouping& gr : groupings)
+            for (size_t stride_zero : {0, 1})
+              for (size_t window : {size_t{0}, size_t{20}}) {
+                if (t != mmgpt::WeightType::F32 && (gr.heads > 5 || window != 0 || stride_zero)) continue;  // quick
+                CAPTURE(hd);
+                CAPTURE(n);
+                CAPTURE(gr.rep);
+                CAPTURE(gr.first);
+                CAPTURE(gr.heads);
+                CAPTURE(stride_zero);
+                CAPTURE(window);
+                CAPTURE(static_cast<int>(t));
+                const size_t block = 64, nb = (n + block - 1) / block + 1;
+                k::KVBlocks at{block, stride_zero ? 0 : block * hd, kv_heads * block * hd};
+                at.rep = gr.rep, at.first = gr.first;
+                const size_t used = (gr.first + gr.heads - 1) / gr.rep + 1;  // key/value heads the call reads
+                if (!stride_zero && used > kv_heads) continue;
+                const size_t cells = nb * at.block_stride;
+                const auto q = kt::random_floats(gr.heads * hd, -2, 2, seed += 3);
+                std::vector<float> kf(cells, std::numeric_limits<float>::quiet_NaN()), vf = kf;
+                const auto kr = kt::random_floats(kv_heads * n * hd, -2, 2, seed + 1);
+                const auto vr = kt::random_floats(kv_heads * n * hd, -1, 1, seed + 2);
+                for (size_t j = 0; j < kv_heads; ++j)
+                  for (size_t i = 0; i < n; ++i) {
+                    const size_t row = (i / block) * at.block_stride + j * block * hd + (i % block) * hd;
+                    std::copy_n(kr.begin() + (j * n + i) * hd, hd, kf.begin() + row);
+                    std::copy_n(vr.begin() + (j * n + i) * hd, hd, vf.begin() + row);
+                  }
+                std::vector<uint16_t> kb(cells), vb(cells);
+                const void *kp = kf.data(), *vp = vf.data();
+                size_t elem = sizeof(float);
+                if (t != mmgpt::WeightType::F32) {
+                  k::narrow(kf.data(), cells, t, kb.data());
+                  k::narrow(vf.data(), cells, t, vb.data());
+                  kp = kb.data(), vp = vb.data(), elem = sizeof(uint16_t);
+                }
+                const float scale = 1.0f / std::sqrt(float(hd));
+                std::vector<float> s(gr.heads * n), out(gr.heads * hd, std::numeric_limits<float>::quiet_NaN());
+                k::attention_heads(q.data(), kp, vp, t, n, gr.heads, hd, at, scale, s.data(), out.data(), window);
+                for (size_t h = 0; h < gr.heads; ++h) {
+                  CAPTURE(h);
+                  // The head alone: one head (rep 1) from its key/value head's rows.
+                  const size_t off = at.head_offset(h) * elem;
+                  const k::KVBlocks one{block, 0, at.block_stride};
+                  std::vector<float> s1(n), o1(hd);
+                  k::attention_heads(q.data() + h * hd, static_cast<const char*>(kp) + off,
+                                     static_cast<const char*>(vp) + off, t, n, 1, hd, one, scale, s1.data(), o1.data(),
+                                     window);
+                  CHECK(std::memcmp(out.data() + h * hd, o1.data(), hd * sizeof(float)) == 0);
+                  CHECK(std::memcmp(s.data() + h * n, s1.data(), n * sizeof(float)) == 0);
+                }
+              }
+  };
+  {
+    kt::IsaGuard guard;
+    REQUIRE(k::force_isa("scalar"));
+    run_all();
+  }
+  kt::for_each_simd_isa([&](std::string_view) { run_all(); });
+}
+
 // A prefill's queries in one call (query i over the first n + i positions):
 // each query's output and probabilities bit for bit attention_heads of that
 // query alone, for tiles of every fill (queries not a multiple of the tile),

@@ -199,7 +199,7 @@ void attention_entry_of(const float* q, const E* k, const E* v, size_t n, size_t
   std::vector<E> kr(m * hd), vr(m * hd);
   for (size_t h = 0; h < heads; ++h) {
     for (size_t j = first; j < n; ++j) {
-      const size_t from = (j / at.block) * at.block_stride + h * at.head_stride + (j % at.block) * hd;
+      const size_t from = (j / at.block) * at.block_stride + at.head_offset(h) + (j % at.block) * hd;
       std::copy(k + from, k + from + hd, kr.begin() + (j - first) * hd);
       std::copy(v + from, v + from + hd, vr.begin() + (j - first) * hd);
     }

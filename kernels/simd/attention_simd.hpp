@@ -161,30 +161,30 @@ struct AttentionHeads {
   static constexpr size_t QT = 4;
   static constexpr size_t NV = W == 8 ? 2 : 4;
 
-  // scores for QT queries (rows q[r]) and m keys from k, m a multiple of W
+  // scores for R <= QT queries (rows q[r]) and m keys from k, m a multiple of W
   // and the first key a multiple of W: each score's arithmetic is that of
   // scores(), so bit for bit the same. DV: the row's whole vectors, when
   // known at compile time (0: hd / W at run time).
-  template <size_t DV>
+  template <size_t DV, size_t R = QT>
   static void scores_tile(const float* const* q, const KE* k, size_t m, size_t hd, float scale, float* const* s) {
     const B sv(scale);
     const size_t dv = DV > 0 ? DV * W : hd - hd % W;
     for (size_t j = 0; j < m; j += W) {
-      B acc[QT][W];
+      B acc[R][W];
       for (size_t i = 0; i < W; ++i) {
         const KE* row = k + (j + i) * hd;
-        B a[QT];
+        B a[R];
 #pragma GCC unroll 4
-        for (size_t r = 0; r < QT; ++r) a[r] = B(0.0f);
+        for (size_t r = 0; r < R; ++r) a[r] = B(0.0f);
         for (size_t d = 0; d < dv; d += W) {
           const B kv = load(row + d);
 #pragma GCC unroll 4
-          for (size_t r = 0; r < QT; ++r) a[r] = xsimd::fma(B::load_unaligned(q[r] + d), kv, a[r]);
+          for (size_t r = 0; r < R; ++r) a[r] = xsimd::fma(B::load_unaligned(q[r] + d), kv, a[r]);
         }
 #pragma GCC unroll 4
-        for (size_t r = 0; r < QT; ++r) acc[r][i] = a[r];
+        for (size_t r = 0; r < R; ++r) acc[r][i] = a[r];
       }
-      for (size_t r = 0; r < QT; ++r) {
+      for (size_t r = 0; r < R; ++r) {
         B sum = column_sums<Arch>(acc[r]);
         if (dv < hd) {
           alignas(64) float t[W];
@@ -198,14 +198,14 @@ struct AttentionHeads {
     }
   }
 
-  // values() for QT queries (probabilities p[r], outputs out[r]) over the
+  // values() for R <= QT queries (probabilities p[r], outputs out[r]) over the
   // same m rows: each output element's chain of multiply-adds is the same.
-  template <size_t N>
+  template <size_t N, size_t R = QT>
   static void values_tile_at(const float* const* p, const KE* v, size_t m, size_t hd, size_t d0, float* const* out,
                              bool carry) {
-    B acc[QT][N];
+    B acc[R][N];
 #pragma GCC unroll 4
-    for (size_t r = 0; r < QT; ++r)
+    for (size_t r = 0; r < R; ++r)
 #pragma GCC unroll 4
       for (size_t i = 0; i < N; ++i) acc[r][i] = carry ? B::load_unaligned(out[r] + d0 + i * W) : B(0.0f);
     for (size_t j = 0; j < m; ++j) {
@@ -214,24 +214,25 @@ struct AttentionHeads {
 #pragma GCC unroll 4
       for (size_t i = 0; i < N; ++i) vv[i] = load(vj + i * W);
 #pragma GCC unroll 4
-      for (size_t r = 0; r < QT; ++r) {
+      for (size_t r = 0; r < R; ++r) {
         const B pj(p[r][j]);
 #pragma GCC unroll 4
         for (size_t i = 0; i < N; ++i) acc[r][i] = xsimd::fma(pj, vv[i], acc[r][i]);
       }
     }
 #pragma GCC unroll 4
-    for (size_t r = 0; r < QT; ++r)
+    for (size_t r = 0; r < R; ++r)
 #pragma GCC unroll 4
       for (size_t i = 0; i < N; ++i) acc[r][i].store_unaligned(out[r] + d0 + i * W);
   }
 
+  template <size_t R = QT>
   static void values_tile(const float* const* p, const KE* v, size_t m, size_t hd, float* const* out, bool carry) {
     size_t d = 0;
-    for (; d + NV * W <= hd; d += NV * W) values_tile_at<NV>(p, v, m, hd, d, out, carry);
-    for (; d + W <= hd; d += W) values_tile_at<1>(p, v, m, hd, d, out, carry);
+    for (; d + NV * W <= hd; d += NV * W) values_tile_at<NV, R>(p, v, m, hd, d, out, carry);
+    for (; d + W <= hd; d += W) values_tile_at<1, R>(p, v, m, hd, d, out, carry);
     for (; d < hd; ++d)
-      for (size_t r = 0; r < QT; ++r) {
+      for (size_t r = 0; r < R; ++r) {
         float acc = carry ? out[r][d] : 0.0f;
         for (size_t j = 0; j < m; ++j) acc = __builtin_fmaf(p[r][j], one(v[j * hd + d]), acc);
         out[r][d] = acc;
@@ -272,8 +273,8 @@ struct AttentionHeads {
       const size_t i = i0 + r;
       qr[r] = q + i * q_stride + h * hd, sr[r] = s + (i * heads + h) * S, orow[r] = out + i * out_stride + h * hd;
     }
-    const KE* kh = k + h * at.head_stride;
-    const KE* vh = v + h * at.head_stride;
+    const KE* kh = k + at.head_offset(h);
+    const KE* vh = v + at.head_offset(h);
     const auto row = [&](const KE* base, size_t b, size_t j) {
       return base + b * at.block_stride + (j % at.block) * hd;
     };
@@ -322,25 +323,86 @@ struct AttentionHeads {
           tile<0>(q, q_stride, k, v, n, queries, i0, heads, h, hd, at, scale, s, out, out_stride, window);
       }
       for (size_t i = tiled; i < queries; ++i)
-        run(q + i * q_stride + h * hd, k + h * at.head_stride, v + h * at.head_stride, n + i, 1, hd, at, scale,
+        run(q + i * q_stride + h * hd, k + at.head_offset(h), v + at.head_offset(h), n + i, 1, hd, at, scale,
             s + (i * heads + h) * S, out + i * out_stride + h * hd, window);
     }
   }
 
+  // Heads that read the same rows (the query heads of one key/value head
+  // under grouped-query attention) are tiles of up to QT queries: each key
+  // and value row is loaded once for the tile. Scores of R heads (q + r * hd)
+  // over m rows from k, into s + r * n; each score has scores()'s arithmetic.
+  template <size_t R>
+  static void shared_scores(const float* q, const KE* k, size_t m, size_t hd, float scale, float* s, size_t n) {
+    if constexpr (R == 1) {
+      scores(q, k, m, hd, scale, s);
+    } else {
+      const float* qr[R];
+      float* sr[R];
+      for (size_t r = 0; r < R; ++r) qr[r] = q + r * hd, sr[r] = s + r * n;
+      const size_t mw = m - m % W;  // whole groups of W keys: the tile; the rest one key at a time
+      if (mw > 0) {
+        if (hd == 64)
+          scores_tile<64 / W, R>(qr, k, mw, hd, scale, sr);
+        else
+          scores_tile<0, R>(qr, k, mw, hd, scale, sr);
+      }
+      if (mw < m)
+        for (size_t r = 0; r < R; ++r) scores(qr[r], k + mw * hd, m - mw, hd, scale, sr[r] + mw);
+    }
+  }
+
+  // values() of R heads (probabilities p + r * n, outputs out + r * hd).
+  template <size_t R>
+  static void shared_values(const float* p, const KE* v, size_t m, size_t hd, float* out, size_t n, bool carry) {
+    if constexpr (R == 1) {
+      values(p, v, m, hd, out, carry);
+    } else {
+      const float* pr[R];
+      float* orow[R];
+      for (size_t r = 0; r < R; ++r) pr[r] = p + r * n, orow[r] = out + r * hd;
+      values_tile<R>(pr, v, m, hd, orow, carry);
+    }
+  }
+
+  // f(R, h) for heads [h, h + R): the runs of consecutive heads that read the
+  // same rows, in tiles of at most QT.
+  template <class F>
+  static void for_head_tiles(size_t heads, const KVBlocks& at, F f) {
+    static_assert(QT == 4);
+    for (size_t h = 0; h < heads;) {
+      size_t e = h + 1;
+      while (e < heads && e - h < QT && at.head_offset(e) == at.head_offset(h)) ++e;
+      switch (e - h) {
+        case 4: f(std::integral_constant<size_t, 4>{}, h); break;
+        case 3: f(std::integral_constant<size_t, 3>{}, h); break;
+        case 2: f(std::integral_constant<size_t, 2>{}, h); break;
+        default: f(std::integral_constant<size_t, 1>{}, h); break;
+      }
+      h = e;
+    }
+  }
+
   // q, out: heads x hd floats; k, v: the first head's block 0; s: heads x n.
+  // Block by block, the call's key/value heads one after another: the keys
+  // of a block are one run of memory, then its values.
   static void run(const float* q, const KE* k, const KE* v, size_t n, size_t heads, size_t hd, KVBlocks at, float scale,
                   float* s, float* out, size_t window) {
     if (n == 0) return std::fill(out, out + heads * hd, 0.0f);
     for (size_t j0 = 0; j0 < n; j0 += at.block) {
       const size_t m = std::min(at.block, n - j0), b = j0 / at.block;
-      for (size_t h = 0; h < heads; ++h)
-        scores(q + h * hd, k + b * at.block_stride + h * at.head_stride, m, hd, scale, s + h * n + j0);
+      for_head_tiles(heads, at, [&](auto R, size_t h) {
+        shared_scores<decltype(R)::value>(q + h * hd, k + b * at.block_stride + at.head_offset(h), m, hd, scale,
+                                          s + h * n + j0, n);
+      });
     }
     for (size_t h = 0; h < heads; ++h) softmax_window(s + h * n, n, window);
     for (size_t j0 = 0; j0 < n; j0 += at.block) {
       const size_t m = std::min(at.block, n - j0), b = j0 / at.block;
-      for (size_t h = 0; h < heads; ++h)
-        values(s + h * n + j0, v + b * at.block_stride + h * at.head_stride, m, hd, out + h * hd, j0 > 0);
+      for_head_tiles(heads, at, [&](auto R, size_t h) {
+        shared_values<decltype(R)::value>(s + h * n + j0, v + b * at.block_stride + at.head_offset(h), m, hd,
+                                          out + h * hd, n, j0 > 0);
+      });
     }
   }
 };
