@@ -10,6 +10,9 @@ and no structure for quantization to lose):
                      positions, grouped-query attention with per-head QK-norm,
                      SwiGLU, tied head. config.json, generation_config.json,
                      model.safetensors (f32).
+  --family pythia    a Hugging Face GPTNeoXForCausalLM directory (Pythia's
+                     block): LayerNorm, parallel residual, rotary positions
+                     on a quarter of each head, exact GELU, untied head.
   --family nanochat  a nanochat checkpoint directory (model_<step>.pt and
                      meta_<step>.json): ReLU^2, QK-norm, norm after the
                      embedding, smear, value embeddings with their gate,
@@ -61,6 +64,24 @@ def qwen3_model(args, vocab_size):
     return model
 
 
+def pythia_model(args, vocab_size):
+    cfg = HF.config_json('gpt_neox', vocab_size=vocab_size, hidden_size=args.n_embd,
+                         num_hidden_layers=args.n_layer, num_attention_heads=args.n_head,
+                         intermediate_size=4 * args.n_embd, max_position_embeddings=args.block_size,
+                         tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)
+    model = HF.build(cfg)
+    # transformers' GPTNeoX _init_weights: normal(0, initializer_range) for
+    # linear and embedding weights, zero biases, LayerNorm weight 1 and bias 0.
+    for name, p in model.named_parameters():
+        if 'layernorm' in name or name.startswith(('gpt_neox.final_layer_norm', 'final_layer_norm')):
+            (torch.nn.init.ones_ if name.endswith('weight') else torch.nn.init.zeros_)(p)
+        elif name.endswith('bias'):
+            torch.nn.init.zeros_(p)
+        else:
+            torch.nn.init.normal_(p, mean=0.0, std=cfg['initializer_range'])
+    return model
+
+
 def nanochat_model(args, vocab_size):
     cfg = NC.nanochat_config(sequence_len=args.block_size, vocab_size=vocab_size, n_layer=args.n_layer,
                              n_head=args.n_head, n_kv_head=args.n_kv_head, n_embd=args.n_embd,
@@ -99,7 +120,7 @@ def write_nanochat_meta(path, model, args, val_loss):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[1])
-    ap.add_argument('--family', choices=('qwen3', 'nanochat'), required=True)
+    ap.add_argument('--family', choices=('qwen3', 'pythia', 'nanochat'), required=True)
     ap.add_argument('--out', default=None, help='default: models/demo-<family>')
     ap.add_argument('--n-layer', type=int, default=4)
     ap.add_argument('--n-head', type=int, default=4)
@@ -113,7 +134,7 @@ def main():
     T.openblas_note(args)
     t_start = time.time()
     stoi, itos, train_ids, val_ids = T.char_dataset(args.data, args.out)
-    model = (qwen3_model if args.family == 'qwen3' else nanochat_model)(args, len(stoi))
+    model = {'qwen3': qwen3_model, 'pythia': pythia_model, 'nanochat': nanochat_model}[args.family](args, len(stoi))
     print(f"{args.family}: {sum(p.numel() for p in model.parameters())} parameters", flush=True)
 
     def loss_of(x, y):
@@ -126,7 +147,7 @@ def main():
     print(f"whole validation split: loss {val_full:.4f} over {val_count} predicted characters", flush=True)
 
     model.eval()
-    if args.family == 'qwen3':
+    if args.family in ('qwen3', 'pythia'):
         HF.write_hf_modern_dir(model, args.out)
         saved = os.path.join(args.out, 'model.safetensors')
     else:

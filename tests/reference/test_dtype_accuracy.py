@@ -18,9 +18,10 @@ expected, a mixed file (q4_0 matrices, q8_0 head) lands between the two, a
 
 The same budgets hold for the modern block on trained weights: the bundled
 models/demo-qwen3 (a Hugging Face Qwen3 directory: RMSNorm, rotary, GQA with
-QK-norm, SwiGLU) and models/demo-nanochat (a nanochat checkpoint: ReLU^2,
-smear, value embeddings, residual mixing, sliding windows, softcap), trained
-by tools/train_modern_demo.py. Their f32 perplexity is first checked against
+QK-norm, SwiGLU), models/demo-pythia (GPT-NeoX: LayerNorm, parallel
+residual, partial rotary, exact GELU, untied head) and models/demo-nanochat
+(a nanochat checkpoint: ReLU^2, smear, value embeddings, residual mixing,
+sliding windows, softcap), trained by tools/train_modern_demo.py. Their f32 perplexity is first checked against
 the PyTorch reference over the same windows.
 """
 import json
@@ -93,7 +94,7 @@ def modern_reference(family):
     """The trained model's directory and its PyTorch reference in float64."""
     d = os.path.join(MODERN_DIR, f'demo-{family}')
     assert os.path.isdir(d), f"missing {d} (train it with tools/train_modern_demo.py --family {family})"
-    if family == 'qwen3':
+    if family in ('qwen3', 'pythia'):
         model = HF.load_hf_modern_dir(d).double().eval()
     else:
         steps = sorted(int(f[len('model_'):-len('.pt')]) for f in os.listdir(d) if f.startswith('model_'))
@@ -216,6 +217,7 @@ def main():
     suite.case('dtype_perplexity_budget', perplexity_budget)
     suite.case('dtype_kl_divergence', kl_divergence, heavy=True)
     suite.case('dtype_modern_qwen3', lambda: modern_budget(suite, 'qwen3'), heavy=True)
+    suite.case('dtype_modern_pythia', lambda: modern_budget(suite, 'pythia'), heavy=True)
     suite.case('dtype_modern_nanochat', lambda: modern_budget(suite, 'nanochat'), heavy=True)
     suite.finish()
 
