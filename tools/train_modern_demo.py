@@ -47,39 +47,31 @@ import ref_hf_modern as HF  # noqa: E402
 import ref_nanochat as NC  # noqa: E402
 
 
-def qwen3_model(args, vocab_size):
-    cfg = HF.config_json('qwen3', vocab_size=vocab_size, hidden_size=args.n_embd,
-                         num_hidden_layers=args.n_layer, num_attention_heads=args.n_head,
-                         num_key_value_heads=args.n_kv_head, head_dim=args.n_embd // args.n_head,
-                         intermediate_size=args.n_ff, max_position_embeddings=args.block_size,
-                         tie_word_embeddings=True, bos_token_id=None, eos_token_id=None)
+def hf_model(family, vocab_size, args, **cfg_keys):
+    """A Hugging Face family's reference module, initialised as transformers'
+    _init_weights does: normal(0, initializer_range) for linear and embedding
+    weights, zero biases, norm weights 1 (and LayerNorm biases 0)."""
+    cfg = HF.config_json(family, vocab_size=vocab_size, hidden_size=args.n_embd, num_hidden_layers=args.n_layer,
+                         num_attention_heads=args.n_head, max_position_embeddings=args.block_size,
+                         bos_token_id=None, eos_token_id=None, **cfg_keys)
     model = HF.build(cfg)
-    # transformers' _init_weights: normal(0, initializer_range) for linear and
-    # embedding weights, ones for the RMSNorm weights.
     for name, p in model.named_parameters():
-        if name.endswith('norm.weight'):
-            torch.nn.init.ones_(p)
-        else:
-            torch.nn.init.normal_(p, mean=0.0, std=cfg['initializer_range'])
-    return model
-
-
-def pythia_model(args, vocab_size):
-    cfg = HF.config_json('gpt_neox', vocab_size=vocab_size, hidden_size=args.n_embd,
-                         num_hidden_layers=args.n_layer, num_attention_heads=args.n_head,
-                         intermediate_size=4 * args.n_embd, max_position_embeddings=args.block_size,
-                         tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)
-    model = HF.build(cfg)
-    # transformers' GPTNeoX _init_weights: normal(0, initializer_range) for
-    # linear and embedding weights, zero biases, LayerNorm weight 1 and bias 0.
-    for name, p in model.named_parameters():
-        if 'layernorm' in name or name.startswith(('gpt_neox.final_layer_norm', 'final_layer_norm')):
+        if 'norm' in name.split('.')[-2]:
             (torch.nn.init.ones_ if name.endswith('weight') else torch.nn.init.zeros_)(p)
         elif name.endswith('bias'):
             torch.nn.init.zeros_(p)
         else:
             torch.nn.init.normal_(p, mean=0.0, std=cfg['initializer_range'])
     return model
+
+
+def qwen3_model(args, vocab_size):
+    return hf_model('qwen3', vocab_size, args, num_key_value_heads=args.n_kv_head, head_dim=args.n_embd // args.n_head,
+                    intermediate_size=args.n_ff, tie_word_embeddings=True)
+
+
+def pythia_model(args, vocab_size):
+    return hf_model('gpt_neox', vocab_size, args, intermediate_size=4 * args.n_embd, tie_word_embeddings=False)
 
 
 def nanochat_model(args, vocab_size):
