@@ -21,8 +21,9 @@ models/demo-qwen3 (a Hugging Face Qwen3 directory: RMSNorm, rotary, GQA with
 QK-norm, SwiGLU), models/demo-pythia (GPT-NeoX: LayerNorm, parallel
 residual, partial rotary, exact GELU, untied head) and models/demo-nanochat
 (a nanochat checkpoint: ReLU^2, smear, value embeddings, residual mixing,
-sliding windows, softcap), trained by tools/train_modern_demo.py. Their f32 perplexity is first checked against
-the PyTorch reference over the same windows.
+sliding windows, softcap), trained by tools/train_modern_demo.py. Their f32
+perplexity is first checked against the PyTorch reference over the same
+windows.
 """
 import json
 import os
