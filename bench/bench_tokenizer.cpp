@@ -9,10 +9,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/bpe.hpp"
-#include "engine/pretokenize.hpp"
-#include "engine/tokenizer.hpp"
-#include "formats/tokenizer_files.hpp"
+#include "text/bpe.hpp"
+#include "text/pretokenize.hpp"
+#include "text/tokenizer.hpp"
+#include "text/tokenizer_files.hpp"
 
 namespace {
 

@@ -8,7 +8,7 @@
 
 #include "engine/executor.hpp"
 #include "engine/generation.hpp"
-#include "engine/tokenizer.hpp"
+#include "text/tokenizer.hpp"
 
 namespace mmgpt {
 

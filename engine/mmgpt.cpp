@@ -14,15 +14,17 @@ LanguageModel LanguageModel::load(const std::string& path) {
   const auto start = std::chrono::steady_clock::now();
   const StoredBpeTables* stored = model->file().bpe_tables();
   // With stored tables the tokenizer section's strings are never copied out.
-  auto tokenizer = stored ? std::make_shared<const Tokenizer>(model->file().stored_tokenizer().eos_id, *stored, model)
-                          : std::make_shared<const Tokenizer>(model->tokenizer_data());
+  const StoredTokenizer& section = model->file().stored_tokenizer();
+  auto tokenizer = section.kind == TokenizerKind::Bpe ? std::make_shared<const Tokenizer>(section, model, path)
+                   : stored ? std::make_shared<const Tokenizer>(section.eos_id, *stored, model)
+                            : std::make_shared<const Tokenizer>(model->tokenizer_data());
   const LoadTimes times{model->file().map_seconds(), model->file().validate_seconds(),
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
   return LanguageModel(std::move(model), std::move(tokenizer), times);
 }
 
-std::vector<int32_t> LanguageModel::encode(std::string_view text, bool allow_special) const {
-  return tokenizer_->encode(text, allow_special);
+std::vector<int32_t> LanguageModel::encode(std::string_view text, bool allow_special, bool add_special) const {
+  return tokenizer_->encode(text, allow_special, add_special);
 }
 
 std::vector<float> LanguageModel::logits(std::span<const int32_t> ids) const {

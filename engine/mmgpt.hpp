@@ -25,7 +25,7 @@
 #include "engine/generation.hpp"
 #include "engine/model.hpp"
 #include "engine/perplexity.hpp"
-#include "engine/tokenizer.hpp"
+#include "text/tokenizer.hpp"
 #include "formats/error.hpp"
 
 namespace mmgpt {
@@ -48,7 +48,8 @@ class LanguageModel {
   std::shared_ptr<const Model> shared_model() const { return model_; }
 
   // Text -> ids. With allow_special, "<|endoftext|>" is the end-of-text token.
-  std::vector<int32_t> encode(std::string_view text, bool allow_special = true) const;
+  // add_special: what the tokenizer's post-processor adds (a tokenizer.json's BOS, say).
+  std::vector<int32_t> encode(std::string_view text, bool allow_special = true, bool add_special = false) const;
   std::string decode(std::span<const int32_t> ids) const { return tokenizer_->decode(ids); }
 
   // The logits after every token, row-major [ids.size(), vocab]. At most n_ctx ids.

@@ -20,8 +20,8 @@
 #include "engine/generation.hpp"
 #include "engine/kv_cache.hpp"
 #include "engine/sampler.hpp"
-#include "engine/text_stream.hpp"
-#include "engine/tokenizer.hpp"
+#include "text/text_stream.hpp"
+#include "text/tokenizer.hpp"
 
 namespace mmgpt {
 

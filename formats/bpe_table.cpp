@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "formats/error.hpp"
+#include "formats/string_index.hpp"
 
 namespace mmgpt {
 
@@ -59,16 +60,21 @@ std::string bpe_token_bytes(std::string_view token) {
   return bytes;
 }
 
-BpeTables BpeTables::build(const std::vector<std::string>& tokens,
-                           const std::vector<std::pair<std::string, std::string>>& rules) {
-  std::unordered_map<std::string_view, int32_t> id_of;
-  id_of.reserve(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) id_of.emplace(tokens[i], static_cast<int32_t>(i));  // first id wins
+namespace {
+
+template <class String, class Pair>
+BpeTables build_tables(const std::vector<String>& tokens, const std::vector<Pair>& rules, ByteTokens bytes) {
+  auto token = [&](size_t i) { return std::string_view(tokens[i]); };
+  StringIndex index;
+  index.build(tokens.size(), token);  // first id wins
+  auto id_of = [&](std::string_view s) { return index.find(s, token); };
 
   BpeTables t;
   for (int b = 0; b < 256; ++b) {
-    auto it = id_of.find(utf8(byte_code_point(b)));
-    t.byte_id[b] = it == id_of.end() ? -1 : it->second;
+    static const char* hex = "0123456789ABCDEF";
+    const std::string spelled = bytes == ByteTokens::Gpt2 ? utf8(byte_code_point(b))
+                                                          : std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">";
+    t.byte_id[b] = id_of(spelled);
   }
 
   size_t cap = 16;
@@ -78,28 +84,38 @@ BpeTables BpeTables::build(const std::vector<std::string>& tokens,
   const uint64_t mask = cap - 1;
   std::string joined;
   for (size_t r = 0; r < rules.size(); ++r) {
-    const auto& [a, b] = rules[r];
-    auto ia = id_of.find(a), ib = id_of.find(b);
-    joined = a + b;
-    auto ij = id_of.find(joined);
-    const char* missing = ia == id_of.end()   ? "its left part"
-                          : ib == id_of.end() ? "its right part"
-                          : ij == id_of.end() ? "the merged token"
-                                              : nullptr;
+    const std::string_view a = rules[r].first, b = rules[r].second;
+    const int32_t ia = id_of(a), ib = id_of(b);
+    joined.assign(a);
+    joined.append(b);
+    const int32_t ij = id_of(joined);
+    const char* missing = ia < 0 ? "its left part" : ib < 0 ? "its right part" : ij < 0 ? "the merged token" : nullptr;
     if (missing)
-      throw Error("tokenizer merge rule " + std::to_string(r + 1) + " '" + a + " " + b + "': " + missing +
-                  " is not in the vocabulary");
-    const uint64_t k = bpe_pair_key(ia->second, ib->second);
+      throw Error("tokenizer merge rule " + std::to_string(r + 1) + " '" + std::string(a) + " " + std::string(b) +
+                  "': " + missing + " is not in the vocabulary");
+    const uint64_t k = bpe_pair_key(ia, ib);
     for (uint64_t h = bpe_first_slot(k, mask);; h = (h + 1) & mask) {
       if (t.keys[h] == k) break;  // a repeated rule: the first (lowest) rank counts
       if (t.keys[h] == kBpeEmptyKey) {
         t.keys[h] = k;
-        t.merges[h] = BpeMerge{static_cast<int32_t>(r), ij->second};
+        t.merges[h] = BpeMerge{static_cast<int32_t>(r), ij};
         break;
       }
     }
   }
   return t;
+}
+
+}  // namespace
+
+BpeTables BpeTables::build(const std::vector<std::string>& tokens,
+                           const std::vector<std::pair<std::string, std::string>>& rules, ByteTokens bytes) {
+  return build_tables(tokens, rules, bytes);
+}
+
+BpeTables BpeTables::build(const std::vector<std::string_view>& tokens,
+                           const std::vector<std::pair<std::string_view, std::string_view>>& rules, ByteTokens bytes) {
+  return build_tables(tokens, rules, bytes);
 }
 
 void check_bpe_tables(const BpeTableView& t, uint64_t token_count, uint64_t merge_count, const std::string& where) {

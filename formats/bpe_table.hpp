@@ -1,6 +1,6 @@
 #pragma once
 // GPT-2 byte-level BPE lookup tables, in the form the tokenizer searches them
-// (engine/bpe.hpp): the single-byte token of each byte, and the merge rules
+// (text/bpe.hpp): the single-byte token of each byte, and the merge rules
 // as an open-addressing table keyed by the pair (left id, right id), probed
 // linearly from a fixed hash. The hash and the probing are fixed, so a table
 // built once can be stored and searched in place.
@@ -52,17 +52,25 @@ struct BpeTableView {
   }
 };
 
+// How a vocabulary spells the token of a single byte: GPT-2's byte-to-unicode
+// character (byte-level BPE), or SentencePiece's "<0xNN>" (byte fallback).
+enum class ByteTokens { Gpt2, Hex };
+
 // Tables built from a vocabulary (id -> token in byte-to-unicode form, as in
-// vocab.json) and merge rules in rank order. A repeated rule keeps its first
-// rank. Throws mmgpt::Error naming the merge rule whose parts or result are
-// not tokens.
+// vocab.json; an empty string is no token) and merge rules in rank order. A
+// repeated rule keeps its first rank. Throws mmgpt::Error naming the merge
+// rule whose parts or result are not tokens.
 struct BpeTables {
   std::array<int32_t, 256> byte_id{};
   std::vector<uint64_t> keys;
   std::vector<BpeMerge> merges;
 
   static BpeTables build(const std::vector<std::string>& tokens,
-                         const std::vector<std::pair<std::string, std::string>>& rules);
+                         const std::vector<std::pair<std::string, std::string>>& rules,
+                         ByteTokens bytes = ByteTokens::Gpt2);
+  static BpeTables build(const std::vector<std::string_view>& tokens,
+                         const std::vector<std::pair<std::string_view, std::string_view>>& rules,
+                         ByteTokens bytes = ByteTokens::Gpt2);
   BpeTableView view() const { return {byte_id.data(), keys, merges}; }
 };
 

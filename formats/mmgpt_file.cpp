@@ -129,6 +129,7 @@ TokenizerData StoredTokenizer::data() const {
   d.kind = kind;
   d.eos_id = eos_id;
   d.tokens.assign(tokens.begin(), tokens.end());
+  d.pipeline.assign(pipeline);
   d.merges.reserve(merges.size());
   for (const auto& [a, b] : merges) d.merges.emplace_back(a, b);
   return d;

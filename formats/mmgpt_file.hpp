@@ -45,6 +45,7 @@ struct StoredTokenizer {
   int64_t eos_id = -1;
   std::vector<std::string_view> tokens;
   std::vector<std::pair<std::string_view, std::string_view>> merges;
+  std::string_view pipeline;  // kind Bpe: the pipeline section's JSON text
 
   TokenizerData data() const;  // the same, as owned strings
 };

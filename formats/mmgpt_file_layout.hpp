@@ -88,6 +88,14 @@ inline constexpr uint64_t kTablesOffKeys = 24 + 1024;   // u64[capacity], then {
                                                         // u64[token_count + 1] byte offsets, the token bytes
 inline constexpr uint64_t kMaxTableCapacity = uint64_t(1) << 26;
 
+// --- tokenizer pipeline section (kind 6, required; tokenizer kind 3 only) ------
+// A Hugging Face tokenizer's pipeline around its BPE model (text/hf_tokenizer.hpp):
+// u32 version (1), u32 reserved (0), u64 byte count, then that many bytes of
+// UTF-8 JSON.
+inline constexpr uint32_t kSectionTokenizerPipeline = 6;
+inline constexpr uint32_t kPipelineVersion = 1;
+inline constexpr uint64_t kMaxPipelineBytes = uint64_t(64) << 20;
+
 // --- tensor directory section ------------------------------------------------
 inline constexpr uint32_t kMaxNameBytes = 256;
 inline constexpr uint32_t kMaxDims = 8;

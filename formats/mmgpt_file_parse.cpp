@@ -35,7 +35,7 @@ struct SectionRef {
 };
 
 struct Sections {
-  SectionRef config, tokenizer, tensors, tables, block;
+  SectionRef config, tokenizer, tensors, tables, block, pipeline;
 };
 
 void check_header(const unsigned char* p, uint64_t size, const std::string& path) {
@@ -100,6 +100,7 @@ Sections read_section_table(const unsigned char* p, uint64_t size, const std::st
                        : kind == kSectionTensors         ? &s.tensors
                        : kind == kSectionTokenizerTables ? &s.tables
                        : kind == kSectionBlock           ? &s.block
+                       : kind == kSectionTokenizerPipeline ? &s.pipeline
                                                          : nullptr;
     if (!slot) {
       if (flags & kSectionFlagRequired)
@@ -267,6 +268,26 @@ StoredTokenizer read_tokenizer(const unsigned char* p, SectionRef ref, const Mod
   return tok;
 }
 
+// Section kind 6: its header and size; the JSON is read by the tokenizer (text/hf_tokenizer.hpp).
+std::string_view read_tokenizer_pipeline(const unsigned char* p, SectionRef ref, const StoredTokenizer& tok,
+                                         const std::string& path) {
+  const std::string where = path + ": tokenizer pipeline section";
+  if (tok.kind != TokenizerKind::Bpe)
+    throw Error(where + ": present, but the tokenizer is not a tokenizer.json BPE (kind " +
+                std::to_string(static_cast<uint32_t>(tok.kind)) + ")");
+  ByteCursor c(p, ref.offset, ref.offset + ref.size, where);
+  const uint32_t version = c.u32("version");
+  if (version != kPipelineVersion)
+    throw Error(where + ": version " + std::to_string(version) + " is unknown (this reader knows 1; the file needs a "
+                "newer mmgpt)");
+  c.u32("reserved");
+  const uint64_t n = c.u64("byte_count");
+  if (n > kMaxPipelineBytes || n != c.remaining())
+    throw Error(where + ": byte_count " + std::to_string(n) + " does not match the " + std::to_string(c.remaining()) +
+                " bytes left (limit " + std::to_string(kMaxPipelineBytes) + ")");
+  return c.view(n, "pipeline JSON");
+}
+
 // Section kind 4: checked in full (formats/bpe_table.hpp's rules, sizes, offsets)
 // before any pointer into it is formed.
 StoredBpeTables read_tokenizer_tables(const unsigned char* p, SectionRef ref, const StoredTokenizer& tok,
@@ -384,6 +405,9 @@ ParsedImage parse_image(const unsigned char* p, uint64_t size, const std::string
   validate_config(out.config, path);
   out.tokenizer = read_tokenizer(p, s.tokenizer, out.config, path);
   if (s.tables.present) out.bpe_tables = read_tokenizer_tables(p, s.tables, out.tokenizer, path);
+  if (s.pipeline.present) out.tokenizer.pipeline = read_tokenizer_pipeline(p, s.pipeline, out.tokenizer, path);
+  if (out.tokenizer.kind == TokenizerKind::Bpe && !s.pipeline.present)
+    throw Error(path + ": the tokenizer is a tokenizer.json BPE but the file has no tokenizer pipeline section (kind 6)");
   out.tensors = read_directory(p, size, s.tensors, path, regions);
   check_no_overlap(regions, path);
   std::vector<NamedShape> named;

@@ -30,6 +30,7 @@ const char* tokenizer_kind_name(uint32_t kind) {
     case static_cast<uint32_t>(TokenizerKind::None): return "none";
     case static_cast<uint32_t>(TokenizerKind::Char): return "char";
     case static_cast<uint32_t>(TokenizerKind::Gpt2Bpe): return "gpt2-bpe";
+    case static_cast<uint32_t>(TokenizerKind::Bpe): return "bpe";
     default: return nullptr;
   }
 }
@@ -93,7 +94,7 @@ void check_tokenizer_fields(const Tok& tok, const ModelConfig& config, const std
   const char* kind_name = tokenizer_kind_name(kind);
   if (!kind_name)
     throw Error(source + ": tokenizer kind has unknown id " + std::to_string(kind) +
-                " (known: 0 = none, 1 = char, 2 = gpt2-bpe)");
+                " (known: 0 = none, 1 = char, 2 = gpt2-bpe, 3 = bpe)");
   const std::string where = source + ": tokenizer (" + kind_name + ")";
   const uint64_t n_tokens = tok.tokens.size();
   if (tok.kind == TokenizerKind::None) {
@@ -104,9 +105,9 @@ void check_tokenizer_fields(const Tok& tok, const ModelConfig& config, const std
       throw Error(where + ": token_count " + std::to_string(n_tokens) + " exceeds config vocab_size " +
                   std::to_string(config.vocab_size));
   }
-  if (tok.kind != TokenizerKind::Gpt2Bpe && !tok.merges.empty())
+  if (tok.kind != TokenizerKind::Gpt2Bpe && tok.kind != TokenizerKind::Bpe && !tok.merges.empty())
     throw Error(where + ": merge_count is " + std::to_string(tok.merges.size()) +
-                " (merges are only allowed for gpt2-bpe)");
+                " (merges are only allowed for gpt2-bpe and bpe)");
   if (tok.merges.size() > kMaxMerges)
     throw Error(where + ": merge_count " + std::to_string(tok.merges.size()) + " exceeds limit " +
                 std::to_string(kMaxMerges));

@@ -118,6 +118,15 @@ std::vector<unsigned char> encode_tokenizer_tables(const TokenizerData& t) {
   return std::move(s.bytes);
 }
 
+// The tokenizer pipeline section (kind Bpe only; empty otherwise).
+std::vector<unsigned char> encode_pipeline(const TokenizerData& t) {
+  if (t.kind != TokenizerKind::Bpe) return {};
+  ByteSink s;
+  s.u32(kPipelineVersion), s.u32(0), s.u64(t.pipeline.size());
+  s.bytes.insert(s.bytes.end(), t.pipeline.begin(), t.pipeline.end());
+  return std::move(s.bytes);
+}
+
 // Everything before the first tensor: header, section table, config,
 // tokenizer, directory; each section starts 8-aligned. Fills `offsets` with
 // each tensor's data offset and returns the image with the total file size.
@@ -129,12 +138,14 @@ std::vector<unsigned char> build_metadata(const ModelConfig& config, const Token
   const std::vector<unsigned char> tables =
       tokenizer.kind == TokenizerKind::Gpt2Bpe ? encode_tokenizer_tables(tokenizer) : std::vector<unsigned char>{};
   const std::vector<unsigned char> block = encode_block(config);
-  const uint64_t table = kHeaderSize, n_sections = 3 + !tables.empty() + !block.empty();
+  const std::vector<unsigned char> pipeline = encode_pipeline(tokenizer);
+  const uint64_t table = kHeaderSize, n_sections = 3 + !tables.empty() + !block.empty() + !pipeline.empty();
   const uint64_t cfg_off = table + n_sections * kSectionEntrySize;
   const uint64_t block_off = align_up(cfg_off + cfg.size(), 8, path);
   const uint64_t tok_off = align_up(block_off + block.size(), 8, path);
   const uint64_t tables_off = align_up(tok_off + tok.size(), 8, path);
-  const uint64_t dir_off = align_up(tables_off + tables.size(), 8, path);
+  const uint64_t pipeline_off = align_up(tables_off + tables.size(), 8, path);
+  const uint64_t dir_off = align_up(pipeline_off + pipeline.size(), 8, path);
   uint64_t dir_size = 8;
   for (const TensorToWrite& t : tensors) dir_size += 4 + t.name.size() + 12 + 8 * t.shape.size() + 16;
 
@@ -161,6 +172,9 @@ std::vector<unsigned char> build_metadata(const ModelConfig& config, const Token
     s.u32(kSectionTokenizerTables), s.u32(0), s.u64(tables_off), s.u64(tables.size()), s.u64(0);
   if (!block.empty())  // required: it changes how the model runs
     s.u32(kSectionBlock), s.u32(kSectionFlagRequired), s.u64(block_off), s.u64(block.size()), s.u64(0);
+  if (!pipeline.empty())  // required: the tokenizer cannot run without it
+    s.u32(kSectionTokenizerPipeline), s.u32(kSectionFlagRequired), s.u64(pipeline_off), s.u64(pipeline.size()),
+        s.u64(0);
   s.bytes.insert(s.bytes.end(), cfg.begin(), cfg.end());
   s.pad_to(8);
   s.bytes.insert(s.bytes.end(), block.begin(), block.end());
@@ -168,6 +182,8 @@ std::vector<unsigned char> build_metadata(const ModelConfig& config, const Token
   s.bytes.insert(s.bytes.end(), tok.begin(), tok.end());
   s.pad_to(8);
   s.bytes.insert(s.bytes.end(), tables.begin(), tables.end());
+  s.pad_to(8);
+  s.bytes.insert(s.bytes.end(), pipeline.begin(), pipeline.end());
   s.pad_to(8);
   s.u64(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {

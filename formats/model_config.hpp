@@ -91,16 +91,22 @@ struct ModelConfig {
   bool has_value_embed(uint32_t layer) const { return !value_embed.empty() && value_embed[layer] != 0; }
 };
 
-enum class TokenizerKind : uint32_t { None = 0, Char = 1, Gpt2Bpe = 2 };
+// Bpe: a Hugging Face tokenizer.json with a BPE model (text/hf_tokenizer.hpp),
+// its tokens and merges here and the rest of its pipeline as JSON.
+enum class TokenizerKind : uint32_t { None = 0, Char = 1, Gpt2Bpe = 2, Bpe = 3 };
 
 struct TokenizerData {
   TokenizerKind kind = TokenizerKind::None;
   // id -> token. Char: the UTF-8 bytes of that character (nanoGPT's itos).
   // Gpt2Bpe: the token as written in vocab.json/encoder.json (byte-to-unicode form, UTF-8).
   std::vector<std::string> tokens;
-  // Gpt2Bpe only: merge rules in rank order (vocab.bpe / merges.txt lines without the header).
+  // Bpe: the model vocabulary's spelling of the token, or the added token's content.
+  // Gpt2Bpe and Bpe: merge rules in rank order (vocab.bpe / merges.txt lines without the header).
   std::vector<std::pair<std::string, std::string>> merges;
   int64_t eos_id = -1;  // end-of-text token id, or -1 when the vocabulary has none
+  // Bpe only: tokenizer.json without the model's vocab and merges (normalizer,
+  // pre-tokenizer, added tokens, post-processor, decoder, model options), as JSON text.
+  std::string pipeline;
 };
 
 // How a tensor's elements are arranged (ids are part of the file format).

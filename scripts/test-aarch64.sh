@@ -7,7 +7,7 @@
 #
 # Packages: the cross compiler (g++-aarch64-linux-gnu), qemu-user, and the
 # arm64 multiarch builds of the libraries the kernels and engine link
-# (libtbb-dev:arm64, libicu-dev:arm64). Both are Multi-Arch: same and
+# (libtbb-dev:arm64, libicu-dev:arm64, libpcre2-dev:arm64). They are Multi-Arch: same and
 # co-install with their amd64 packages; apt may first upgrade the amd64 ones
 # so both architectures have the same version. Header-only dependencies
 # (xsimd, doctest, nlohmann-json, CLI11) are the host's packages.
@@ -22,7 +22,7 @@ build="$root/build-aarch64"
 packages=(
   cmake ninja-build g++-aarch64-linux-gnu qemu-user
   libxsimd-dev doctest-dev nlohmann-json3-dev libcli11-dev
-  libtbb-dev:arm64 libicu-dev:arm64
+  libtbb-dev:arm64 libicu-dev:arm64 libpcre2-dev:arm64
 )
 need_arch=0
 dpkg --print-foreign-architectures | grep -qx arm64 || need_arch=1

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "formats/error.hpp"
-#include "formats/tokenizer_files.hpp"
+#include "text/tokenizer_files.hpp"
 
 namespace {
 

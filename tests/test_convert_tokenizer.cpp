@@ -10,7 +10,7 @@
 #include <string>
 
 #include "formats/error.hpp"
-#include "formats/tokenizer_files.hpp"
+#include "text/tokenizer_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace mmgpt;

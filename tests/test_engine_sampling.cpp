@@ -5,8 +5,8 @@
 #include <map>
 
 #include "engine/sampler.hpp"
-#include "engine/text_stream.hpp"
-#include "engine/tokenizer.hpp"
+#include "text/text_stream.hpp"
+#include "text/tokenizer.hpp"
 #include "formats/error.hpp"
 
 using namespace mmgpt;
@@ -99,7 +99,7 @@ TEST_CASE("GPT-2 byte-level tokens decode to their exact bytes") {
   CHECK(t.token_bytes(4) == "<|endoftext|>");
   CHECK(t.token_bytes(5) == "\xE2\x80");  // first two bytes of a three-byte character
   CHECK(t.decode(std::vector<int32_t>{0, 1, 2}) == "Hello world\n");
-  // BPE encodes text now (tests/test_engine_bpe.cpp); this toy vocabulary has
+  // BPE encodes text now (tests/test_text_bpe.cpp); this toy vocabulary has
   // no single-byte tokens, so encoding says which byte it cannot spell.
   CHECK(t.can_encode());
   CHECK_THROWS_WITH_AS(t.encode("Hello"), doctest::Contains("no token for the byte 0x48"), Error);

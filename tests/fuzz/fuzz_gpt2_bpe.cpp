@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "engine/tokenizer.hpp"
-#include "formats/tokenizer_files.hpp"
+#include "text/tokenizer.hpp"
+#include "text/tokenizer_files.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const mmgpt::Tokenizer tokenizer(

@@ -2,7 +2,7 @@
 #include <cstdint>
 
 #include "formats/error.hpp"
-#include "formats/tokenizer_files.hpp"
+#include "text/tokenizer_files.hpp"
 #include "fuzz_input_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "engine/tokenizer.hpp"
+#include "text/tokenizer.hpp"
 #include "formats/error.hpp"
 #include "formats/mmgpt_file.hpp"
 #include "fuzz_input_file.hpp"

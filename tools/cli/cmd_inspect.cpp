@@ -23,6 +23,7 @@ const char* tokenizer_name(TokenizerKind k) {
     case TokenizerKind::None: return "none";
     case TokenizerKind::Char: return "char";
     case TokenizerKind::Gpt2Bpe: return "gpt2-bpe";
+    case TokenizerKind::Bpe: return "bpe";
   }
   return "?";
 }

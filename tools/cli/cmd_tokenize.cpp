@@ -18,13 +18,14 @@ namespace {
 struct TokenizeArgs {
   std::string model, text, file, ids;
   bool no_special = false;
+  bool add_special = false;
 };
 
 void run_tokenize(const TokenizeArgs& a) {
   // Loading maps the weights but reads none of them: only the tokenizer is touched.
   const LanguageModel lm = LanguageModel::load(a.model);
   const std::string text = a.file.empty() ? a.text : read_input_file(a.file, "text file");
-  const std::vector<int32_t> ids = lm.encode(text, !a.no_special);
+  const std::vector<int32_t> ids = lm.encode(text, !a.no_special, a.add_special);
   std::string line;
   line.reserve(ids.size() * 6 + 1);
   char buf[16];
@@ -65,7 +66,11 @@ void add_tokenize(CLI::App& app) {
   auto* f =
       cmd->add_option("-f,--file", a->file, "read the text from this file (its exact bytes)")->check(non_empty("path"));
   p->excludes(f);
-  cmd->add_flag("--no-special", a->no_special, "treat <|endoftext|> in the text as plain text, not the special token");
+  cmd->add_flag("--no-special", a->no_special,
+                "treat special tokens' text (<|endoftext|>, ...) as plain text, not the special tokens");
+  cmd->add_flag("--add-special", a->add_special,
+                "add what the tokenizer adds around a text (a tokenizer.json's BOS, say), as Hugging Face's "
+                "add_special_tokens does");
   cmd->callback([a, p, f]() {
     if (p->count() == 0 && f->count() == 0) throw Error("tokenize needs a text: -p TEXT or -f FILE");
     run_tokenize(*a);

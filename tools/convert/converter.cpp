@@ -17,7 +17,7 @@
 #include "formats/file_util.hpp"
 #include "formats/mmgpt_file.hpp"
 #include "formats/mmgpt_file_rules.hpp"
-#include "formats/tokenizer_files.hpp"
+#include "text/tokenizer_files.hpp"
 #include "kernels/parallel.hpp"
 #include "tools/convert/checkpoint_loader.hpp"
 #include "tools/convert/layout.hpp"

@@ -21,6 +21,8 @@ class BpeModel {
   // of tokens in rank order. Throws mmgpt::Error naming the merge rule whose
   // parts or result are not tokens.
   BpeModel(const std::vector<std::string>& tokens, const std::vector<std::pair<std::string, std::string>>& merges);
+  // Tables built by the caller (any vocabulary's spelling of bytes).
+  explicit BpeModel(BpeTables tables);
   // Stored tables (formats/bpe_table.hpp), already checked, searched in place;
   // keep_alive owns the memory they point into.
   BpeModel(BpeTableView stored, std::shared_ptr<const void> keep_alive);
@@ -36,6 +38,15 @@ class BpeModel {
   // remembers each distinct piece's ids for the rest of this call only, so
   // no state is shared between calls or threads.
   void encode(std::string_view text, std::vector<int32_t>& out, bool use_cache = true) const;
+
+  // Applies the merges to a piece's initial ids, in place.
+  void merge(std::vector<int32_t>& ids, Strategy strategy = Strategy::Auto) const {
+    if (strategy == Strategy::Heap || (strategy == Strategy::Auto && ids.size() > 64))
+      merge_heap(ids);
+    else
+      merge_scan(ids);
+  }
+  const BpeTableView& table() const { return table_; }
 
   // Appends the ids of one pre-tokenized piece. Throws mmgpt::Error if a byte
   // of it has no single-byte token in the vocabulary.

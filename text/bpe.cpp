@@ -1,4 +1,4 @@
-#include "engine/bpe.hpp"
+#include "text/bpe.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <queue>
 #include <unordered_map>
 
-#include "engine/pretokenize.hpp"
+#include "text/pretokenize.hpp"
 #include "formats/error.hpp"
 
 namespace mmgpt {
@@ -23,6 +23,8 @@ std::string show_byte(unsigned char b) {
 BpeModel::BpeModel(const std::vector<std::string>& tokens,
                    const std::vector<std::pair<std::string, std::string>>& merges)
     : tables_(BpeTables::build(tokens, merges)), table_(tables_.view()) {}
+
+BpeModel::BpeModel(BpeTables tables) : tables_(std::move(tables)), table_(tables_.view()) {}
 
 BpeModel::BpeModel(BpeTableView stored, std::shared_ptr<const void> keep_alive)
     : keep_alive_(std::move(keep_alive)), table_(stored) {}
@@ -113,10 +115,7 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& out, S
                   ", so this text cannot be encoded");
     ids[i] = table_.byte_id[b];
   }
-  if (strategy == Strategy::Heap || (strategy == Strategy::Auto && ids.size() > 64))
-    merge_heap(ids);
-  else
-    merge_scan(ids);
+  merge(ids, strategy);
   out.insert(out.end(), ids.begin(), ids.end());
 }
 

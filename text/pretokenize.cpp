@@ -1,4 +1,4 @@
-#include "engine/pretokenize.hpp"
+#include "text/pretokenize.hpp"
 
 #include <array>
 

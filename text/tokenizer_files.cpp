@@ -1,4 +1,4 @@
-#include "formats/tokenizer_files.hpp"
+#include "text/tokenizer_files.hpp"
 
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -7,6 +7,7 @@
 #include "formats/error.hpp"
 #include "formats/file_util.hpp"
 #include "formats/torch_checkpoint.hpp"
+#include "text/tokenizer_json.hpp"
 
 namespace mmgpt {
 
@@ -181,10 +182,14 @@ struct FileSet {
   const char* first;
   const char* second;  // null for meta.pkl
 };
-constexpr FileSet kSets[] = {{"meta.pkl", nullptr}, {"vocab.json", "merges.txt"}, {"encoder.json", "vocab.bpe"}};
+// tokenizer.json comes first: a Hugging Face directory may also hold the
+// vocab.json + merges.txt it was made from, which lack its added tokens.
+constexpr FileSet kSets[] = {
+    {"tokenizer.json", nullptr}, {"meta.pkl", nullptr}, {"vocab.json", "merges.txt"}, {"encoder.json", "vocab.bpe"}};
 
 FoundTokenizer read_set(const std::string& dir, const FileSet& set) {
   const std::string a = join_path(dir, set.first);
+  if (set.first == std::string_view("tokenizer.json")) return {read_tokenizer_json(a), a};
   if (!set.second) return {read_char_meta(a), a};
   const std::string b = join_path(dir, set.second);
   return {read_bpe_files(a, b), a + " + " + b};
@@ -197,6 +202,11 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }  // namespace
 
 std::optional<FoundTokenizer> find_tokenizer_in(const std::string& dir) {
+  // tokenizer.json beside vocab.json + merges.txt is one tokenizer written
+  // twice, and tokenizer.json is the whole of it; beside a meta.pkl it is
+  // another tokenizer.
+  if (is_file(join_path(dir, kSets[0].first)) && !is_file(join_path(dir, kSets[1].first)))
+    return read_set(dir, kSets[0]);
   std::vector<const FileSet*> complete;
   for (const FileSet& set : kSets) {
     const bool has_first = is_file(join_path(dir, set.first));
@@ -217,11 +227,12 @@ FoundTokenizer load_tokenizer_path(const std::string& path) {
     std::optional<FoundTokenizer> found = find_tokenizer_in(path);
     if (!found)
       throw Error(path +
-                  ": no tokenizer files in this directory (expected meta.pkl, vocab.json + merges.txt, or "
-                  "encoder.json + vocab.bpe)");
+                  ": no tokenizer files in this directory (expected tokenizer.json, meta.pkl, vocab.json + "
+                  "merges.txt, or encoder.json + vocab.bpe)");
     return std::move(*found);
   }
   if (!is_file(path)) throw Error(path + ": no such tokenizer file or directory");
+  if (ends_with(path, "tokenizer.json")) return {read_tokenizer_json(path), path};
   if (ends_with(path, ".json")) {
     // The merges file beside it: its usual partner by name, else whichever one exists.
     const std::string dir = parent_dir(path);

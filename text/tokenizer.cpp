@@ -1,9 +1,12 @@
-#include "engine/tokenizer.hpp"
-#include "engine/utf8.hpp"
+#include "text/tokenizer.hpp"
+#include "text/utf8.hpp"
 
 #include <cstdio>
 
-#include "engine/bpe.hpp"
+#include <nlohmann/json.hpp>
+
+#include "text/bpe.hpp"
+#include "text/hf_tokenizer.hpp"
 #include "formats/bpe_table.hpp"
 #include "formats/error.hpp"
 
@@ -37,7 +40,37 @@ void Tokenizer::set_special() {
     special_ = token_bytes_[static_cast<size_t>(eos_id_)];
 }
 
+namespace {
+
+std::shared_ptr<const HfTokenizer> make_hf(std::span<const std::string_view> tokens,
+                                           std::span<const std::pair<std::string_view, std::string_view>> merges,
+                                           std::string_view pipeline, const std::string& where) {
+  nlohmann::json spec;
+  try {
+    spec = nlohmann::json::parse(pipeline);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + ": the tokenizer pipeline is not valid JSON: " + e.what());
+  }
+  return std::make_shared<const HfTokenizer>(tokens, merges, spec, where);
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(const StoredTokenizer& stored, std::shared_ptr<const void> keep_alive, const std::string& where)
+    : kind_(TokenizerKind::Bpe), eos_id_(stored.eos_id), keep_alive_(std::move(keep_alive)) {
+  if (stored.kind != TokenizerKind::Bpe) throw Error(where + ": the tokenizer is not a tokenizer.json BPE");
+  hf_ = make_hf(stored.tokens, stored.merges, stored.pipeline, where);
+}
+
+size_t Tokenizer::size() const { return hf_ ? hf_->size() : token_bytes_.size(); }
+
 Tokenizer::Tokenizer(const TokenizerData& data) : kind_(data.kind), eos_id_(data.eos_id) {
+  if (kind_ == TokenizerKind::Bpe) {
+    std::vector<std::string_view> tokens(data.tokens.begin(), data.tokens.end());
+    std::vector<std::pair<std::string_view, std::string_view>> merges(data.merges.begin(), data.merges.end());
+    hf_ = make_hf(tokens, merges, data.pipeline, "the tokenizer");
+    return;
+  }
   token_bytes_.reserve(data.tokens.size());
   if (kind_ == TokenizerKind::Gpt2Bpe) {
     for (const std::string& tok : data.tokens) token_bytes_.push_back(bpe_token_bytes(tok));
@@ -57,9 +90,13 @@ Tokenizer::Tokenizer(int64_t eos_id, const StoredBpeTables& stored, std::shared_
   set_special();
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special, bool add_special) const {
   if (kind_ == TokenizerKind::None) throw Error("the model has no tokenizer: give the prompt as token ids with --ids");
   std::vector<int32_t> ids;
+  if (hf_) {
+    hf_->encode(text, allow_special, add_special, ids);
+    return ids;
+  }
   if (kind_ == TokenizerKind::Gpt2Bpe) {
     // Text between special tokens is pre-tokenized on its own: no piece spans one.
     size_t start = 0;
@@ -93,12 +130,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special
 }
 
 const std::string& Tokenizer::token_bytes(int32_t id) const {
+  if (hf_) return hf_->token_bytes(id);
   static const std::string empty;
   if (id < 0 || static_cast<size_t>(id) >= token_bytes_.size()) return empty;
   return token_bytes_[static_cast<size_t>(id)];
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  if (hf_) return hf_->decode(ids);
   std::string out;
   for (int32_t id : ids) out += token_bytes(id);
   return out;

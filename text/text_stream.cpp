@@ -1,5 +1,5 @@
-#include "engine/text_stream.hpp"
-#include "engine/utf8.hpp"
+#include "text/text_stream.hpp"
+#include "text/utf8.hpp"
 
 #include <algorithm>
 

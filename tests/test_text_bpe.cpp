@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/bpe.hpp"
-#include "engine/pretokenize.hpp"
-#include "engine/tokenizer.hpp"
+#include "text/bpe.hpp"
+#include "text/pretokenize.hpp"
+#include "text/tokenizer.hpp"
 #include "formats/error.hpp"
-#include "formats/tokenizer_files.hpp"
+#include "text/tokenizer_files.hpp"
 
 using namespace mmgpt;
 

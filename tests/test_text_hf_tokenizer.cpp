@@ -1,0 +1,219 @@
+// tokenizer.json BPE tokenizers (text/hf_tokenizer.hpp, text/tokenizer_json.hpp)
+// on small hand-made files: each part of the pipeline against what Hugging
+// Face's tokenizers computes for it, and every malformed or unsupported file
+// refused with one line naming the file and the part. The real tokenizers are
+// checked against the reference library in tests/tokenizer/test_hf_conformance.py.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "formats/error.hpp"
+#include "text/tokenizer.hpp"
+#include "text/tokenizer_json.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace mmgpt;
+
+namespace {
+
+fs::path write_json(const std::string& name, const std::string& text) {
+  const fs::path d = fs::path(MMGPT_TEST_TMP) / "text_hf_tokenizer" / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  std::ofstream(d / "tokenizer.json", std::ios::binary) << text;
+  return d / "tokenizer.json";
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A SentencePiece-style tokenizer: "▁" for spaces, byte fallback, <unk>, merges as pairs.
+json sp_tokenizer() {
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"\xE2\x96\x81", 2}, {"a", 3}, {"b", 4}, {"\xE2\x96\x81" "a", 5},
+                {"ab", 6},    {"\xE2\x96\x81" "ab", 7}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    vocab[name] = 8 + b;
+  }
+  return {{"version", "1.0"},
+          {"added_tokens",
+           {{{"id", 0}, {"content", "<unk>"}, {"special", true}, {"normalized", false}},
+            {{"id", 1}, {"content", "<s>"}, {"special", true}, {"normalized", false}}}},
+          {"normalizer",
+           {{"type", "Sequence"},
+            {"normalizers",
+             {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+              {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}}}}},
+          {"pre_tokenizer", nullptr},
+          {"post_processor",
+           {{"type", "TemplateProcessing"},
+            {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+            {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
+          {"decoder",
+           {{"type", "Sequence"},
+            {"decoders",
+             {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+              {{"type", "ByteFallback"}},
+              {{"type", "Fuse"}},
+              {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+          {"model",
+           {{"type", "BPE"},
+            {"unk_token", "<unk>"},
+            {"byte_fallback", true},
+            {"fuse_unk", true},
+            {"vocab", vocab},
+            // Pairs, written as arrays (a brace list of two strings would be a JSON object).
+            {"merges", json::array({json::array({"\xE2\x96\x81", "a"}), json::array({"a", "b"}),
+                                    json::array({"\xE2\x96\x81" "a", "b"})})}}}};
+}
+
+Tokenizer load(const json& j, const std::string& name) {
+  return Tokenizer(read_tokenizer_json(write_json(name, j.dump()).string()));
+}
+
+}  // namespace
+
+TEST_CASE("a SentencePiece-style tokenizer: metaspace, merges, byte fallback, template and decoder chain") {
+  const Tokenizer t = load(sp_tokenizer(), "sp");
+  CHECK(t.kind() == TokenizerKind::Bpe);
+  CHECK(t.size() == 264);
+  // "ab ab" -> "▁ab▁ab": the rank-0 merge (▁ a) first, then (▁a b).
+  CHECK(t.encode("ab ab", true, false) == std::vector<int32_t>{7, 7});
+  CHECK(t.encode("ab ab", true, true) == std::vector<int32_t>{1, 7, 7});
+  // "é" is not in the vocabulary: its two bytes through byte fallback.
+  CHECK(t.encode("\xC3\xA9", true, false) == std::vector<int32_t>{2, 8 + 0xC3, 8 + 0xA9});
+  // The special token cuts the text; each side is normalized on its own ("▁" prepended again).
+  CHECK(t.encode("a<s>b", true, false) == std::vector<int32_t>{5, 1, 2, 4});
+  CHECK(t.encode("a<s>b", false, false) == std::vector<int32_t>{5, 8 + '<', 8 + 's', 8 + '>', 4});
+  // Decoding: "▁" -> space, bytes fused into UTF-8, the first space stripped.
+  CHECK(t.decode(std::vector<int32_t>{7, 2, 8 + 0xC3, 8 + 0xA9}) == "ab \xC3\xA9");
+  // A lone continuation byte is not UTF-8: U+FFFD, as the reference decodes it.
+  CHECK(t.decode(std::vector<int32_t>{3, 8 + 0xA9}) == "a\xEF\xBF\xBD");
+  CHECK(t.encode("", true, false).empty());
+  CHECK(t.encode("", true, true) == std::vector<int32_t>{1});
+  CHECK(error_of([&] { t.decode(std::vector<int32_t>{264}); }).find("token id 264 is not one of the 264") !=
+        std::string::npos);
+  CHECK(error_of([&] { t.encode("\xFF", true, false); }).find("not valid UTF-8") != std::string::npos);
+}
+
+TEST_CASE("unknown characters without byte fallback: fused into one <unk>") {
+  json j = sp_tokenizer();
+  j["model"]["byte_fallback"] = false;
+  const Tokenizer t = load(j, "unk");
+  CHECK(t.encode("a\xC3\xA9\xC3\xA8" "b", true, false) == std::vector<int32_t>{5, 0, 4});
+  j["model"]["fuse_unk"] = false;
+  CHECK(load(j, "unk2").encode("a\xC3\xA9\xC3\xA8" "b", true, false) == std::vector<int32_t>{5, 0, 0, 4});
+}
+
+TEST_CASE("a byte-level tokenizer with a split regex and added tokens that strip spaces") {
+  // Byte-level vocabulary: every byte's GPT-2 character, plus "Ġa" (" a") and "ab".
+  json vocab = json::object();
+  std::vector<std::string> byte_char(256);
+  {
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      const uint32_t cp = printable ? static_cast<uint32_t>(b) : 256u + static_cast<uint32_t>(n++);
+      std::string s;
+      if (cp < 0x80) {
+        s.push_back(static_cast<char>(cp));
+      } else {
+        s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+        s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+      }
+      byte_char[static_cast<size_t>(b)] = s;
+      vocab[s] = b;
+    }
+  }
+  vocab[byte_char[' '] + "a"] = 256;
+  vocab["ab"] = 257;
+  const json j = {
+      {"added_tokens", {{{"id", 258}, {"content", "<|x|>"}, {"special", true}, {"lstrip", true}, {"rstrip", true},
+                         {"normalized", false}}}},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+|\\p{L}+|\\p{N}"}}}, {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"ignore_merges", true}, {"vocab", vocab}, {"merges", json::array({"a b", byte_char[' '] + " a"})}}}};
+  const Tokenizer t = load(j, "byte_level");
+  CHECK(t.kind() == TokenizerKind::Bpe);
+  // The regex isolates " " from "ab": no " a" merge across the split; digits one by one.
+  CHECK(t.encode("ab 12", true, false) == std::vector<int32_t>{257, ' ', '1', '2'});
+  // lstrip and rstrip: the spaces around the added token go with it.
+  CHECK(t.encode("ab  <|x|>  ab", true, false) == std::vector<int32_t>{257, 258, 257});
+  // NFC: "e" + U+0301 composes to "é" before the bytes are tokens.
+  CHECK(t.encode("e\xCC\x81", true, false) == std::vector<int32_t>{0xC3, 0xA9});
+  CHECK(t.decode(std::vector<int32_t>{257, 258, 0xC3, 0xA9}) == "ab<|x|>\xC3\xA9");
+  CHECK(t.token_bytes(256) == " a");
+}
+
+TEST_CASE("hostile and unsupported tokenizer.json files are refused naming the file and the part") {
+  auto refused = [](const std::string& name, const std::string& text) {
+    const fs::path p = write_json(name, text);
+    const std::string e = error_of([&] { read_tokenizer_json(p.string()); });
+    CHECK_MESSAGE(e.rfind(p.string() + ": ", 0) == 0, e);
+    return e;
+  };
+  json j = sp_tokenizer();
+  CHECK(refused("truncated", j.dump().substr(0, 200)).find("not valid JSON") != std::string::npos);
+  CHECK(refused("not_object", "[1, 2]").find("no \"model\" object") != std::string::npos);
+
+  json w = j;
+  w["model"]["type"] = "WordPiece";
+  CHECK(refused("wordpiece", w.dump()).find("model.type 'WordPiece' is not supported") != std::string::npos);
+  w = j;
+  w["pre_tokenizer"] = {{"type", "Whitespace"}};
+  CHECK(refused("whitespace", w.dump()).find("pre_tokenizer: pre-tokenizer 'Whitespace' is not supported") !=
+        std::string::npos);
+  w = j;
+  w["normalizer"]["normalizers"][1] = {{"type", "Lowercase"}};
+  CHECK(refused("lowercase", w.dump()).find("normalizer.normalizers[1]: normalizer 'Lowercase'") != std::string::npos);
+  w = j;
+  w["decoder"] = {{"type", "WordPiece"}};
+  CHECK(refused("decoder", w.dump()).find("decoder 'WordPiece' is not supported") != std::string::npos);
+  w = j;
+  w["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+  CHECK(refused("bad_regex", w.dump()).find("does not compile") != std::string::npos);
+  w = j;
+  w["model"]["merges"].push_back(json::array({"a", "zz"}));
+  CHECK(refused("merge_unknown", w.dump()).find("its right part is not in the vocabulary") != std::string::npos);
+  w = j;
+  w["model"]["merges"].push_back("a b c");
+  CHECK(refused("merge_three", w.dump()).find("is not \"a b\"") != std::string::npos);
+  w = j;
+  w["model"]["vocab"]["gap"] = 1000;
+  CHECK(refused("gap", w.dump()).find("has no token (the ids must run from 0 without gaps)") != std::string::npos);
+  w = j;
+  w["model"]["vocab"]["huge"] = 1u << 30;
+  CHECK(refused("huge_id", w.dump()).find("past the limit") != std::string::npos);
+  w = j;
+  w["model"]["vocab"]["dup"] = 3;
+  CHECK(refused("two_tokens", w.dump()).find("id 3 is") != std::string::npos);
+  w = j;
+  w["added_tokens"][1]["id"] = 3;
+  CHECK(refused("added_clash", w.dump()).find("id 3 is both") != std::string::npos);
+  w = j;
+  w["model"]["unk_token"] = "<missing>";
+  CHECK(refused("unk", w.dump()).find("model.unk_token: '<missing>' is not in the vocabulary") != std::string::npos);
+  w = j;
+  w["model"]["dropout"] = 0.1;
+  CHECK(refused("dropout", w.dump()).find("dropout") != std::string::npos);
+  w = j;
+  w["post_processor"] = {{"type", "RobertaProcessing"}};
+  CHECK(refused("roberta", w.dump()).find("post-processor 'RobertaProcessing' is not supported") != std::string::npos);
+}

