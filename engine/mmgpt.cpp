@@ -15,7 +15,7 @@ LanguageModel LanguageModel::load(const std::string& path) {
   const StoredBpeTables* stored = model->file().bpe_tables();
   // With stored tables the tokenizer section's strings are never copied out.
   const StoredTokenizer& section = model->file().stored_tokenizer();
-  auto tokenizer = section.kind == TokenizerKind::Bpe ? std::make_shared<const Tokenizer>(section, model, path)
+  auto tokenizer = section.kind == TokenizerKind::Bpe ? std::make_shared<const Tokenizer>(section, *stored, model, path)
                    : stored ? std::make_shared<const Tokenizer>(section.eos_id, *stored, model)
                             : std::make_shared<const Tokenizer>(model->tokenizer_data());
   const LoadTimes times{model->file().map_seconds(), model->file().validate_seconds(),

@@ -41,8 +41,7 @@ std::optional<GenerationSequence::Sampled> GenerationSequence::advance(std::span
                                                                        const Tokenizer& tokenizer) {
   if (!samples()) return std::nullopt;
   const int32_t token = sampler_.next(logits, history_);
-  const int64_t eos = tokenizer.eos_id();
-  if (!ignore_eos_ && eos >= 0 && token == eos) {
+  if (!ignore_eos_ && tokenizer.is_end(token)) {
     finish(StopReason::EndOfText);
     return Sampled{};
   }

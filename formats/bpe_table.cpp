@@ -118,11 +118,15 @@ BpeTables BpeTables::build(const std::vector<std::string_view>& tokens,
   return build_tables(tokens, rules, bytes);
 }
 
-void check_bpe_tables(const BpeTableView& t, uint64_t token_count, uint64_t merge_count, const std::string& where) {
+void check_byte_ids(const int32_t* byte_id, uint64_t token_count, const std::string& where) {
   for (int b = 0; b < 256; ++b)
-    if (t.byte_id[b] < -1 || (t.byte_id[b] >= 0 && uint64_t(t.byte_id[b]) >= token_count))
-      throw Error(where + ": the token of byte " + std::to_string(b) + " is " + std::to_string(t.byte_id[b]) +
+    if (byte_id[b] < -1 || (byte_id[b] >= 0 && uint64_t(byte_id[b]) >= token_count))
+      throw Error(where + ": the token of byte " + std::to_string(b) + " is " + std::to_string(byte_id[b]) +
                   " (must be -1 or below " + std::to_string(token_count) + ")");
+}
+
+void check_bpe_tables(const BpeTableView& t, uint64_t token_count, uint64_t merge_count, const std::string& where) {
+  check_byte_ids(t.byte_id, token_count, where);
   const uint64_t cap = t.keys.size();
   if (cap < 16 || cap > (uint64_t(1) << 26) || (cap & (cap - 1)) != 0 || t.merges.size() != cap)
     throw Error(where + ": the merge table has " + std::to_string(cap) +

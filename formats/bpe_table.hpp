@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "formats/error.hpp"
+
 namespace mmgpt {
 
 struct BpeMerge {
@@ -38,17 +40,29 @@ inline uint64_t bpe_first_slot(uint64_t key, uint64_t mask) {
 // The tables, wherever they are held.
 struct BpeTableView {
   const int32_t* byte_id = nullptr;  // [256]: the token of each single byte, or -1
-  std::span<const uint64_t> keys;    // a power of two long, with at least one empty slot
+  std::span<const uint64_t> keys;    // a power of two long
   std::span<const BpeMerge> merges;  // beside keys
+  // Tables checked only where they are read (a tokenizer.json's, too large
+  // to check whole at every load) set this to the token count: a merged id
+  // at or past it is a corrupt file, reported when met.
+  uint64_t id_limit = UINT64_MAX;
 
-  // The merge of the pair (a, b), or {kBpeNoMerge, -1}.
+  // The merge of the pair (a, b), or {kBpeNoMerge, -1}. The probe is
+  // bounded by the table's size, so a table without an empty slot ends too.
   BpeMerge find(int32_t a, int32_t b) const {
     const uint64_t k = bpe_pair_key(a, b), mask = keys.size() - 1;
-    for (uint64_t h = bpe_first_slot(k, mask);; h = (h + 1) & mask) {
+    uint64_t h = bpe_first_slot(k, mask);
+    for (uint64_t step = 0; step <= mask; ++step, h = (h + 1) & mask) {
       const uint64_t stored = keys[h];
-      if (stored == k) return merges[h];
-      if (stored == kBpeEmptyKey) return BpeMerge{kBpeNoMerge, -1};
+      if (stored == k) {
+        const BpeMerge m = merges[h];
+        if (m.id < 0 || static_cast<uint64_t>(m.id) >= id_limit)
+          throw Error("the tokenizer tables are corrupt: a merge gives the id " + std::to_string(m.id));
+        return m;
+      }
+      if (stored == kBpeEmptyKey) break;
     }
+    return BpeMerge{kBpeNoMerge, -1};
   }
 };
 
@@ -88,5 +102,7 @@ std::string bpe_token_bytes(std::string_view token);
 // merge_count; and find() of each key stops at that key's own slot (so no
 // key is stored twice or cut off from its probe's start by an empty slot).
 void check_bpe_tables(const BpeTableView& t, uint64_t token_count, uint64_t merge_count, const std::string& where);
+// The part of that check a tokenizer.json's tables get at load: each byte's token is -1 or below token_count.
+void check_byte_ids(const int32_t* byte_id, uint64_t token_count, const std::string& where);
 
 }  // namespace mmgpt

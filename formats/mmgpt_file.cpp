@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -16,6 +17,7 @@
 
 #include "core/platform.hpp"
 #include "formats/error.hpp"
+#include "formats/mmgpt_file_layout.hpp"
 #include "formats/mmgpt_file_parse.hpp"
 
 namespace mmgpt {
@@ -136,7 +138,30 @@ TokenizerData StoredTokenizer::data() const {
 }
 
 const TokenizerData& ModelFile::tokenizer() const {
-  std::call_once(tokenizer_->once, [this] { tokenizer_->data = stored_tokenizer_.data(); });
+  std::call_once(tokenizer_->once, [this] {
+    TokenizerData d = stored_tokenizer_.data();
+    if (bpe_tables_ && bpe_tables_->table_kind == mmgpt_file::kTablesBpe) {
+      // A tokenizer.json BPE keeps its merges, keys and bytes in its tables.
+      const StoredBpeTables& t = *bpe_tables_;
+      const uint64_t n = t.token_count;
+      std::vector<std::pair<int32_t, uint64_t>> ranked;  // (rank, slot)
+      for (uint64_t h = 0; h < t.table.keys.size(); ++h)
+        if (t.table.keys[h] != kBpeEmptyKey) ranked.emplace_back(t.table.merges[h].rank, h);
+      std::sort(ranked.begin(), ranked.end());
+      for (const auto& [rank, h] : ranked) {
+        const uint64_t a = t.table.keys[h] >> 32, b = t.table.keys[h] & 0xFFFFFFFFu;
+        if (a >= n || b >= n) throw Error(path_ + ": tokenizer tables section: merge table slot " +
+                                          std::to_string(h) + " names an id past the tokenizer");
+        d.merges.emplace_back(d.tokens[a], d.tokens[b]);
+      }
+      for (uint64_t i = 0; i < n; ++i) {
+        d.keys.emplace_back(t.token_key(i));
+        d.bytes.emplace_back(t.token_bytes(i));
+      }
+      std::copy_n(t.table.byte_id, 256, d.byte_ids.begin());
+    }
+    tokenizer_->data = std::move(d);
+  });
   return tokenizer_->data;
 }
 

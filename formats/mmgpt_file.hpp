@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -50,15 +51,29 @@ struct StoredTokenizer {
   TokenizerData data() const;  // the same, as owned strings
 };
 
-// A GPT-2 BPE tokenizer's tables as the file stores them (section kind 4),
-// validated, pointing into the mapping.
+// A BPE tokenizer's tables as the file stores them (section kind 4),
+// validated, pointing into the mapping. Table kind 1 (GPT-2 BPE) is checked
+// whole at load; kind 2 (a tokenizer.json's) has its offsets checked at load
+// and its merge table and vocabulary index where they are read.
 struct StoredBpeTables {
+  uint32_t table_kind = 1;
   BpeTableView table;
   const uint64_t* byte_offsets = nullptr;  // [token_count + 1]: token i is bytes[byte_offsets[i], byte_offsets[i + 1])
   const char* bytes = nullptr;
   uint64_t token_count = 0;
   std::string_view token_bytes(uint64_t id) const {
     return {bytes + byte_offsets[id], static_cast<size_t>(byte_offsets[id + 1] - byte_offsets[id])};
+  }
+  // Kind 2 only: the merge rules' count, each token's key in the model's
+  // space (raw bytes for byte-level BPE, the spelling otherwise; empty for an
+  // added token outside the model) and the keys' index: open addressing
+  // over ids by formats/string_index.hpp's hash, -1 in an empty slot.
+  uint64_t merge_count = 0;
+  const uint64_t* key_offsets = nullptr;
+  const char* keys = nullptr;
+  std::span<const int32_t> vocab_slots;
+  std::string_view token_key(uint64_t id) const {
+    return {keys + key_offsets[id], static_cast<size_t>(key_offsets[id + 1] - key_offsets[id])};
   }
 };
 

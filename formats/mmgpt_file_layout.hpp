@@ -87,6 +87,19 @@ inline constexpr uint64_t kTablesOffByteIds = 24;       // i32[256]
 inline constexpr uint64_t kTablesOffKeys = 24 + 1024;   // u64[capacity], then {i32 rank, i32 id}[capacity],
                                                         // u64[token_count + 1] byte offsets, the token bytes
 inline constexpr uint64_t kMaxTableCapacity = uint64_t(1) << 26;
+// Table kind 2, for a tokenizer.json BPE (tokenizer kind 3); required with it.
+// The merge table and the vocabulary index are checked where they are read
+// (bounded probes, ids checked), the rest at load:
+//   u32 kind (2), u32 reserved, u64 token_count, u64 capacity, i32 byte_id[256],
+//   u64 merge_count, u64 vocab_capacity (a power of two, 16 to 2^27),
+//   u64 keys[capacity], {i32 rank, i32 id}[capacity],
+//   u64 byte_offsets[token_count + 1], u64 key_offsets[token_count + 1],
+//   i32 vocab_slots[vocab_capacity], the tokens' bytes, the tokens' keys.
+inline constexpr uint32_t kTablesBpe = 2;
+inline constexpr uint64_t kTables2OffMergeCount = 24 + 1024;
+inline constexpr uint64_t kTables2OffVocabCapacity = 24 + 1024 + 8;
+inline constexpr uint64_t kTables2OffKeys = 24 + 1024 + 16;
+inline constexpr uint64_t kMaxVocabCapacity = uint64_t(1) << 27;
 
 // --- tokenizer pipeline section (kind 6, required; tokenizer kind 3 only) ------
 // A Hugging Face tokenizer's pipeline around its BPE model (text/hf_tokenizer.hpp):

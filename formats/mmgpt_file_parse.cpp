@@ -217,8 +217,9 @@ std::string_view read_string(ByteCursor& c, const Field& field) {
   if (c.remaining() >= 4) {
     const uint32_t len = c.peek_u32();
     if (len <= kMaxStringBytes && len <= c.remaining() - 4) {
-      c.u32("string length");  // neither read can fail: checked above
-      return c.view(len, "string");
+      static const std::string length_name = "string length", string_name = "string";  // built once, not per string
+      c.u32(length_name);  // neither read can fail: checked above
+      return c.view(len, string_name);
     }
   }
   const std::string name = field();
@@ -290,17 +291,73 @@ std::string_view read_tokenizer_pipeline(const unsigned char* p, SectionRef ref,
 
 // Section kind 4: checked in full (formats/bpe_table.hpp's rules, sizes, offsets)
 // before any pointer into it is formed.
+// Offsets [count + 1] into a blob of `blob` bytes: from 0, never decreasing, ending at blob.
+void check_offsets(const uint64_t* offsets, uint64_t count, uint64_t blob, const std::string& where,
+                   const char* what) {
+  if (offsets[0] != 0) throw Error(where + ": the first token's " + what + " do not start at 0");
+  for (uint64_t i = 0; i < count; ++i)
+    if (offsets[i + 1] < offsets[i] || offsets[i + 1] > blob)
+      throw Error(where + ": the " + what + " of token " + std::to_string(i) + " end at " +
+                  std::to_string(offsets[i + 1]) + ", outside [" + std::to_string(offsets[i]) + ", " +
+                  std::to_string(blob) + "]");
+  if (offsets[count] != blob)
+    throw Error(where + ": " + std::to_string(blob - offsets[count]) + " bytes after the last token's " + what);
+}
+
+// Table kind 2 (docs/format.md): sizes, byte ids and offsets here; the merge
+// table and the vocabulary index where they are read.
+StoredBpeTables read_bpe_tables_v2(const unsigned char* p, SectionRef ref, uint64_t tokens, uint64_t cap,
+                                   const std::string& where) {
+  if (ref.size < kTables2OffKeys)
+    throw Error(where + ": " + std::to_string(ref.size) + " bytes cannot hold the table header");
+  const unsigned char* base = p + ref.offset;
+  const uint64_t merges = load_u64(base + kTables2OffMergeCount), vcap = load_u64(base + kTables2OffVocabCapacity);
+  if (merges > kMaxMerges) throw Error(where + ": merge_count " + std::to_string(merges) + " exceeds 2^24");
+  if (vcap < 16 || vcap > kMaxVocabCapacity || (vcap & (vcap - 1)) != 0 || vcap < 2 * tokens)
+    throw Error(where + ": vocab_capacity " + std::to_string(vcap) +
+                " is not a power of two from 16 to 2^27 and at least twice the token count");
+  // Bounded by the checks above, so no overflow.
+  const uint64_t byte_offsets_at = kTables2OffKeys + 16 * cap, key_offsets_at = byte_offsets_at + 8 * (tokens + 1);
+  const uint64_t slots_at = key_offsets_at + 8 * (tokens + 1), blobs_at = slots_at + 4 * vcap;
+  if (ref.size < blobs_at)
+    throw Error(where + ": " + std::to_string(ref.size) + " bytes cannot hold the tables (" + std::to_string(blobs_at) +
+                " needed)");
+  StoredBpeTables t;
+  t.table_kind = kTablesBpe;
+  t.token_count = tokens;
+  t.merge_count = merges;
+  t.table.byte_id = reinterpret_cast<const int32_t*>(base + kTablesOffByteIds);
+  t.table.keys = {reinterpret_cast<const uint64_t*>(base + kTables2OffKeys), static_cast<size_t>(cap)};
+  t.table.merges = {reinterpret_cast<const BpeMerge*>(base + kTables2OffKeys + 8 * cap), static_cast<size_t>(cap)};
+  t.table.id_limit = tokens;
+  check_byte_ids(t.table.byte_id, tokens, where);
+  t.byte_offsets = reinterpret_cast<const uint64_t*>(base + byte_offsets_at);
+  t.key_offsets = reinterpret_cast<const uint64_t*>(base + key_offsets_at);
+  t.vocab_slots = {reinterpret_cast<const int32_t*>(base + slots_at), static_cast<size_t>(vcap)};
+  const uint64_t bytes_size = t.byte_offsets[tokens], blobs = ref.size - blobs_at;
+  if (bytes_size > blobs)
+    throw Error(where + ": the tokens' bytes (" + std::to_string(bytes_size) + ") do not fit in the " +
+                std::to_string(blobs) + " bytes left");
+  check_offsets(t.byte_offsets, tokens, bytes_size, where, "bytes");
+  check_offsets(t.key_offsets, tokens, blobs - bytes_size, where, "keys");
+  t.bytes = reinterpret_cast<const char*>(base + blobs_at);
+  t.keys = t.bytes + bytes_size;
+  return t;
+}
+
 StoredBpeTables read_tokenizer_tables(const unsigned char* p, SectionRef ref, const StoredTokenizer& tok,
                                       const std::string& path) {
   const std::string where = path + ": tokenizer tables section";
-  if (tok.kind != TokenizerKind::Gpt2Bpe)
-    throw Error(where + ": present, but the tokenizer is not GPT-2 BPE (kind " +
+  if (tok.kind != TokenizerKind::Gpt2Bpe && tok.kind != TokenizerKind::Bpe)
+    throw Error(where + ": present, but the tokenizer is not a BPE (kind " +
                 std::to_string(static_cast<uint32_t>(tok.kind)) + ")");
   if (ref.offset % 8 != 0) throw Error(where + ": offset " + std::to_string(ref.offset) + " is not a multiple of 8");
   ByteCursor c(p, ref.offset, ref.offset + ref.size, where);
   const uint32_t kind = c.u32("kind");
-  if (kind != kTablesGpt2Bpe)
-    throw Error(where + ": table kind " + std::to_string(kind) + " is unknown (1 = GPT-2 BPE)");
+  const uint32_t want = tok.kind == TokenizerKind::Bpe ? kTablesBpe : kTablesGpt2Bpe;
+  if (kind != want)
+    throw Error(where + ": table kind " + std::to_string(kind) + " is not " + std::to_string(want) +
+                " (1 = GPT-2 BPE, 2 = tokenizer.json BPE)");
   c.u32("reserved");
   const uint64_t tokens = c.u64("token_count"), cap = c.u64("capacity");
   if (tokens != tok.tokens.size())
@@ -308,6 +365,7 @@ StoredBpeTables read_tokenizer_tables(const unsigned char* p, SectionRef ref, co
                 std::to_string(tok.tokens.size()));
   if (cap < 16 || cap > kMaxTableCapacity || (cap & (cap - 1)) != 0)
     throw Error(where + ": capacity " + std::to_string(cap) + " is not a power of two from 16 to 2^26");
+  if (kind == kTablesBpe) return read_bpe_tables_v2(p, ref, tokens, cap, where);
   // Fixed part, tables and offsets: bounded by the checks above, so no overflow.
   const uint64_t offsets_at = kTablesOffKeys + 16 * cap, blob_at = offsets_at + 8 * (tokens + 1);
   if (ref.size < blob_at)
@@ -406,8 +464,9 @@ ParsedImage parse_image(const unsigned char* p, uint64_t size, const std::string
   out.tokenizer = read_tokenizer(p, s.tokenizer, out.config, path);
   if (s.tables.present) out.bpe_tables = read_tokenizer_tables(p, s.tables, out.tokenizer, path);
   if (s.pipeline.present) out.tokenizer.pipeline = read_tokenizer_pipeline(p, s.pipeline, out.tokenizer, path);
-  if (out.tokenizer.kind == TokenizerKind::Bpe && !s.pipeline.present)
-    throw Error(path + ": the tokenizer is a tokenizer.json BPE but the file has no tokenizer pipeline section (kind 6)");
+  if (out.tokenizer.kind == TokenizerKind::Bpe && (!s.pipeline.present || !s.tables.present))
+    throw Error(path + ": the tokenizer is a tokenizer.json BPE but the file lacks its " +
+                (s.pipeline.present ? "tables section (kind 4)" : "pipeline section (kind 6)"));
   out.tensors = read_directory(p, size, s.tensors, path, regions);
   check_no_overlap(regions, path);
   std::vector<NamedShape> named;

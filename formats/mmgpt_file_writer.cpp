@@ -18,6 +18,7 @@
 #include "formats/mmgpt_file_bytes.hpp"
 #include "formats/mmgpt_file_layout.hpp"
 #include "formats/mmgpt_file_rules.hpp"
+#include "formats/string_index.hpp"
 
 namespace mmgpt {
 namespace {
@@ -83,9 +84,13 @@ std::vector<unsigned char> encode_block(const ModelConfig& c) {
 std::vector<unsigned char> encode_tokenizer(const TokenizerData& t) {
   ByteSink s;
   s.u32(static_cast<uint32_t>(t.kind)), s.u32(0);
-  s.u64(static_cast<uint64_t>(t.eos_id)), s.u64(t.tokens.size()), s.u64(t.merges.size());
+  // Kind Bpe keeps its merges only in its tables, as ids (the section that
+  // is read at every load stays as small as the vocabulary).
+  const bool merges_here = t.kind != TokenizerKind::Bpe;
+  s.u64(static_cast<uint64_t>(t.eos_id)), s.u64(t.tokens.size()), s.u64(merges_here ? t.merges.size() : 0);
   for (const std::string& tok : t.tokens) s.str(tok);
-  for (const auto& [a, b] : t.merges) s.str(a), s.str(b);
+  if (merges_here)
+    for (const auto& [a, b] : t.merges) s.str(a), s.str(b);
   return std::move(s.bytes);
 }
 
@@ -127,6 +132,38 @@ std::vector<unsigned char> encode_pipeline(const TokenizerData& t) {
   return std::move(s.bytes);
 }
 
+// The tables of a tokenizer.json BPE (table kind 2, docs/format.md).
+std::vector<unsigned char> encode_bpe_tables(const TokenizerData& t, const std::string& path) {
+  const size_t n = t.tokens.size();
+  if (t.keys.size() != n || t.bytes.size() != n)
+    throw Error(path + ": the tokenizer's keys or bytes do not cover its " + std::to_string(n) + " tokens");
+  // The merges name tokens of the model's vocabulary only: those with a key.
+  std::vector<std::string_view> model(n);
+  for (size_t i = 0; i < n; ++i)
+    if (!t.keys[i].empty()) model[i] = t.tokens[i];
+  std::vector<std::pair<std::string_view, std::string_view>> rules(t.merges.begin(), t.merges.end());
+  const BpeTables tables = BpeTables::build(model, rules);
+  StringIndex index;
+  index.build(n, [&t](size_t i) { return std::string_view(t.keys[i]); });
+  const std::vector<int32_t>& slots = index.slots();
+  ByteSink s;
+  s.u32(kTablesBpe), s.u32(0);
+  s.u64(n), s.u64(tables.keys.size());
+  for (int32_t id : t.byte_ids) s.u32(static_cast<uint32_t>(id));
+  s.u64(t.merges.size()), s.u64(slots.size());
+  for (uint64_t k : tables.keys) s.u64(k);
+  for (const BpeMerge& m : tables.merges) s.u32(static_cast<uint32_t>(m.rank)), s.u32(static_cast<uint32_t>(m.id));
+  for (const std::vector<std::string>* blob : {&t.bytes, &t.keys}) {
+    uint64_t offset = 0;
+    s.u64(0);
+    for (const std::string& b : *blob) s.u64(offset += b.size());
+  }
+  for (int32_t id : slots) s.u32(static_cast<uint32_t>(id));
+  for (const std::vector<std::string>* blob : {&t.bytes, &t.keys})
+    for (const std::string& b : *blob) s.bytes.insert(s.bytes.end(), b.begin(), b.end());
+  return std::move(s.bytes);
+}
+
 // Everything before the first tensor: header, section table, config,
 // tokenizer, directory; each section starts 8-aligned. Fills `offsets` with
 // each tensor's data offset and returns the image with the total file size.
@@ -135,8 +172,9 @@ std::vector<unsigned char> build_metadata(const ModelConfig& config, const Token
                                           uint64_t& file_size, const std::string& path) {
   const std::vector<unsigned char> cfg = encode_config(config);
   const std::vector<unsigned char> tok = encode_tokenizer(tokenizer);
-  const std::vector<unsigned char> tables =
-      tokenizer.kind == TokenizerKind::Gpt2Bpe ? encode_tokenizer_tables(tokenizer) : std::vector<unsigned char>{};
+  const std::vector<unsigned char> tables = tokenizer.kind == TokenizerKind::Gpt2Bpe ? encode_tokenizer_tables(tokenizer)
+                                            : tokenizer.kind == TokenizerKind::Bpe   ? encode_bpe_tables(tokenizer, path)
+                                                                                     : std::vector<unsigned char>{};
   const std::vector<unsigned char> block = encode_block(config);
   const std::vector<unsigned char> pipeline = encode_pipeline(tokenizer);
   const uint64_t table = kHeaderSize, n_sections = 3 + !tables.empty() + !block.empty() + !pipeline.empty();
@@ -168,8 +206,9 @@ std::vector<unsigned char> build_metadata(const ModelConfig& config, const Token
                                                                          {kSectionTensors, {dir_off, dir_size}}};
   for (const auto& [kind, where] : sections)
     s.u32(kind), s.u32(kSectionFlagRequired), s.u64(where.first), s.u64(where.second), s.u64(0);
-  if (!tables.empty())  // optional: older readers skip it
-    s.u32(kSectionTokenizerTables), s.u32(0), s.u64(tables_off), s.u64(tables.size()), s.u64(0);
+  if (!tables.empty())  // optional for GPT-2 BPE (older readers skip it), required for a tokenizer.json BPE
+    s.u32(kSectionTokenizerTables), s.u32(tokenizer.kind == TokenizerKind::Bpe ? kSectionFlagRequired : 0),
+        s.u64(tables_off), s.u64(tables.size()), s.u64(0);
   if (!block.empty())  // required: it changes how the model runs
     s.u32(kSectionBlock), s.u32(kSectionFlagRequired), s.u64(block_off), s.u64(block.size()), s.u64(0);
   if (!pipeline.empty())  // required: the tokenizer cannot run without it

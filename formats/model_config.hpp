@@ -4,6 +4,7 @@
 // names and shapes the engine expects. Shared by the converter (which fills
 // it), the .mmgpt writer/reader (which store and validate it) and the engine
 // (which builds the forward pass from it).
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -107,6 +108,14 @@ struct TokenizerData {
   // Bpe only: tokenizer.json without the model's vocab and merges (normalizer,
   // pre-tokenizer, added tokens, post-processor, decoder, model options), as JSON text.
   std::string pipeline;
+  // Bpe only, what the tokenizer's tables hold beside the merges (filled by
+  // the reader of tokenizer.json, text/tokenizer_json.hpp): id -> the token's
+  // key in the model's space (raw bytes for byte-level BPE, the spelling
+  // otherwise; empty: an added token outside the model's vocabulary), id ->
+  // the bytes it shows as on its own, and each byte's token (-1: none).
+  std::vector<std::string> keys;
+  std::vector<std::string> bytes;
+  std::array<int32_t, 256> byte_ids{};
 };
 
 // How a tensor's elements are arranged (ids are part of the file format).

@@ -47,6 +47,8 @@ class StringIndex {
     }
   }
 
+  const std::vector<int32_t>& slots() const { return slots_; }
+
   // The id of `s`, or -1.
   template <class Get>
   int32_t find(std::string_view s, Get get) const {

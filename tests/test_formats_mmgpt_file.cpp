@@ -844,7 +844,7 @@ TEST_CASE("the tokenizer tables section: written for BPE, searched in place, eve
   CHECK(cap == 16);
   Bytes img = bpe;
   set_u32(img, at, 2);
-  CHECK_REJECTS(img, "tokenizer tables section: table kind 2 is unknown");
+  CHECK_REJECTS(img, "tokenizer tables section: table kind 2 is not 1 (1 = GPT-2 BPE, 2 = tokenizer.json BPE)");
   img = bpe;
   set_u64(img, at + mmgpt_file::kTablesOffTokenCount, 9);
   CHECK_REJECTS(img, "token_count 9 differs from the tokenizer's 8");

@@ -108,6 +108,30 @@ TEST_CASE("a SentencePiece-style tokenizer: metaspace, merges, byte fallback, te
   CHECK(error_of([&] { t.encode("\xFF", true, false); }).find("not valid UTF-8") != std::string::npos);
 }
 
+TEST_CASE("tokenizer_config.json and generation_config.json: the chat template and every end-of-turn token") {
+  const fs::path p = write_json("configs", sp_tokenizer().dump());
+  std::ofstream(p.parent_path() / "tokenizer_config.json")
+      << R"({"eos_token": {"content": "</s>"}, "bos_token": "<s>", "chat_template": "{{ bos_token }}{{ messages[0].content }}"})";
+  // </s> is not a token of this vocabulary: refused, naming both files.
+  std::string e = error_of([&] { read_tokenizer_json(p.string()); });
+  CHECK_MESSAGE(e.find("tokenizer_config.json: eos_token {\"content\":\"</s>\"} is not a token of") != std::string::npos, e);
+  std::ofstream(p.parent_path() / "tokenizer_config.json")
+      << R"({"eos_token": "<s>", "bos_token": "<s>", "chat_template": "{{ bos_token }}{{ messages[0].content }}"})";
+  std::ofstream(p.parent_path() / "generation_config.json") << R"({"eos_token_id": [4, 1, 3]})";
+  const Tokenizer t(read_tokenizer_json(p.string()));
+  CHECK(t.eos_id() == 1);
+  CHECK(t.is_end(1));
+  CHECK(t.is_end(3));
+  CHECK(t.is_end(4));
+  CHECK(!t.is_end(5));
+  const json chat = json::parse(t.chat_json());
+  CHECK(chat["chat_template"] == "{{ bos_token }}{{ messages[0].content }}");
+  CHECK(chat["special_tokens"]["bos_token"] == "<s>");
+  std::ofstream(p.parent_path() / "generation_config.json") << R"({"eos_token_id": 9999})";
+  e = error_of([&] { read_tokenizer_json(p.string()); });
+  CHECK_MESSAGE(e.find("generation_config.json: eos_token_id 9999 is not a token of") != std::string::npos, e);
+}
+
 TEST_CASE("unknown characters without byte fallback: fused into one <unk>") {
   json j = sp_tokenizer();
   j["model"]["byte_fallback"] = false;

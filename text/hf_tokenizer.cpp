@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <variant>
 
 #include "formats/bpe_table.hpp"
+#include "formats/mmgpt_file.hpp"
+#include "formats/mmgpt_file_layout.hpp"
 #include "formats/error.hpp"
 #include "formats/file_util.hpp"
 #include "formats/string_index.hpp"
@@ -623,16 +626,31 @@ struct AddedToken {
 };
 
 // A byte trie of added tokens, searched leftmost-longest (as the reference's
-// Aho-Corasick automaton with MatchKind::LeftmostLongest).
+// Aho-Corasick automaton with MatchKind::LeftmostLongest). Its edges are one
+// open-addressing table keyed by (node, byte): built without an allocation
+// per node, as a vocabulary may add thousands of tokens (Gemma 3's 6k).
 class AddedTrie {
  public:
+  // Room for `bytes` more edges at a load of at most 3/4.
+  void reserve(size_t bytes) {
+    size_t cap = 16;
+    while (3 * cap < 4 * (bytes + 1)) cap *= 2;
+    slots_.assign(cap, Slot{kEmpty, 0});
+    terminal_.reserve(bytes + 1);
+  }
   void add(std::string_view s, int32_t index) {
+    if (terminal_.size() + s.size() >= kMaxNodes) throw Error("too many added tokens' bytes");
+    if (slots_.empty() || 4 * (terminal_.size() + s.size()) > 3 * slots_.size()) grow(terminal_.size() + s.size());
     uint32_t node = 0;
     for (unsigned char c : s) {
-      const uint64_t key = (uint64_t(node) << 8) | c;
-      auto [it, fresh] = edges_.try_emplace(key, static_cast<uint32_t>(terminal_.size()));
-      if (fresh) terminal_.push_back(-1);
-      node = it->second;
+      const uint32_t key = (node << 8) | c;
+      uint64_t h = slot_of(key);
+      while (slots_[h].key != kEmpty && slots_[h].key != key) h = (h + 1) & (slots_.size() - 1);
+      if (slots_[h].key == kEmpty) {
+        slots_[h] = Slot{key, static_cast<uint32_t>(terminal_.size())};
+        terminal_.push_back(-1);
+      }
+      node = slots_[h].child;
     }
     if (terminal_[node] < 0) terminal_[node] = index;  // the first token of equal content wins
     first_[static_cast<unsigned char>(s[0])] = true;
@@ -640,21 +658,42 @@ class AddedTrie {
   bool empty() const { return terminal_.size() == 1; }
   // The longest token starting at text[pos]: its index and end, or -1.
   int32_t longest_at(std::string_view text, size_t pos, size_t& end) const {
-    if (!first_[static_cast<unsigned char>(text[pos])]) return -1;
+    if (slots_.empty() || !first_[static_cast<unsigned char>(text[pos])]) return -1;
     uint32_t node = 0;
     int32_t best = -1;
+    const uint64_t mask = slots_.size() - 1;
     for (size_t i = pos; i < text.size(); ++i) {
-      auto it = edges_.find((uint64_t(node) << 8) | static_cast<unsigned char>(text[i]));
-      if (it == edges_.end()) break;
-      node = it->second;
+      const uint32_t key = (node << 8) | static_cast<unsigned char>(text[i]);
+      uint64_t h = slot_of(key);
+      while (slots_[h].key != kEmpty && slots_[h].key != key) h = (h + 1) & mask;
+      if (slots_[h].key == kEmpty) break;
+      node = slots_[h].child;
       if (terminal_[node] >= 0) best = terminal_[node], end = i + 1;
     }
     return best;
   }
 
  private:
-  std::unordered_map<uint64_t, uint32_t> edges_;
-  std::vector<int32_t> terminal_{-1};
+  // A key is (node << 8) | byte, so nodes stay below 2^24; kEmpty is no key.
+  static constexpr uint32_t kEmpty = ~uint32_t{0};
+  static constexpr size_t kMaxNodes = size_t(1) << 24;
+  struct Slot {
+    uint32_t key, child;
+  };
+  uint64_t slot_of(uint32_t key) const { return bpe_first_slot(key, slots_.size() - 1); }
+  void grow(size_t edges) {
+    std::vector<Slot> old = std::move(slots_);
+    reserve(std::max(edges, old.size()));
+    for (const Slot& e : old) {
+      if (e.key == kEmpty) continue;
+      uint64_t s = slot_of(e.key);
+      while (slots_[s].key != kEmpty) s = (s + 1) & (slots_.size() - 1);
+      slots_[s] = e;
+    }
+  }
+
+  std::vector<Slot> slots_;
+  std::vector<int32_t> terminal_{-1};  // node -> the index of the token ending there, or -1
   bool first_[256] = {};
 };
 
@@ -664,16 +703,38 @@ using namespace hf_parts;
 
 struct HfTokenizer::Impl {
   std::string where;
-  std::vector<std::string> spelling;  // id -> spelling (decode)
-  std::vector<std::string> bytes;     // id -> streamed bytes
+  // The vocabulary, in the file's tables (stored) or built here from strings
+  // (owned_*): id -> spelling (decoding), id -> key in the model's space (raw
+  // bytes when byte-level, the spelling otherwise; empty outside the model),
+  // the keys' index, and id -> the bytes a token shows as on its own.
+  const StoredBpeTables* stored = nullptr;
+  std::span<const std::string_view> spelling;
+  std::vector<std::string> owned_spelling_strings;
+  std::vector<std::string_view> owned_spelling;
+  std::vector<std::string> owned_keys;
+  StringIndex owned_index;
+  // token_bytes() hands out strings: made from the stored bytes on its first call.
+  mutable std::once_flag bytes_once;
+  mutable std::vector<std::string> bytes;
   bool byte_level = false;
-  // The model
   std::unique_ptr<BpeModel> bpe;
-  // The model's vocabulary by its key: raw bytes when byte-level, the spelling otherwise.
-  std::vector<std::string> keys;  // id -> key; empty for ids outside the model
-  StringIndex vocab;
-  int32_t find(std::string_view key) const {
-    return vocab.find(key, [this](size_t i) { return std::string_view(keys[i]); });
+
+  std::string_view key(size_t id) const { return stored ? stored->token_key(id) : std::string_view(owned_keys[id]); }
+  int32_t find(std::string_view s) const {
+    if (!stored) return owned_index.find(s, [this](size_t i) { return key(i); });
+    // The stored index is checked here, where it is read: a bounded probe and every id in range.
+    const std::span<const int32_t> slots = stored->vocab_slots;
+    const uint64_t mask = slots.size() - 1;
+    uint64_t h = string_hash(s) & mask;
+    for (uint64_t step = 0; step <= mask && !s.empty(); ++step, h = (h + 1) & mask) {
+      const int32_t id = slots[h];
+      if (id < 0) break;
+      if (static_cast<uint64_t>(id) >= stored->token_count)
+        throw Error(where + ": tokenizer tables section: vocabulary slot " + std::to_string(h) + " holds the id " +
+                    std::to_string(id) + ", past the tokenizer");
+      if (key(static_cast<size_t>(id)) == s) return id;
+    }
+    return -1;
   }
   bool ignore_merges = false, byte_fallback = false, fuse_unk = false;
   int32_t unk = -1;
@@ -683,10 +744,12 @@ struct HfTokenizer::Impl {
   std::vector<DecodeStep> decoders;
   std::vector<AddedToken> added;
   AddedTrie raw_trie, normalized_trie;
-  std::unordered_map<std::string, int32_t> added_by_content;
+  StringIndex added_index;  // over added[i].content
   // Post-processor (TemplateProcessing "single"): special ids and -1 for the sequence.
   std::vector<int32_t> template_single;
   bool has_template = false;
+  std::string chat_json;  // the pipeline's "chat" entry, or empty
+  std::vector<int32_t> end_ids;  // sorted
 
   void split_added(const std::string& text, const AddedTrie& trie, bool allow_special, bool at_start,
                    std::vector<std::pair<Piece, int32_t>>& out) const;
@@ -695,9 +758,12 @@ struct HfTokenizer::Impl {
 
 HfTokenizer::HfTokenizer(std::span<const std::string_view> tokens,
                          std::span<const std::pair<std::string_view, std::string_view>> merges, const json& pipeline,
-                         const std::string& where)
+                         const std::string& where, const StoredBpeTables* stored)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  m.stored = stored;
+  if (stored && (stored->table_kind != mmgpt_file::kTablesBpe || stored->token_count != tokens.size()))
+    throw Error(where + ": the tokenizer tables do not belong to this tokenizer");
   m.where = where;
   const Where root{where, ""};
   if (!pipeline.is_object()) root.fail("the tokenizer pipeline is not a JSON object");
@@ -715,6 +781,21 @@ HfTokenizer::HfTokenizer(std::span<const std::string_view> tokens,
   m.byte_fallback = bool_field(model, "byte_fallback", false, mw);
   m.fuse_unk = bool_field(model, "fuse_unk", false, mw);
 
+  if (pipeline.contains("chat")) {
+    const json& chat = pipeline["chat"];
+    if (!chat.is_object() || !chat.contains("chat_template")) root.at("chat").fail("has no chat_template");
+    m.chat_json = chat.dump();
+  }
+  if (pipeline.contains("end_ids")) {
+    const json& ids = pipeline["end_ids"];
+    if (!ids.is_array()) root.at("end_ids").fail("is not a list");
+    for (const json& id : ids) {
+      if (!id.is_number_unsigned() || id.get<uint64_t>() >= tokens.size())
+        root.at("end_ids").fail("holds " + id.dump() + ", not a token id");
+      m.end_ids.push_back(id.get<int32_t>());
+    }
+    std::sort(m.end_ids.begin(), m.end_ids.end());
+  }
   read_normalizers(pipeline.value("normalizer", json()), root.at("normalizer"), m.normalizers);
   read_pre_tokenizers(pipeline.value("pre_tokenizer", json()), root.at("pre_tokenizer"), m.pre);
   read_decoders(pipeline.value("decoder", json()), root.at("decoder"), m.decoders);
@@ -737,27 +818,30 @@ HfTokenizer::HfTokenizer(std::span<const std::string_view> tokens,
     }
   }
 
-  m.spelling.reserve(tokens.size());
-  m.bytes.reserve(tokens.size());
-  std::vector<std::string_view> model_spelling(tokens.size());
-  m.keys.resize(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    m.spelling.emplace_back(tokens[i]);
-    if (in_model[i]) model_spelling[i] = tokens[i];
-    std::string key = m.byte_level && in_model[i] ? bpe_token_bytes(tokens[i]) : std::string(tokens[i]);
-    if (in_model[i]) m.keys[i] = key;
-    if (!m.byte_level && in_model[i]) {
-      // Text space: "▁" shows as a space, <0xNN> as its byte.
-      std::string_view t = tokens[i];
-      if (t.size() == 6 && t.substr(0, 3) == "<0x" && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
-          std::isxdigit(static_cast<unsigned char>(t[4])))
-        key = std::string(1, static_cast<char>(std::stoi(std::string(t.substr(3, 2)), nullptr, 16)));
-      else
-        key = replace_all(t, kMetaspace, " ");
+  if (stored) {
+    m.spelling = tokens;  // the caller's views into the file, kept alive with it
+  } else {
+    m.owned_spelling_strings.assign(tokens.begin(), tokens.end());
+    m.owned_spelling.assign(m.owned_spelling_strings.begin(), m.owned_spelling_strings.end());
+    m.spelling = m.owned_spelling;
+    m.bytes.reserve(tokens.size());
+    m.owned_keys.resize(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      std::string key = m.byte_level && in_model[i] ? bpe_token_bytes(tokens[i]) : std::string(tokens[i]);
+      if (in_model[i]) m.owned_keys[i] = key;
+      if (!m.byte_level && in_model[i]) {
+        // Text space: "▁" shows as a space, <0xNN> as its byte.
+        std::string_view t = tokens[i];
+        if (t.size() == 6 && t.substr(0, 3) == "<0x" && t[5] == '>' &&
+            std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4])))
+          key = std::string(1, static_cast<char>(std::stoi(std::string(t.substr(3, 2)), nullptr, 16)));
+        else
+          key = replace_all(t, kMetaspace, " ");
+      }
+      m.bytes.push_back(std::move(key));
     }
-    m.bytes.push_back(std::move(key));
+    m.owned_index.build(m.owned_keys.size(), [&m](size_t i) { return m.key(i); });
   }
-  m.vocab.build(m.keys.size(), [&m](size_t i) { return std::string_view(m.keys[i]); });
 
   if (model.contains("unk_token") && !model["unk_token"].is_null()) {
     const std::string unk = string_field(model, "unk_token", mw);
@@ -765,13 +849,21 @@ HfTokenizer::HfTokenizer(std::span<const std::string_view> tokens,
     if (m.unk < 0) mw.at("unk_token").fail("'" + unk + "' is not in the vocabulary");
   }
 
-  std::vector<std::pair<std::string_view, std::string_view>> rules(merges.begin(), merges.end());
-  try {
-    BpeTables t = BpeTables::build(model_spelling, rules, m.byte_level ? ByteTokens::Gpt2 : ByteTokens::Hex);
-    if (!m.byte_level && !m.byte_fallback) t.byte_id.fill(-1);  // in text space the byte tokens serve only byte fallback
-    m.bpe = std::make_unique<BpeModel>(std::move(t));
-  } catch (const Error& e) {
-    throw Error(where + ": " + e.what());
+  if (stored) {
+    m.bpe = std::make_unique<BpeModel>(stored->table, nullptr);  // the caller keeps the file mapped
+  } else {
+    // The merges name tokens of the model's vocabulary only.
+    std::vector<std::string_view> model_spelling(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (in_model[i]) model_spelling[i] = tokens[i];
+    std::vector<std::pair<std::string_view, std::string_view>> rules(merges.begin(), merges.end());
+    try {
+      BpeTables t = BpeTables::build(model_spelling, rules, m.byte_level ? ByteTokens::Gpt2 : ByteTokens::Hex);
+      if (!m.byte_level && !m.byte_fallback) t.byte_id.fill(-1);  // in text space bytes serve only byte fallback
+      m.bpe = std::make_unique<BpeModel>(std::move(t));
+    } catch (const Error& e) {
+      throw Error(where + ": " + e.what());
+    }
   }
 
   // Added tokens.
@@ -779,26 +871,39 @@ HfTokenizer::HfTokenizer(std::span<const std::string_view> tokens,
     const json& list = pipeline["added_tokens"];
     const Where aw = root.at("added_tokens");
     if (!list.is_array()) aw.fail("is not a list");
+    m.added.reserve(list.size());
     for (size_t i = 0; i < list.size(); ++i) {
+      // Read without building the entry's name (thousands of entries): it is made only for an error.
       const json& a = list[i];
-      const Where w = aw.at(i);
-      const json& idj = field(a, "id", w);
-      if (!idj.is_number_unsigned() || idj.get<uint64_t>() >= tokens.size())
-        w.at("id").fail("is not an id of the vocabulary");
-      AddedToken t{idj.get<int32_t>(),
-                   string_field(a, "content", w),
-                   bool_field(a, "special", false, w),
-                   bool_field(a, "lstrip", false, w),
-                   bool_field(a, "rstrip", false, w),
-                   bool_field(a, "single_word", false, w),
-                   bool_field(a, "normalized", !bool_field(a, "special", false, w), w)};
-      if (t.content.empty()) w.at("content").fail("is empty");
-      if (m.spelling[static_cast<size_t>(t.id)] != t.content)
-        w.fail("content '" + t.content + "' is not the spelling of id " + std::to_string(t.id));
-      m.added_by_content.emplace(t.content, t.id);
-      m.bytes[static_cast<size_t>(t.id)] = t.content;
+      auto fail = [&](const std::string& what) { aw.at(i).fail(what); };
+      if (!a.is_object()) fail("is not an object");
+      auto flag = [&](const char* key, bool fallback) {
+        auto it = a.find(key);
+        if (it == a.end() || it->is_null()) return fallback;
+        if (!it->is_boolean()) fail(std::string(key) + " is not true or false");
+        return it->get<bool>();
+      };
+      auto idj = a.find("id");
+      if (idj == a.end() || !idj->is_number_unsigned() || idj->get<uint64_t>() >= tokens.size())
+        fail("id is not an id of the vocabulary");
+      const size_t id = idj->get<size_t>();
+      // The stored pipeline leaves out the content (the id's spelling) and every default.
+      AddedToken t{static_cast<int32_t>(id), std::string(m.spelling[id]), flag("special", false), flag("lstrip", false),
+                   flag("rstrip", false), flag("single_word", false), false};
+      t.normalized = flag("normalized", !t.special);
+      if (auto c = a.find("content"); c != a.end()) {
+        if (!c->is_string()) fail("content is not a string");
+        if (c->get_ref<const std::string&>() != t.content)
+          fail("content '" + c->get<std::string>() + "' is not the spelling of id " + std::to_string(id));
+      }
+      if (t.content.empty()) fail("content is empty");
+      if (!stored) m.bytes[id] = t.content;  // the stored bytes have it already
       m.added.push_back(std::move(t));
     }
+    m.added_index.build(m.added.size(), [&m](size_t k) { return std::string_view(m.added[k].content); });
+    size_t trie_bytes = 0;
+    for (const AddedToken& t : m.added) trie_bytes += t.content.size();
+    m.raw_trie.reserve(trie_bytes);
     for (size_t i = 0; i < m.added.size(); ++i) {
       const AddedToken& t = m.added[i];
       if (t.normalized) {
@@ -859,16 +964,37 @@ HfTokenizer::~HfTokenizer() = default;
 
 size_t HfTokenizer::size() const { return impl_->spelling.size(); }
 
+const std::string& HfTokenizer::chat_json() const { return impl_->chat_json; }
+
+bool HfTokenizer::is_end(int32_t id) const {
+  return std::binary_search(impl_->end_ids.begin(), impl_->end_ids.end(), id);
+}
+
 int32_t HfTokenizer::added_token_id(std::string_view content) const {
-  auto it = impl_->added_by_content.find(std::string(content));
-  return it == impl_->added_by_content.end() ? -1 : it->second;
+  const Impl& m = *impl_;
+  const int32_t i = m.added_index.find(content, [&m](size_t k) { return std::string_view(m.added[k].content); });
+  return i < 0 ? -1 : m.added[static_cast<size_t>(i)].id;
 }
 
 const std::string& HfTokenizer::token_bytes(int32_t id) const {
   static const std::string empty;
-  if (id < 0 || static_cast<size_t>(id) >= impl_->bytes.size()) return empty;
-  return impl_->bytes[static_cast<size_t>(id)];
+  const Impl& m = *impl_;
+  if (m.stored)
+    std::call_once(m.bytes_once, [&m] {
+      m.bytes.reserve(m.stored->token_count);
+      for (uint64_t i = 0; i < m.stored->token_count; ++i) m.bytes.emplace_back(m.stored->token_bytes(i));
+    });
+  if (id < 0 || static_cast<size_t>(id) >= m.bytes.size()) return empty;
+  return m.bytes[static_cast<size_t>(id)];
 }
+
+std::array<int32_t, 256> HfTokenizer::byte_ids() const {
+  std::array<int32_t, 256> out;
+  std::copy_n(impl_->bpe->table().byte_id, 256, out.begin());
+  return out;
+}
+
+std::string HfTokenizer::key_of(int32_t id) const { return std::string(impl_->key(static_cast<size_t>(id))); }
 
 // The reference's find_matches: pieces of `text` and the added tokens cut out of it.
 void HfTokenizer::Impl::split_added(const std::string& text, const AddedTrie& trie, bool allow_special, bool at_start,
@@ -938,8 +1064,7 @@ void HfTokenizer::Impl::model_encode(std::string_view piece, std::vector<int32_t
       }
     }
   } else {
-    int32_t pending_unk = -1;
-    size_t pending_unk_len = 0;
+    int32_t pending_unk = -1;  // an unknown token not yet written (fuse_unk joins the next ones to it)
     std::string ch;
     for (size_t i = 0, len; i < piece.size(); i += len) {
       code_point_at(piece, i, len);
@@ -958,12 +1083,9 @@ void HfTokenizer::Impl::model_encode(std::string_view piece, std::vector<int32_t
         }
       }
       if (unk >= 0) {
-        if (pending_unk >= 0 && fuse_unk) {
-          pending_unk_len += len;
-        } else {
+        if (pending_unk < 0 || !fuse_unk) {
           if (pending_unk >= 0) ids.push_back(pending_unk);
           pending_unk = unk;
-          pending_unk_len = len;
         }
       }
     }
@@ -1016,7 +1138,7 @@ std::string HfTokenizer::decode(std::span<const int32_t> ids) const {
     if (id < 0 || static_cast<size_t>(id) >= m.spelling.size())
       throw Error("token id " + std::to_string(id) + " is not one of the " + std::to_string(m.spelling.size()) +
                   " tokens of " + m.where + "'s tokenizer");
-    toks.push_back(m.spelling[static_cast<size_t>(id)]);
+    toks.emplace_back(m.spelling[static_cast<size_t>(id)]);
   }
   if (m.decoders.empty()) {
     std::string out;

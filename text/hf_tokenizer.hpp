@@ -18,6 +18,7 @@
 //     or the unknown token.
 // What the reference library supports and this does not (WordPiece, Unigram,
 // other pre-tokenizers, normalizers or decoders) is refused by name.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -29,15 +30,20 @@
 
 namespace mmgpt {
 
+struct StoredBpeTables;
+
 class HfTokenizer {
  public:
   // tokens: id -> its spelling (the model vocabulary's, or an added token's
   // content); merges in rank order; pipeline: tokenizer.json without the
   // model's vocab and merges (what tokenizer_json.hpp stores). Throws
   // mmgpt::Error naming `where` and the part that is wrong or unsupported.
+  // With `stored` (a file's tables, table kind 2), the vocabulary, its index
+  // and the merges are searched in place (merges is then unused); the
+  // caller keeps the file mapped, and `tokens` alive, while this lives.
   HfTokenizer(std::span<const std::string_view> tokens,
               std::span<const std::pair<std::string_view, std::string_view>> merges, const nlohmann::json& pipeline,
-              const std::string& where);
+              const std::string& where, const StoredBpeTables* stored = nullptr);
   ~HfTokenizer();
   HfTokenizer(const HfTokenizer&) = delete;
   HfTokenizer& operator=(const HfTokenizer&) = delete;
@@ -59,6 +65,15 @@ class HfTokenizer {
   const std::string& token_bytes(int32_t id) const;
 
   size_t size() const;
+  // What the file's tables store (formats/mmgpt_file.hpp): each byte's token,
+  // and token id's key in the model's space (empty outside the model).
+  std::array<int32_t, 256> byte_ids() const;
+  std::string key_of(int32_t id) const;
+  // The pipeline's "chat" entry as JSON text ({"chat_template": ...,
+  // "special_tokens": {...}}), or empty when the tokenizer has no template.
+  const std::string& chat_json() const;
+  // Whether `id` is one of the tokens that end a turn (besides the end token).
+  bool is_end(int32_t id) const;
   // The id of an added token's content, or -1.
   int32_t added_token_id(std::string_view content) const;
 

@@ -44,23 +44,29 @@ namespace {
 
 std::shared_ptr<const HfTokenizer> make_hf(std::span<const std::string_view> tokens,
                                            std::span<const std::pair<std::string_view, std::string_view>> merges,
-                                           std::string_view pipeline, const std::string& where) {
+                                           std::string_view pipeline, const std::string& where,
+                                           const StoredBpeTables* tables = nullptr) {
   nlohmann::json spec;
   try {
     spec = nlohmann::json::parse(pipeline);
   } catch (const nlohmann::json::exception& e) {
     throw Error(where + ": the tokenizer pipeline is not valid JSON: " + e.what());
   }
-  return std::make_shared<const HfTokenizer>(tokens, merges, spec, where);
+  return std::make_shared<const HfTokenizer>(tokens, merges, spec, where, tables);
 }
 
 }  // namespace
 
-Tokenizer::Tokenizer(const StoredTokenizer& stored, std::shared_ptr<const void> keep_alive, const std::string& where)
+Tokenizer::Tokenizer(const StoredTokenizer& stored, const StoredBpeTables& tables,
+                     std::shared_ptr<const void> keep_alive, const std::string& where)
     : kind_(TokenizerKind::Bpe), eos_id_(stored.eos_id), keep_alive_(std::move(keep_alive)) {
   if (stored.kind != TokenizerKind::Bpe) throw Error(where + ": the tokenizer is not a tokenizer.json BPE");
-  hf_ = make_hf(stored.tokens, stored.merges, stored.pipeline, where);
+  hf_ = make_hf(stored.tokens, stored.merges, stored.pipeline, where, &tables);
 }
+
+bool Tokenizer::is_end(int32_t id) const { return (eos_id_ >= 0 && id == eos_id_) || (hf_ && hf_->is_end(id)); }
+
+std::string Tokenizer::chat_json() const { return hf_ ? hf_->chat_json() : std::string(); }
 
 size_t Tokenizer::size() const { return hf_ ? hf_->size() : token_bytes_.size(); }
 

@@ -30,9 +30,11 @@ class Tokenizer {
   // keep_alive owns the mapping they point into), end-of-text token eos_id
   // (-1: none). It needs nothing else of the tokenizer section.
   Tokenizer(int64_t eos_id, const StoredBpeTables& stored, std::shared_ptr<const void> keep_alive);
-  // A tokenizer.json BPE (kind Bpe) over a file's tokenizer section, whose
-  // strings keep_alive holds; `where` names the file in errors.
-  Tokenizer(const StoredTokenizer& stored, std::shared_ptr<const void> keep_alive, const std::string& where);
+  // A tokenizer.json BPE (kind Bpe) over a file's tokenizer section and
+  // tables, searched in place; keep_alive owns the mapping they point into;
+  // `where` names the file in errors.
+  Tokenizer(const StoredTokenizer& stored, const StoredBpeTables& tables, std::shared_ptr<const void> keep_alive,
+            const std::string& where);
   // The same, eos_id taken from `data`.
   Tokenizer(const TokenizerData& data, const StoredBpeTables& stored, std::shared_ptr<const void> keep_alive)
       : Tokenizer(data.eos_id, stored, std::move(keep_alive)) {}
@@ -40,6 +42,9 @@ class Tokenizer {
   TokenizerKind kind() const { return kind_; }
   size_t size() const;
   int64_t eos_id() const { return eos_id_; }
+  // Whether `id` ends generation: the end-of-text token, or (tokenizer.json)
+  // any end-of-turn token of its generation_config.json.
+  bool is_end(int32_t id) const;
   bool can_encode() const { return kind_ != TokenizerKind::None; }
 
   // Char: throws mmgpt::Error naming the character (and its byte offset) that
@@ -56,6 +61,11 @@ class Tokenizer {
   // The text of ids: their bytes joined; for BPE, the reference library's
   // decode (its decoder chain), which throws for an id past the tokenizer.
   std::string decode(std::span<const int32_t> ids) const;
+
+  // The chat template the tokenizer came with, as JSON text:
+  // {"chat_template": a string or a list of {name, template}, "special_tokens":
+  // {"bos_token": ..., ...}}; empty when it has none.
+  std::string chat_json() const;
 
  private:
   void set_special();

@@ -1,5 +1,6 @@
 #include "text/tokenizer_json.hpp"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -126,19 +127,59 @@ TokenizerData read_tokenizer_json(const std::string& path) {
   // The end token: tokenizer_config.json's eos_token, else "<|endoftext|>" where the vocabulary has it.
   std::unordered_map<std::string_view, int64_t> id_of;
   for (size_t id = 0; id < t.tokens.size(); ++id) id_of.emplace(t.tokens[id], static_cast<int64_t>(id));
+  // Its chat template and the special tokens' text a template is given.
   const std::string config_path = join_path(parent_dir(path), "tokenizer_config.json");
   std::string eos = "<|endoftext|>";
+  json chat;
   if (is_file(config_path)) {
     const json cfg = parse_json_file(config_path, kMaxTokenizerJson);
-    if (cfg.is_object() && cfg.contains("eos_token") && !cfg["eos_token"].is_null()) {
+    if (!cfg.is_object()) throw Error(config_path + ": not a JSON object");
+    if (cfg.contains("eos_token") && !cfg["eos_token"].is_null()) {
       eos = token_name(cfg["eos_token"]);
       if (eos.empty() || !id_of.count(eos))
         throw Error(config_path + ": eos_token " + cfg["eos_token"].dump() + " is not a token of " + path);
     }
+    if (cfg.contains("chat_template") && !cfg["chat_template"].is_null()) {
+      const json& tpl = cfg["chat_template"];
+      bool ok = tpl.is_string() || tpl.is_array();
+      if (tpl.is_array())
+        for (const json& e : tpl)
+          ok &= e.is_object() && e.contains("name") && e["name"].is_string() && e.contains("template") &&
+                e["template"].is_string();
+      if (!ok) throw Error(config_path + ": chat_template is neither a string nor a list of {name, template}");
+      chat["chat_template"] = tpl;
+      json specials = json::object();
+      for (const char* name : {"bos_token", "eos_token", "unk_token", "pad_token"})
+        if (cfg.contains(name) && !cfg[name].is_null()) {
+          const std::string text = token_name(cfg[name]);
+          if (text.empty()) throw Error(config_path + ": " + name + " is neither a string nor {\"content\": ...}");
+          specials[name] = text;
+        }
+      chat["special_tokens"] = std::move(specials);
+    }
   }
   if (auto it = id_of.find(eos); it != id_of.end()) t.eos_id = it->second;
 
-  if (is_gpt2_shaped(j, t)) {
+  // Every token that ends a turn stops generation: generation_config.json's
+  // eos_token_id (an id or a list of them) and the end token above.
+  json end_ids = json::array();
+  const std::string gen_path = join_path(parent_dir(path), "generation_config.json");
+  if (is_file(gen_path)) {
+    const json gen = parse_json_file(gen_path, uint64_t(1) << 20);
+    const json ids = gen.is_object() ? gen.value("eos_token_id", json()) : json();
+    for (const json& id : ids.is_array() ? ids : ids.is_null() ? json::array() : json::array({ids})) {
+      if (!id.is_number_unsigned() || id.get<uint64_t>() >= t.tokens.size())
+        throw Error(gen_path + ": eos_token_id " + id.dump() + " is not a token of " + path + " (it has " +
+                    std::to_string(t.tokens.size()) + ")");
+      end_ids.push_back(id.get<uint64_t>());
+    }
+  }
+  if (t.eos_id < 0 && !end_ids.empty()) t.eos_id = end_ids[0].get<int64_t>();
+  if (t.eos_id >= 0) end_ids.push_back(static_cast<uint64_t>(t.eos_id));
+  std::sort(end_ids.begin(), end_ids.end());
+  end_ids.erase(std::unique(end_ids.begin(), end_ids.end()), end_ids.end());
+
+  if (chat.is_null() && end_ids.size() <= 1 && is_gpt2_shaped(j, t)) {
     bool contiguous = true;
     for (size_t id = 0; id < in_model.size(); ++id) contiguous &= in_model[id] || t.tokens[id] == "<|endoftext|>";
     if (contiguous) {
@@ -155,11 +196,33 @@ TokenizerData read_tokenizer_json(const std::string& path) {
     if (!in_model[id]) not_in_model.push_back(id);
   j["not_in_model"] = std::move(not_in_model);
   for (const char* unused : {"version", "truncation", "padding"}) j.erase(unused);
+  // The added tokens as read back (text/hf_tokenizer.cpp): the content is the
+  // id's spelling and the flags have defaults, so only what differs is kept
+  // (Gemma 3 has thousands, read at every load).
+  for (json& a : j["added_tokens"]) {
+    const bool special = a.value("special", false);
+    a.erase("content");
+    if (!special) a.erase("special");
+    for (const char* flag : {"lstrip", "rstrip", "single_word"})
+      if (!a.value(flag, false)) a.erase(flag);
+    if (a.contains("normalized") && a["normalized"].is_boolean() && a["normalized"].get<bool>() == !special)
+      a.erase("normalized");
+  }
+  if (!chat.is_null()) j["chat"] = std::move(chat);
+  if (end_ids.size() > 1) j["end_ids"] = std::move(end_ids);
   t.pipeline = j.dump();
   // Everything it needs must be supported: build it once now, so conversion refuses what loading would.
   const std::vector<std::string_view> tokens(t.tokens.begin(), t.tokens.end());
   const std::vector<std::pair<std::string_view, std::string_view>> rules(t.merges.begin(), t.merges.end());
   HfTokenizer check(tokens, rules, j, path);
+  // What the file's tables hold beside the merges.
+  t.keys.reserve(t.tokens.size());
+  t.bytes.reserve(t.tokens.size());
+  for (size_t id = 0; id < t.tokens.size(); ++id) {
+    t.keys.push_back(check.key_of(static_cast<int32_t>(id)));
+    t.bytes.push_back(check.token_bytes(static_cast<int32_t>(id)));
+  }
+  t.byte_ids = check.byte_ids();
   return t;
 }
 

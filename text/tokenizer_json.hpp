@@ -7,7 +7,11 @@
 //   most "<|endoftext|>" added) is stored as kind Gpt2Bpe, whose tables the
 //   file keeps ready to search.
 //   tokenizer_config.json beside it, when present: eos_token names the end
-//   token.
+//   token; chat_template (a string, or a list of named templates) is kept
+//   with the special tokens' text it is rendered with (bos_token, eos_token,
+//   unk_token, pad_token), as the pipeline's "chat" entry.
+//   generation_config.json beside it, when present: eos_token_id (an id or
+//   a list) adds the tokens that end a turn; all of them stop generation.
 // Every error names the file and the entry; what the tokenizer cannot compute
 // exactly is refused at conversion, naming the part.
 #include <string>

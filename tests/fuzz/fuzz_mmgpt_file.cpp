@@ -18,6 +18,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     const mmgpt::Tokenizer tokenizer(file.tokenizer());
     for (size_t id = 0; id < tokenizer.size(); ++id) (void)tokenizer.token_bytes(static_cast<int32_t>(id));
+    // The stored tables searched in place, as loading a model does; a
+    // tokenizer.json's are checked only where read, so use them.
+    if (const mmgpt::StoredBpeTables* tables = file.bpe_tables()) {
+      const mmgpt::StoredTokenizer& stored = file.stored_tokenizer();
+      const mmgpt::Tokenizer in_place = stored.kind == mmgpt::TokenizerKind::Bpe
+                                            ? mmgpt::Tokenizer(stored, *tables, nullptr, "fuzz.mmgpt")
+                                            : mmgpt::Tokenizer(stored.eos_id, *tables, nullptr);
+      const std::vector<int32_t> ids = in_place.encode("Hello, w\xC3\xB6rld <|endoftext|> 123 \xE2\x96\x81" "ab");
+      (void)in_place.decode(ids);
+      for (int32_t id : ids) (void)in_place.token_bytes(id);
+    }
   } catch (const mmgpt::Error&) {
     // refused with a message: the expected outcome for most inputs
   }

