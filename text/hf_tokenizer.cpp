@@ -744,7 +744,6 @@ struct HfTokenizer::Impl {
   std::vector<DecodeStep> decoders;
   std::vector<AddedToken> added;
   AddedTrie raw_trie, normalized_trie;
-  StringIndex added_index;  // over added[i].content
   // Post-processor (TemplateProcessing "single"): special ids and -1 for the sequence.
   std::vector<int32_t> template_single;
   bool has_template = false;
@@ -900,7 +899,6 @@ HfTokenizer::HfTokenizer(std::span<const std::string_view> tokens,
       if (!stored) m.bytes[id] = t.content;  // the stored bytes have it already
       m.added.push_back(std::move(t));
     }
-    m.added_index.build(m.added.size(), [&m](size_t k) { return std::string_view(m.added[k].content); });
     size_t trie_bytes = 0;
     for (const AddedToken& t : m.added) trie_bytes += t.content.size();
     m.raw_trie.reserve(trie_bytes);
@@ -968,12 +966,6 @@ const std::string& HfTokenizer::chat_json() const { return impl_->chat_json; }
 
 bool HfTokenizer::is_end(int32_t id) const {
   return std::binary_search(impl_->end_ids.begin(), impl_->end_ids.end(), id);
-}
-
-int32_t HfTokenizer::added_token_id(std::string_view content) const {
-  const Impl& m = *impl_;
-  const int32_t i = m.added_index.find(content, [&m](size_t k) { return std::string_view(m.added[k].content); });
-  return i < 0 ? -1 : m.added[static_cast<size_t>(i)].id;
 }
 
 const std::string& HfTokenizer::token_bytes(int32_t id) const {

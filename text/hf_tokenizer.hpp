@@ -74,8 +74,6 @@ class HfTokenizer {
   const std::string& chat_json() const;
   // Whether `id` is one of the tokens that end a turn (besides the end token).
   bool is_end(int32_t id) const;
-  // The id of an added token's content, or -1.
-  int32_t added_token_id(std::string_view content) const;
 
  private:
   struct Impl;
