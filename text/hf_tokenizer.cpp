@@ -151,6 +151,14 @@ bool bool_field(const json& j, const char* key, bool fallback, const Where& w) {
 
 std::string type_of(const json& j, const Where& w) { return string_field(j, "type", w); }
 
+// Each item of a Sequence's list under `key`, read by `read(item, its place)`.
+template <class Read>
+void for_each_item(const json& j, const char* key, const Where& w, Read read) {
+  const json& list = field(j, key, w);
+  if (!list.is_array()) w.at(key).fail("is not a list");
+  for (size_t i = 0; i < list.size(); ++i) read(list[i], w.at(key).at(i));
+}
+
 // A Split's or Replace's pattern: {"String": s} or {"Regex": r}.
 struct Pattern {
   std::string literal;
@@ -190,9 +198,7 @@ void read_normalizers(const json& j, const Where& w, std::vector<Normalizer>& ou
   if (j.is_null()) return;
   const std::string type = type_of(j, w);
   if (type == "Sequence") {
-    const json& list = field(j, "normalizers", w);
-    if (!list.is_array()) w.at("normalizers").fail("is not a list");
-    for (size_t i = 0; i < list.size(); ++i) read_normalizers(list[i], w.at("normalizers").at(i), out);
+    for_each_item(j, "normalizers", w, [&](const json& item, const Where& iw) { read_normalizers(item, iw, out); });
   } else if (type == "NFC" || type == "NFKC" || type == "NFD" || type == "NFKD") {
     out.push_back({type == "NFC"    ? Normalizer::Nfc
                    : type == "NFKC" ? Normalizer::Nfkc
@@ -293,9 +299,7 @@ void read_pre_tokenizers(const json& j, const Where& w, std::vector<PreStep>& ou
   if (j.is_null()) return;
   const std::string type = type_of(j, w);
   if (type == "Sequence") {
-    const json& list = field(j, "pretokenizers", w);
-    if (!list.is_array()) w.at("pretokenizers").fail("is not a list");
-    for (size_t i = 0; i < list.size(); ++i) read_pre_tokenizers(list[i], w.at("pretokenizers").at(i), out);
+    for_each_item(j, "pretokenizers", w, [&](const json& item, const Where& iw) { read_pre_tokenizers(item, iw, out); });
   } else if (type == "Split") {
     PreStep s(PreStep::Split);
     s.pattern = read_pattern(j, w);
@@ -498,9 +502,7 @@ void read_decoders(const json& j, const Where& w, std::vector<DecodeStep>& out) 
   if (j.is_null()) return;
   const std::string type = type_of(j, w);
   if (type == "Sequence") {
-    const json& list = field(j, "decoders", w);
-    if (!list.is_array()) w.at("decoders").fail("is not a list");
-    for (size_t i = 0; i < list.size(); ++i) read_decoders(list[i], w.at("decoders").at(i), out);
+    for_each_item(j, "decoders", w, [&](const json& item, const Where& iw) { read_decoders(item, iw, out); });
   } else if (type == "ByteLevel") {
     out.emplace_back(DecodeStep::ByteLevel);
   } else if (type == "Replace") {
@@ -919,9 +921,7 @@ HfTokenizer::HfTokenizer(std::span<const std::string_view> tokens,
     const json& pp = pipeline["post_processor"];
     const Where pw = root.at("post_processor");
     if (type_of(pp, pw) == "Sequence") {
-      const json& list = field(pp, "processors", pw);
-      if (!list.is_array()) pw.at("processors").fail("is not a list");
-      for (const json& p : list) procs.push_back(&p);
+      for_each_item(pp, "processors", pw, [&](const json& item, const Where&) { procs.push_back(&item); });
     } else {
       procs.push_back(&pp);
     }

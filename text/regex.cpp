@@ -55,9 +55,8 @@ size_t escape_length(const std::string& p, size_t i) {
   return n;
 }
 
-}  // namespace
-
-std::string Regex::without_u180e_space(const std::string& p, const std::string& where) {
+// The pattern with every \s made to exclude U+180E (regex.hpp says why).
+std::string without_u180e_space(const std::string& p, const std::string& where) {
   std::string out;
   for (size_t i = 0; i < p.size();) {
     if (p[i] == '\\') {
@@ -111,6 +110,8 @@ std::string Regex::without_u180e_space(const std::string& p, const std::string& 
   }
   return out;
 }
+
+}  // namespace
 
 Regex::Regex(const std::string& pattern, const std::string& where) : pattern_(pattern), impl_(std::make_unique<Impl>()) {
   int err = 0;

@@ -8,7 +8,8 @@
 //
 // One difference between the engines is bridged: PCRE2 still counts U+180E
 // MONGOLIAN VOWEL SEPARATOR as \s (it was a space before Unicode 6.3), which
-// Oniguruma does not; the pattern is rewritten so \s leaves it out.
+// Oniguruma does not; the pattern is rewritten so \s leaves it out (\S
+// inside a character class cannot be, and is refused).
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -32,11 +33,6 @@ class Regex {
   // character, as Rust's regex iterators and Oniguruma's find loop do.
   void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const;
 
-  const std::string& pattern() const { return pattern_; }
-
-  // The pattern with every \s made to exclude U+180E (see above). Throws
-  // mmgpt::Error for \S inside a character class, which it cannot rewrite.
-  static std::string without_u180e_space(const std::string& pattern, const std::string& where);
 
  private:
   struct Impl;
