@@ -34,6 +34,13 @@ std::string utf8(uint32_t cp) {  // cp < 0x800 here
 
 }  // namespace
 
+std::string bpe_token_spelling(std::string_view bytes) {
+  std::string token;
+  token.reserve(bytes.size() * 2);
+  for (char c : bytes) token += utf8(byte_code_point(static_cast<unsigned char>(c)));
+  return token;
+}
+
 std::string bpe_token_bytes(std::string_view token) {
   // Code point -> byte, the inverse of byte_code_point.
   static const std::array<int, 512> byte_of = [] {
@@ -63,7 +70,11 @@ std::string bpe_token_bytes(std::string_view token) {
 namespace {
 
 template <class String, class Pair>
-BpeTables build_tables(const std::vector<String>& tokens, const std::vector<Pair>& rules, ByteTokens bytes) {
+BpeTables build_tables(const std::vector<String>& tokens, const std::vector<Pair>& rules, ByteTokens bytes,
+                       std::span<const int32_t> ranks) {
+  if (!ranks.empty() && ranks.size() != rules.size())
+    throw Error("the tokenizer's merge ranks (" + std::to_string(ranks.size()) + ") do not match its " +
+                std::to_string(rules.size()) + " merge rules");
   auto token = [&](size_t i) { return std::string_view(tokens[i]); };
   StringIndex index;
   index.build(tokens.size(), token);  // first id wins
@@ -98,7 +109,10 @@ BpeTables build_tables(const std::vector<String>& tokens, const std::vector<Pair
       if (t.keys[h] == k) break;  // a repeated rule: the first (lowest) rank counts
       if (t.keys[h] == kBpeEmptyKey) {
         t.keys[h] = k;
-        t.merges[h] = BpeMerge{static_cast<int32_t>(r), ij};
+        const int64_t rank = ranks.empty() ? static_cast<int64_t>(r) : ranks[r];
+        if (rank < 0 || rank >= kBpeNoMerge)
+          throw Error("tokenizer merge rule " + std::to_string(r + 1) + " has the rank " + std::to_string(rank));
+        t.merges[h] = BpeMerge{static_cast<int32_t>(rank), ij};
         break;
       }
     }
@@ -109,13 +123,15 @@ BpeTables build_tables(const std::vector<String>& tokens, const std::vector<Pair
 }  // namespace
 
 BpeTables BpeTables::build(const std::vector<std::string>& tokens,
-                           const std::vector<std::pair<std::string, std::string>>& rules, ByteTokens bytes) {
-  return build_tables(tokens, rules, bytes);
+                           const std::vector<std::pair<std::string, std::string>>& rules, ByteTokens bytes,
+                           std::span<const int32_t> ranks) {
+  return build_tables(tokens, rules, bytes, ranks);
 }
 
 BpeTables BpeTables::build(const std::vector<std::string_view>& tokens,
-                           const std::vector<std::pair<std::string_view, std::string_view>>& rules, ByteTokens bytes) {
-  return build_tables(tokens, rules, bytes);
+                           const std::vector<std::pair<std::string_view, std::string_view>>& rules, ByteTokens bytes,
+                           std::span<const int32_t> ranks) {
+  return build_tables(tokens, rules, bytes, ranks);
 }
 
 void check_byte_ids(const int32_t* byte_id, uint64_t token_count, const std::string& where) {

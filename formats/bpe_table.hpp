@@ -72,8 +72,11 @@ enum class ByteTokens { Gpt2, Hex };
 
 // Tables built from a vocabulary (id -> token in byte-to-unicode form, as in
 // vocab.json; an empty string is no token) and merge rules in rank order. A
-// repeated rule keeps its first rank. Throws mmgpt::Error naming the merge
-// rule whose parts or result are not tokens.
+// rule's rank is its index, or ranks[index] when ranks are given (tiktoken's
+// vocabularies, where every split of a token into two tokens merges at that
+// token's rank, so rules may share one). A repeated rule keeps its first
+// rank. Throws mmgpt::Error naming the merge rule whose parts or result are
+// not tokens.
 struct BpeTables {
   std::array<int32_t, 256> byte_id{};
   std::vector<uint64_t> keys;
@@ -81,10 +84,10 @@ struct BpeTables {
 
   static BpeTables build(const std::vector<std::string>& tokens,
                          const std::vector<std::pair<std::string, std::string>>& rules,
-                         ByteTokens bytes = ByteTokens::Gpt2);
+                         ByteTokens bytes = ByteTokens::Gpt2, std::span<const int32_t> ranks = {});
   static BpeTables build(const std::vector<std::string_view>& tokens,
                          const std::vector<std::pair<std::string_view, std::string_view>>& rules,
-                         ByteTokens bytes = ByteTokens::Gpt2);
+                         ByteTokens bytes = ByteTokens::Gpt2, std::span<const int32_t> ranks = {});
   BpeTableView view() const { return {byte_id.data(), keys, merges}; }
 };
 
@@ -93,6 +96,8 @@ struct BpeTables {
 // spelled that way (a special token such as "<|endoftext|>", or malformed
 // UTF-8) stands for its own text.
 std::string bpe_token_bytes(std::string_view token);
+// The other way: a byte string spelled as a GPT-2 vocabulary token.
+std::string bpe_token_spelling(std::string_view bytes);
 
 // Checks tables read from a file before anything searches them. Throws
 // mmgpt::Error, naming `where` and the first fault, unless: each byte's token

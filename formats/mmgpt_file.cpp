@@ -153,6 +153,7 @@ const TokenizerData& ModelFile::tokenizer() const {
         if (a >= n || b >= n) throw Error(path_ + ": tokenizer tables section: merge table slot " +
                                           std::to_string(h) + " names an id past the tokenizer");
         d.merges.emplace_back(d.tokens[a], d.tokens[b]);
+        d.merge_ranks.push_back(rank);
       }
       for (uint64_t i = 0; i < n; ++i) {
         d.keys.emplace_back(t.token_key(i));

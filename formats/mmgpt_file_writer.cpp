@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -142,7 +143,10 @@ std::vector<unsigned char> encode_bpe_tables(const TokenizerData& t, const std::
   for (size_t i = 0; i < n; ++i)
     if (!t.keys[i].empty()) model[i] = t.tokens[i];
   std::vector<std::pair<std::string_view, std::string_view>> rules(t.merges.begin(), t.merges.end());
-  const BpeTables tables = BpeTables::build(model, rules);
+  const BpeTables tables = BpeTables::build(model, rules, ByteTokens::Gpt2, t.merge_ranks);
+  // Every stored rank is below the merge count (a file read back keeps its ranks, repeated rules left out).
+  uint64_t merge_count = t.merges.size();
+  for (int32_t r : t.merge_ranks) merge_count = std::max(merge_count, uint64_t(r) + 1);
   StringIndex index;
   index.build(n, [&t](size_t i) { return std::string_view(t.keys[i]); });
   const std::vector<int32_t>& slots = index.slots();
@@ -150,7 +154,7 @@ std::vector<unsigned char> encode_bpe_tables(const TokenizerData& t, const std::
   s.u32(kTablesBpe), s.u32(0);
   s.u64(n), s.u64(tables.keys.size());
   for (int32_t id : t.byte_ids) s.u32(static_cast<uint32_t>(id));
-  s.u64(t.merges.size()), s.u64(slots.size());
+  s.u64(merge_count), s.u64(slots.size());
   for (uint64_t k : tables.keys) s.u64(k);
   for (const BpeMerge& m : tables.merges) s.u32(static_cast<uint32_t>(m.rank)), s.u32(static_cast<uint32_t>(m.id));
   for (const std::vector<std::string>* blob : {&t.bytes, &t.keys}) {

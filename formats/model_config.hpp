@@ -104,6 +104,9 @@ struct TokenizerData {
   // Bpe: the model vocabulary's spelling of the token, or the added token's content.
   // Gpt2Bpe and Bpe: merge rules in rank order (vocab.bpe / merges.txt lines without the header).
   std::vector<std::pair<std::string, std::string>> merges;
+  // Bpe: each merge rule's rank when rules share ranks (tiktoken files: every
+  // split of a token merges at the token's rank); empty: a rule's rank is its index.
+  std::vector<int32_t> merge_ranks;
   int64_t eos_id = -1;  // end-of-text token id, or -1 when the vocabulary has none
   // Bpe only: tokenizer.json without the model's vocab and merges (normalizer,
   // pre-tokenizer, added tokens, post-processor, decoder, model options), as JSON text.

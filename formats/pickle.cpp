@@ -237,7 +237,9 @@ enum class Global {
   RebuildParameter,
   RebuildParameterWithState,
   RebuildFromTypeV2,
-  Type
+  Type,
+  TiktokenEncoding,  // tiktoken.core.Encoding: rebuilt as the dict of its pickled state
+  CodecsEncode       // _codecs.encode(text, "latin1"): bytes as protocols 0 to 2 write them
 };
 
 const std::unordered_map<std::string, Global>& allow_list() {
@@ -251,6 +253,8 @@ const std::unordered_map<std::string, Global>& allow_list() {
         {"torch._tensor._rebuild_from_type_v2", Global::RebuildFromTypeV2},
         {"torch.Tensor", Global::Type},
         {"torch.nn.parameter.Parameter", Global::Type},
+        {"tiktoken.core.Encoding", Global::TiktokenEncoding},
+        {"_codecs.encode", Global::CodecsEncode},
     };
     // Storage classes and dtypes only ever appear as data (persistent ids, metadata).
     for (const char* name :
@@ -333,6 +337,7 @@ class Machine {
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, Ptr> memo_;
   std::unordered_map<const Value*, Global> globals_;  // objects pushed by GLOBAL, what they name
+  std::unordered_set<const Value*> encodings_;        // tiktoken Encodings made by NEWOBJ, not yet BUILT
   std::vector<Ptr> containers_;                       // every list/tuple/dict made, to unlink on failure
   ElementBudget* budget_;                             // tensor data materialised by rebuilds, or nullptr
   // Rebuilds of the same view of the same storage (tied weights under several
@@ -519,8 +524,8 @@ class Machine {
     const auto it = allow_list().find(full);
     if (it == allow_list().end())
       throw Error(r_.source + ": refused to load global '" + full +
-                  "': only tensor rebuild functions, storage types, dtypes and collections.OrderedDict are allowed "
-                  "(nothing was executed)");
+                  "': only tensor rebuild functions, storage types, dtypes, collections.OrderedDict, "
+                  "tiktoken.core.Encoding and _codecs.encode are allowed (nothing was executed)");
     Ptr v = make_text(Value::Kind::String, full);
     globals_.emplace(v.get(), it->second);
     push(std::move(v));
@@ -626,7 +631,29 @@ class Machine {
         if (inner == Global::RebuildFromTypeV2 || inner == Global::Type) fail("bad _rebuild_from_type_v2 function");
         return call(inner, std::const_pointer_cast<Value>(args.items[2]));
       }
-      case Global::Type: break;
+      case Global::CodecsEncode: {
+        // Python 3 pickles bytes for protocols below 3 as encode(str(b, "latin1"), "latin1").
+        if (args.items.size() != 2 || !arg(args, 0).is_str() || !arg(args, 1).is_str() ||
+            (arg(args, 1).text != "latin1" && arg(args, 1).text != "latin-1"))
+          fail("_codecs.encode is only supported as encode(text, 'latin1')");
+        const std::string& text = arg(args, 0).text;
+        std::string bytes;
+        bytes.reserve(text.size());
+        for (size_t i = 0; i < text.size(); ++i) {
+          const auto c = static_cast<unsigned char>(text[i]);
+          if (c < 0x80) {
+            bytes.push_back(static_cast<char>(c));
+          } else if ((c == 0xC2 || c == 0xC3) && i + 1 < text.size() &&
+                     (static_cast<unsigned char>(text[i + 1]) & 0xC0) == 0x80) {
+            bytes.push_back(static_cast<char>(((c & 0x03) << 6) | (static_cast<unsigned char>(text[++i]) & 0x3F)));
+          } else {
+            fail("_codecs.encode: the text has a character past U+00FF, which latin1 cannot encode");
+          }
+        }
+        return make_text(Value::Kind::Bytes, std::move(bytes));
+      }
+      case Global::Type:
+      case Global::TiktokenEncoding: break;
     }
     fail("calling a type or dtype is not supported");
   }
@@ -803,15 +830,34 @@ class Machine {
       case NEWOBJ: {
         const Ptr args = pop();
         const Ptr cls = pop();
-        if (callable(cls, "NEWOBJ") != Global::OrderedDict)
-          fail("NEWOBJ is only supported for collections.OrderedDict");
-        push(container(Value::Kind::Dict));
+        const Global g = callable(cls, "NEWOBJ");
+        if (g != Global::OrderedDict && g != Global::TiktokenEncoding)
+          fail("NEWOBJ is only supported for collections.OrderedDict and tiktoken.core.Encoding");
+        Ptr obj = container(Value::Kind::Dict);
+        if (g == Global::TiktokenEncoding) encodings_.insert(obj.get());
+        push(std::move(obj));
         return;
       }
-      case BUILD:
-        pop();  // the state (OrderedDict._metadata, tensor attributes) is not needed
-        top();
+      case BUILD: {
+        const Ptr state = pop();
+        Ptr& obj = top();
+        // A tiktoken Encoding's state (its __getstate__): the dict of its
+        // name, pattern, ranks and special tokens, or the name of one of
+        // tiktoken's own encodings. Other states (OrderedDict._metadata,
+        // tensor attributes) are not needed.
+        if (encodings_.erase(obj.get())) {
+          if (state->kind == Value::Kind::Dict) {
+            count_items(state->entries.size());
+            obj->entries = state->entries;
+          } else {
+            Ptr key = make_text(Value::Kind::String, "name");
+            obj->entries.emplace_back(std::move(key), state);
+          }
+          obj->entries.emplace_back(make_text(Value::Kind::String, "__class__"),
+                                    make_text(Value::Kind::String, "tiktoken.core.Encoding"));
+        }
         return;
+      }
       case PERSID:
       case BINPERSID: {
         const Ptr pid = op == PERSID ? make_text(Value::Kind::String, std::string(r_.line())) : pop();

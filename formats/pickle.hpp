@@ -3,7 +3,8 @@
 // protocols 2 to 5 that torch.save, meta.pkl files and optimizer states use.
 // It executes nothing. GLOBAL/STACK_GLOBAL may only name an allow-listed
 // global (torch tensor rebuild functions, storage types, collections.OrderedDict,
-// ...); any other is refused by name with mmgpt::Error before anything runs.
+// tiktoken's Encoding, _codecs.encode of latin1 text, ...); any other is
+// refused by name with mmgpt::Error before anything runs.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -45,7 +46,11 @@ size_t pickle_length(const void* data, size_t size, const std::string& source);
 // Conventions of unpickle()'s results beyond pickle_value.hpp:
 // - An allow-listed global that ends up inside the data (a storage type or a
 //   dtype in a persistent id) is a String "module.name", e.g. "torch.FloatStorage".
-// - Sets and frozensets are Lists; OrderedDict is a Dict; BUILD state is ignored.
+// - Sets and frozensets are Lists; OrderedDict is a Dict; BUILD state is ignored,
+//   except a tiktoken.core.Encoding's: the Encoding is the Dict of its state
+//   (name, pat_str, mergeable_ranks, special_tokens; or name alone, for one
+//   tiktoken pickles by reference) with "__class__": "tiktoken.core.Encoding".
+// - _codecs.encode(text, "latin1") (bytes in protocols 0 to 2) is the Bytes.
 // - Tensor rebuild functions take their storage as a 1-D Tensor value (what a
 //   PersistentLoad returns). A storage whose data is empty although its shape is
 //   not is a placeholder: tensors rebuilt from it are validated and shaped but

@@ -758,8 +758,9 @@ struct HfTokenizer::Impl {
 };
 
 HfTokenizer::HfTokenizer(std::span<const std::string_view> tokens,
-                         std::span<const std::pair<std::string_view, std::string_view>> merges, const json& pipeline,
-                         const std::string& where, const StoredBpeTables* stored)
+                         std::span<const std::pair<std::string_view, std::string_view>> merges,
+                         std::span<const int32_t> merge_ranks, const json& pipeline, const std::string& where,
+                         const StoredBpeTables* stored)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.stored = stored;
@@ -859,7 +860,8 @@ HfTokenizer::HfTokenizer(std::span<const std::string_view> tokens,
       if (in_model[i]) model_spelling[i] = tokens[i];
     std::vector<std::pair<std::string_view, std::string_view>> rules(merges.begin(), merges.end());
     try {
-      BpeTables t = BpeTables::build(model_spelling, rules, m.byte_level ? ByteTokens::Gpt2 : ByteTokens::Hex);
+      BpeTables t =
+          BpeTables::build(model_spelling, rules, m.byte_level ? ByteTokens::Gpt2 : ByteTokens::Hex, merge_ranks);
       if (!m.byte_level && !m.byte_fallback) t.byte_id.fill(-1);  // in text space bytes serve only byte fallback
       m.bpe = std::make_unique<BpeModel>(std::move(t));
     } catch (const Error& e) {

@@ -35,15 +35,17 @@ struct StoredBpeTables;
 class HfTokenizer {
  public:
   // tokens: id -> its spelling (the model vocabulary's, or an added token's
-  // content); merges in rank order; pipeline: tokenizer.json without the
+  // content); merges in rank order, with their ranks when they share some
+  // (formats/bpe_table.hpp; empty: a rule's rank is its index); pipeline: tokenizer.json without the
   // model's vocab and merges (what tokenizer_json.hpp stores). Throws
   // mmgpt::Error naming `where` and the part that is wrong or unsupported.
   // With `stored` (a file's tables, table kind 2), the vocabulary, its index
   // and the merges are searched in place (merges is then unused); the
   // caller keeps the file mapped, and `tokens` alive, while this lives.
   HfTokenizer(std::span<const std::string_view> tokens,
-              std::span<const std::pair<std::string_view, std::string_view>> merges, const nlohmann::json& pipeline,
-              const std::string& where, const StoredBpeTables* stored = nullptr);
+              std::span<const std::pair<std::string_view, std::string_view>> merges,
+              std::span<const int32_t> merge_ranks, const nlohmann::json& pipeline, const std::string& where,
+              const StoredBpeTables* stored = nullptr);
   ~HfTokenizer();
   HfTokenizer(const HfTokenizer&) = delete;
   HfTokenizer& operator=(const HfTokenizer&) = delete;

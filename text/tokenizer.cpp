@@ -44,15 +44,15 @@ namespace {
 
 std::shared_ptr<const HfTokenizer> make_hf(std::span<const std::string_view> tokens,
                                            std::span<const std::pair<std::string_view, std::string_view>> merges,
-                                           std::string_view pipeline, const std::string& where,
-                                           const StoredBpeTables* tables = nullptr) {
+                                           std::span<const int32_t> merge_ranks, std::string_view pipeline,
+                                           const std::string& where, const StoredBpeTables* tables = nullptr) {
   nlohmann::json spec;
   try {
     spec = nlohmann::json::parse(pipeline);
   } catch (const nlohmann::json::exception& e) {
     throw Error(where + ": the tokenizer pipeline is not valid JSON: " + e.what());
   }
-  return std::make_shared<const HfTokenizer>(tokens, merges, spec, where, tables);
+  return std::make_shared<const HfTokenizer>(tokens, merges, merge_ranks, spec, where, tables);
 }
 
 }  // namespace
@@ -61,7 +61,7 @@ Tokenizer::Tokenizer(const StoredTokenizer& stored, const StoredBpeTables& table
                      std::shared_ptr<const void> keep_alive, const std::string& where)
     : kind_(TokenizerKind::Bpe), eos_id_(stored.eos_id), keep_alive_(std::move(keep_alive)) {
   if (stored.kind != TokenizerKind::Bpe) throw Error(where + ": the tokenizer is not a tokenizer.json BPE");
-  hf_ = make_hf(stored.tokens, stored.merges, stored.pipeline, where, &tables);
+  hf_ = make_hf(stored.tokens, stored.merges, {}, stored.pipeline, where, &tables);
 }
 
 bool Tokenizer::is_end(int32_t id) const { return (eos_id_ >= 0 && id == eos_id_) || (hf_ && hf_->is_end(id)); }
@@ -74,7 +74,7 @@ Tokenizer::Tokenizer(const TokenizerData& data) : kind_(data.kind), eos_id_(data
   if (kind_ == TokenizerKind::Bpe) {
     std::vector<std::string_view> tokens(data.tokens.begin(), data.tokens.end());
     std::vector<std::pair<std::string_view, std::string_view>> merges(data.merges.begin(), data.merges.end());
-    hf_ = make_hf(tokens, merges, data.pipeline, "the tokenizer");
+    hf_ = make_hf(tokens, merges, data.merge_ranks, data.pipeline, "the tokenizer");
     return;
   }
   token_bytes_.reserve(data.tokens.size());

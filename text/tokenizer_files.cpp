@@ -7,6 +7,7 @@
 #include "formats/error.hpp"
 #include "formats/file_util.hpp"
 #include "formats/torch_checkpoint.hpp"
+#include "text/tiktoken.hpp"
 #include "text/tokenizer_json.hpp"
 
 namespace mmgpt {
@@ -70,8 +71,9 @@ class VocabReader : public nlohmann::json_sax<nlohmann::json> {
 
 }  // namespace
 
-TokenizerData read_char_meta(const std::string& meta_pkl) {
-  const pickle::ValuePtr root = load_pickle_file(meta_pkl);
+namespace {
+
+TokenizerData char_meta(const pickle::ValuePtr& root, const std::string& meta_pkl) {
   if (!root || !root->is_dict()) throw Error(meta_pkl + ": not a dict (expected nanoGPT's meta.pkl with 'itos')");
   const pickle::Value* itos = root->get("itos");
   if (!itos || !itos->is_dict())
@@ -116,6 +118,23 @@ TokenizerData read_char_meta(const std::string& meta_pkl) {
     throw Error(meta_pkl + ": 'vocab_size' is " + std::to_string(vs->integer) + " but 'itos' has " + std::to_string(n) +
                 " entries");
   return tok;
+}
+
+}  // namespace
+
+TokenizerData read_char_meta(const std::string& meta_pkl) { return char_meta(load_pickle_file(meta_pkl), meta_pkl); }
+
+TokenizerData read_pickled_tokenizer(const std::string& path) {
+  const pickle::ValuePtr root = load_pickle_file(path);
+  if (root && is_tiktoken_encoding(*root)) return read_tiktoken_encoding(*root, path);
+  return char_meta(root, path);
+}
+
+TokenizerData read_tokenizer_model(const std::string& path) {
+  if (!looks_like_tiktoken_ranks(path))
+    throw Error(path + ": not a tiktoken rank file (\"TOKEN RANK\" lines); a SentencePiece model is not read: "
+                "convert with the tokenizer.json made from it");
+  return read_tiktoken_ranks(path);
 }
 
 TokenizerData read_bpe_files(const std::string& vocab_json, const std::string& merges_txt) {
@@ -184,12 +203,17 @@ struct FileSet {
 };
 // tokenizer.json comes first: a Hugging Face directory may also hold the
 // vocab.json + merges.txt it was made from, which lack its added tokens.
-constexpr FileSet kSets[] = {
-    {"tokenizer.json", nullptr}, {"meta.pkl", nullptr}, {"vocab.json", "merges.txt"}, {"encoder.json", "vocab.bpe"}};
+// tokenizer.model is Llama 3's tiktoken rank file (original/) or a
+// SentencePiece model (refused); tokenizer.pkl is nanochat's tiktoken Encoding.
+constexpr FileSet kSets[] = {{"tokenizer.json", nullptr}, {"meta.pkl", nullptr},      {"vocab.json", "merges.txt"},
+                             {"encoder.json", "vocab.bpe"}, {"tokenizer.model", nullptr}, {"tokenizer.pkl", nullptr}};
 
 FoundTokenizer read_set(const std::string& dir, const FileSet& set) {
   const std::string a = join_path(dir, set.first);
-  if (set.first == std::string_view("tokenizer.json")) return {read_tokenizer_json(a), a};
+  const std::string_view first = set.first;
+  if (first == "tokenizer.json") return {read_tokenizer_json(a), a};
+  if (first == "tokenizer.model") return {read_tokenizer_model(a), a};
+  if (first == "tokenizer.pkl") return {read_pickled_tokenizer(a), a};
   if (!set.second) return {read_char_meta(a), a};
   const std::string b = join_path(dir, set.second);
   return {read_bpe_files(a, b), a + " + " + b};
@@ -228,7 +252,7 @@ FoundTokenizer load_tokenizer_path(const std::string& path) {
     if (!found)
       throw Error(path +
                   ": no tokenizer files in this directory (expected tokenizer.json, meta.pkl, vocab.json + "
-                  "merges.txt, or encoder.json + vocab.bpe)");
+                  "merges.txt, encoder.json + vocab.bpe, a tiktoken tokenizer.model or tokenizer.pkl)");
     return std::move(*found);
   }
   if (!is_file(path)) throw Error(path + ": no such tokenizer file or directory");
@@ -250,7 +274,8 @@ FoundTokenizer load_tokenizer_path(const std::string& path) {
   }
   if (ends_with(path, ".txt") || ends_with(path, ".bpe"))
     throw Error(path + ": this is a merges file; give --tokenizer the vocab.json / encoder.json beside it");
-  return {read_char_meta(path), path};
+  if (ends_with(path, ".model") || ends_with(path, ".tiktoken")) return {read_tokenizer_model(path), path};
+  return {read_pickled_tokenizer(path), path};
 }
 
 }  // namespace mmgpt

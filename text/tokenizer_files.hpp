@@ -2,7 +2,9 @@
 // Tokenizer files a checkpoint comes with, read into TokenizerData:
 //   nanoGPT's meta.pkl (character vocabulary: itos / stoi),
 //   GPT-2 BPE as vocab.json + merges.txt (Hugging Face names) or
-//   encoder.json + vocab.bpe (OpenAI names).
+//   encoder.json + vocab.bpe (OpenAI names),
+//   Hugging Face's tokenizer.json (text/tokenizer_json.hpp),
+//   tiktoken's rank files and pickled Encodings (text/tiktoken.hpp).
 // Every error names the tokenizer file and, where there is one, the line or entry.
 #include <optional>
 #include <string>
@@ -20,12 +22,21 @@ struct FoundTokenizer {
 // stoi, when present, must be its inverse.
 TokenizerData read_char_meta(const std::string& meta_pkl);
 
+// A pickle: a tiktoken Encoding (nanochat's tokenizer.pkl), else a meta.pkl.
+TokenizerData read_pickled_tokenizer(const std::string& path);
+
+// tokenizer.model or *.tiktoken: a tiktoken rank file (Llama 3's); a
+// SentencePiece model is refused, naming the tokenizer.json to use instead.
+TokenizerData read_tokenizer_model(const std::string& path);
+
 // vocab.json / encoder.json {token: id} with ids exactly 0..n-1, and the
 // merges file (optional "#version" header, then one "a b" pair per line).
 TokenizerData read_bpe_files(const std::string& vocab_json, const std::string& merges_txt);
 
-// --tokenizer PATH: a meta.pkl (any pickle), a vocab.json / encoder.json
-// with its merges file beside it, or a directory holding one of those sets.
+// --tokenizer PATH: a tokenizer.json, a tiktoken rank file (*.model,
+// *.tiktoken), a pickle (tokenizer.pkl or meta.pkl), a vocab.json /
+// encoder.json with its merges file beside it, or a directory holding one of
+// those sets.
 FoundTokenizer load_tokenizer_path(const std::string& path);
 
 // The tokenizer files in `dir`, or nothing when it holds none. Throws when

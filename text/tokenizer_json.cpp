@@ -59,6 +59,23 @@ bool is_gpt2_shaped(const json& j, const TokenizerData& t) {
 
 }  // namespace
 
+void finish_bpe_tokenizer(TokenizerData& t, const json& pipeline, const std::string& where) {
+  t.pipeline = pipeline.dump();
+  // Everything it needs must be supported: build it once now, so conversion refuses what loading would.
+  const std::vector<std::string_view> tokens(t.tokens.begin(), t.tokens.end());
+  const std::vector<std::pair<std::string_view, std::string_view>> rules(t.merges.begin(), t.merges.end());
+  HfTokenizer check(tokens, rules, t.merge_ranks, pipeline, where);
+  // What the file's tables hold beside the merges.
+  t.keys.clear(), t.bytes.clear();
+  t.keys.reserve(t.tokens.size());
+  t.bytes.reserve(t.tokens.size());
+  for (size_t id = 0; id < t.tokens.size(); ++id) {
+    t.keys.push_back(check.key_of(static_cast<int32_t>(id)));
+    t.bytes.push_back(check.token_bytes(static_cast<int32_t>(id)));
+  }
+  t.byte_ids = check.byte_ids();
+}
+
 TokenizerData read_tokenizer_json(const std::string& path) {
   json j = parse_json_file(path, kMaxTokenizerJson);
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
@@ -210,19 +227,7 @@ TokenizerData read_tokenizer_json(const std::string& path) {
   }
   if (!chat.is_null()) j["chat"] = std::move(chat);
   if (end_ids.size() > 1) j["end_ids"] = std::move(end_ids);
-  t.pipeline = j.dump();
-  // Everything it needs must be supported: build it once now, so conversion refuses what loading would.
-  const std::vector<std::string_view> tokens(t.tokens.begin(), t.tokens.end());
-  const std::vector<std::pair<std::string_view, std::string_view>> rules(t.merges.begin(), t.merges.end());
-  HfTokenizer check(tokens, rules, j, path);
-  // What the file's tables hold beside the merges.
-  t.keys.reserve(t.tokens.size());
-  t.bytes.reserve(t.tokens.size());
-  for (size_t id = 0; id < t.tokens.size(); ++id) {
-    t.keys.push_back(check.key_of(static_cast<int32_t>(id)));
-    t.bytes.push_back(check.token_bytes(static_cast<int32_t>(id)));
-  }
-  t.byte_ids = check.byte_ids();
+  finish_bpe_tokenizer(t, j, path);
   return t;
 }
 

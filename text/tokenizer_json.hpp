@@ -16,10 +16,20 @@
 // exactly is refused at conversion, naming the part.
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "formats/model_config.hpp"
 
 namespace mmgpt {
 
 TokenizerData read_tokenizer_json(const std::string& tokenizer_json);
+
+// The last step of reading any kind-Bpe tokenizer (tokenizer.json, tiktoken
+// files): t holds its tokens, merges and merge ranks; `pipeline` is the rest
+// (tokenizer.json without the model's vocab and merges). Builds the tokenizer
+// once, so conversion refuses what loading would (mmgpt::Error naming
+// `where`), and fills what the file keeps: the pipeline's text, each token's
+// key and bytes, and each byte's token.
+void finish_bpe_tokenizer(TokenizerData& t, const nlohmann::json& pipeline, const std::string& where);
 
 }  // namespace mmgpt

@@ -305,6 +305,20 @@ def main():
         if os.path.exists(llama2):
             put(out, "fuzz_tokenizer_json", "llama2", read(llama2) + b"\0\0\0Hello <s> world")
 
+        # tiktoken files (see fuzz_tiktoken.cpp): kind byte, text NUL file. Rank
+        # files and pickled Encodings (nanochat's special tokens, protocols 2 and 4).
+        from tiktoken_files import NANOCHAT_PATTERN, NANOCHAT_SPECIALS, write_encoding_pickle, write_rank_file
+        ranked = [bytes([b]) for b in range(256)] + [b"ab", b"abc", b" a", b"\xc3\xa9", b"12"]
+        text = "abc ab<|bos|> 123 \u00e9\u00e9 it's<|user_end|>".encode()
+        rank_path = os.path.join(work, "tokenizer.model")
+        write_rank_file(ranked, rank_path)
+        put(out, "fuzz_tiktoken", "ranks", b"\0" + text + b"\0" + read(rank_path))
+        put(out, "fuzz_tiktoken", "ranks_crlf", b"\0" + text + b"\0" + read(rank_path).replace(b"\n", b"\r\n"))
+        for protocol in (2, 4):
+            pkl = os.path.join(work, "tokenizer-%d.pkl" % protocol)
+            write_encoding_pickle(pkl, "rustbpe", NANOCHAT_PATTERN, ranked, NANOCHAT_SPECIALS, protocol=protocol)
+            put(out, "fuzz_tiktoken", "nanochat_p%d" % protocol, b"\1" + text + b"\0" + read(pkl))
+
         # Hand-made seeds committed in the tree.
         seeds = os.path.join(ROOT, "tests", "fuzz", "seeds")
         if os.path.isdir(seeds):

@@ -19,7 +19,7 @@ const char* tokenizer_kind_name(TokenizerKind k) {
     case TokenizerKind::None: return "none";
     case TokenizerKind::Char: return "character-level";
     case TokenizerKind::Gpt2Bpe: return "GPT-2 BPE";
-    case TokenizerKind::Bpe: return "tokenizer.json BPE";
+    case TokenizerKind::Bpe: return "BPE (tokenizer.json or tiktoken)";
   }
   return "?";
 }

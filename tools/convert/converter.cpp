@@ -121,14 +121,25 @@ void stream_packed(const HostTensor& t, uint64_t N, uint64_t K, WeightType dt, c
 }
 
 // The tokenizer: --tokenizer, else files in the checkpoint's directory (none
-// for one in memory), else (nanoGPT trained on GPT-2 BPE, the default) the
-// bundled GPT-2 files, else none.
+// for one in memory), else (nanochat) its base directory's tokenizer.pkl, else
+// (nanoGPT trained on GPT-2 BPE, the default) the bundled GPT-2 files, else none.
 std::optional<FoundTokenizer> choose_tokenizer(const ConvertOptions& opt, const std::string& directory,
                                                LayoutKind layout, const ModelConfig& config,
                                                std::vector<std::string>& notes) {
   if (!opt.tokenizer.empty()) return load_tokenizer_path(opt.tokenizer);
   if (!directory.empty())
     if (std::optional<FoundTokenizer> beside = find_tokenizer_in(directory)) return beside;
+  if (layout == LayoutKind::Nanochat && !directory.empty()) {
+    // nanochat keeps its tokenizer in its base directory, two levels above a
+    // checkpoint directory (base_checkpoints/<tag>/): tokenizer/tokenizer.pkl.
+    std::filesystem::path base = std::filesystem::absolute(directory).lexically_normal();
+    if (base.filename().empty()) base = base.parent_path();
+    const std::string dir = (base.parent_path().parent_path() / "tokenizer").string();
+    if (is_file(join_path(dir, "tokenizer.pkl"))) {
+      notes.push_back("the tokenizer of nanochat's base directory: " + dir);
+      return load_tokenizer_path(join_path(dir, "tokenizer.pkl"));
+    }
+  }
   if (layout == LayoutKind::NanoGpt && config.vocab_size >= kGpt2Vocab) {
     const std::string dir = bundled_data_dir();
     if (!dir.empty()) {
