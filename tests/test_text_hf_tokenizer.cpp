@@ -132,6 +132,28 @@ TEST_CASE("tokenizer_config.json and generation_config.json: the chat template a
   CHECK_MESSAGE(e.find("generation_config.json: eos_token_id 9999 is not a token of") != std::string::npos, e);
 }
 
+TEST_CASE("add_bos_token and add_eos_token rebuild the post-processor of Llama and Gemma tokenizers") {
+  const fs::path p = write_json("add_bos", sp_tokenizer().dump());
+  auto with_config = [&](const std::string& config) {
+    std::ofstream(p.parent_path() / "tokenizer_config.json") << config;
+    return Tokenizer(read_tokenizer_json(p.string()));
+  };
+  // tokenizer.json's template adds <s>; a LlamaTokenizer asked for no BOS and an EOS gets that instead.
+  CHECK(with_config(R"({"tokenizer_class": "LlamaTokenizer", "add_bos_token": false, "add_eos_token": true,
+                        "bos_token": "<s>", "eos_token": "<unk>"})")
+            .encode("ab", true, true) == std::vector<int32_t>{7, 0});
+  CHECK(with_config(R"({"tokenizer_class": "GemmaTokenizerFast", "add_bos_token": true, "bos_token": "<s>"})")
+            .encode("ab", true, true) == std::vector<int32_t>{1, 7});
+  // Another class keeps tokenizer.json's post-processor, as transformers does.
+  CHECK(with_config(R"({"tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": false})")
+            .encode("ab", true, true) == std::vector<int32_t>{1, 7});
+  std::ofstream(p.parent_path() / "tokenizer_config.json")
+      << R"({"tokenizer_class": "LlamaTokenizer", "add_eos_token": true, "bos_token": "<s>"})";
+  const std::string e = error_of([&] { read_tokenizer_json(p.string()); });
+  CHECK_MESSAGE(e.find("tokenizer_config.json: add_eos_token is true but eos_token is not a token") != std::string::npos,
+                e);
+}
+
 TEST_CASE("unknown characters without byte fallback: fused into one <unk>") {
   json j = sp_tokenizer();
   j["model"]["byte_fallback"] = false;

@@ -57,6 +57,41 @@ bool is_gpt2_shaped(const json& j, const TokenizerData& t) {
   return true;
 }
 
+// transformers' Llama and Gemma tokenizers rebuild the post-processor from
+// tokenizer_config.json's add_bos_token and add_eos_token
+// (update_post_processor): the BOS, the text, the EOS, each only when asked.
+// Other tokenizer classes leave tokenizer.json's post-processor as it is.
+void apply_add_bos_eos(json& j, const json& cfg, const std::unordered_map<std::string_view, int64_t>& id_of,
+                       const std::string& config_path) {
+  static const char* const kRebuilding[] = {"LlamaTokenizer", "LlamaTokenizerFast", "CodeLlamaTokenizer",
+                                            "CodeLlamaTokenizerFast", "GemmaTokenizer", "GemmaTokenizerFast"};
+  const std::string cls = cfg.is_object() ? cfg.value("tokenizer_class", "") : "";
+  if (std::find(std::begin(kRebuilding), std::end(kRebuilding), cls) == std::end(kRebuilding)) return;
+  auto flag = [&](const char* key, bool fallback) {
+    if (!cfg.contains(key) || cfg[key].is_null()) return fallback;
+    if (!cfg[key].is_boolean()) throw Error(config_path + ": " + key + " is not true or false");
+    return cfg[key].get<bool>();
+  };
+  if (!cfg.contains("add_bos_token") && !cfg.contains("add_eos_token")) return;
+  // The classes' defaults: a BOS and no EOS.
+  const bool add_bos = flag("add_bos_token", true), add_eos = flag("add_eos_token", false);
+  json single = json::array(), specials = json::object();
+  auto special = [&](const char* key) {
+    const std::string name = cfg.contains(key) ? token_name(cfg[key]) : "";
+    const auto it = id_of.find(name);
+    if (name.empty() || it == id_of.end())
+      throw Error(config_path + ": " + (key == std::string("bos_token") ? "add_bos_token" : "add_eos_token") +
+                  " is true but " + key + " is not a token");
+    single.push_back({{"SpecialToken", {{"id", name}, {"type_id", 0}}}});
+    specials[name] = {{"id", name}, {"ids", json::array({static_cast<uint64_t>(it->second)})}, {"tokens", {name}}};
+  };
+  if (add_bos) special("bos_token");
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  if (add_eos) special("eos_token");
+  j["post_processor"] = {{"type", "TemplateProcessing"}, {"single", std::move(single)},
+                         {"special_tokens", std::move(specials)}};
+}
+
 }  // namespace
 
 void finish_bpe_tokenizer(TokenizerData& t, const json& pipeline, const std::string& where) {
@@ -174,6 +209,7 @@ TokenizerData read_tokenizer_json(const std::string& path) {
         }
       chat["special_tokens"] = std::move(specials);
     }
+    apply_add_bos_eos(j, cfg, id_of, config_path);
   }
   if (auto it = id_of.find(eos); it != id_of.end()) t.eos_id = it->second;
 

@@ -9,7 +9,9 @@
 //   tokenizer_config.json beside it, when present: eos_token names the end
 //   token; chat_template (a string, or a list of named templates) is kept
 //   with the special tokens' text it is rendered with (bos_token, eos_token,
-//   unk_token, pad_token), as the pipeline's "chat" entry.
+//   unk_token, pad_token), as the pipeline's "chat" entry. With a Llama or
+//   Gemma tokenizer_class, add_bos_token and add_eos_token rebuild the
+//   post-processor, as transformers' tokenizers of those classes do.
 //   generation_config.json beside it, when present: eos_token_id (an id or
 //   a list) adds the tokens that end a turn; all of them stop generation.
 // Every error names the file and the entry; what the tokenizer cannot compute
