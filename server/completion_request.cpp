@@ -59,63 +59,31 @@ std::vector<int32_t> get_ids(const json& v, const char* name) {
   return ids;
 }
 
-}  // namespace
-
-json parse_json_body(std::string_view body) {
+template <class Json>
+Json parse_body(std::string_view body) {
   try {
-    json j = json::parse(body, [](int depth, json::parse_event_t, json&) {
+    Json j = Json::parse(body, [](int depth, typename Json::parse_event_t, Json&) {
       if (depth > kMaxDepth) throw RequestError(400, "the JSON body is nested too deeply");
       return true;
     });
     if (!j.is_object()) throw RequestError(400, "the request body must be a JSON object");
     return j;
-  } catch (const json::exception& e) {
+  } catch (const nlohmann::json::exception& e) {
     std::string what = e.what();
     if (const size_t colon = what.find("] "); colon != std::string::npos) what.erase(0, colon + 2);
     throw RequestError(400, "the request body is not valid JSON: " + what);
   }
 }
 
-CompletionRequest parse_completion_request(const json& body, const CompletionDefaults& defaults) {
-  if (!body.is_object()) throw RequestError(400, "the request body must be a JSON object");
-  CompletionRequest r;
-  if (const json* v = field(body, "model")) {
-    if (!v->is_string()) bad("model", "must be a string");
-    r.model = v->get<std::string>();
-  }
-
-  // prompt: a string, token ids, or a batch of one of either.
-  const json* p = field(body, "prompt");
-  if (!p) throw RequestError(400, "'prompt' is required", "prompt");
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
-  else if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array()))
-    throw RequestError(400, "'prompt' holds " + std::to_string(p->size()) +
-                                " prompts; this server completes one prompt per request",
-                       "prompt");
-  if (p->is_string())
-    r.text = p->get<std::string>();
-  else if (p->is_array())
-    r.ids = get_ids(*p, "prompt");
-  else
-    bad("prompt", "must be a string or an array of token ids");
-  if ((r.text && r.text->empty()) || (!r.text && r.ids.empty())) bad("prompt", "is empty");
-
-  if (const json* v = field(body, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
-    bad("n", "must be 1: this server makes one completion per request");
-  if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
-    bad("best_of", "must be 1: this server makes one completion per request");
-  if (const json* v = field(body, "logprobs"); v && !(v->is_number_integer() && v->get<int64_t>() == 0))
-    bad("logprobs", "is not supported (give null or 0)");
-  if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
-    bad("suffix", "is not supported");
+// The sampling fields both endpoints take: temperature, top_p, top_k, min_p,
+// repetition_penalty, seed, stop, ignore_eos, and the fields OpenAI defines
+// that this server does not honour (refused unless given as their no-op).
+void parse_sampling(const json& body, const CompletionDefaults& defaults, GenerateOptions& o, bool& seeded) {
   for (const char* name : {"presence_penalty", "frequency_penalty"})
     if (field(body, name) && get_number(body, name) != 0.0)
       bad(name, "is not supported (give 0; repetition_penalty is)");
   if (const json* v = field(body, "logit_bias"); v && !(v->is_object() && v->empty()))
     bad("logit_bias", "is not supported");
-
-  GenerateOptions& o = r.options;
-  o.max_new_tokens = field(body, "max_tokens") ? get_count(body, "max_tokens", uint64_t{1} << 24) : defaults.max_tokens;
   SamplingOptions& s = o.sampling;
   s = defaults.sampling;
   if (field(body, "temperature")) {
@@ -143,7 +111,7 @@ CompletionRequest parse_completion_request(const json& body, const CompletionDef
     }
   if (field(body, "seed")) {
     s.seed = get_count(body, "seed", UINT64_MAX);
-    r.seeded = true;
+    seeded = true;
   }
   if (const json* v = field(body, "stop")) {
     if (v->is_string()) {
@@ -159,14 +127,144 @@ CompletionRequest parse_completion_request(const json& body, const CompletionDef
     }
   }
   if (field(body, "ignore_eos")) o.ignore_eos = get_bool(body, "ignore_eos");
-  if (field(body, "stream")) r.stream = get_bool(body, "stream");
-  if (field(body, "echo")) r.echo = get_bool(body, "echo");
+}
+
+// stream and stream_options.include_usage.
+void parse_stream(const json& body, bool& stream, bool& include_usage) {
+  if (field(body, "stream")) stream = get_bool(body, "stream");
   if (const json* v = field(body, "stream_options")) {
     if (!v->is_object()) bad("stream_options", "must be an object");
     if (field(*v, "include_usage")) {
       if (!(*v)["include_usage"].is_boolean()) bad("stream_options.include_usage", "must be true or false");
-      r.include_usage = (*v)["include_usage"].get<bool>();
+      include_usage = (*v)["include_usage"].get<bool>();
     }
+  }
+}
+
+std::string parse_model(const json& body) {
+  const json* v = field(body, "model");
+  if (!v) return {};
+  if (!v->is_string()) bad("model", "must be a string");
+  return v->get<std::string>();
+}
+
+}  // namespace
+
+json parse_json_body(std::string_view body) { return parse_body<json>(body); }
+nlohmann::ordered_json parse_ordered_json_body(std::string_view body) {
+  return parse_body<nlohmann::ordered_json>(body);
+}
+
+CompletionRequest parse_completion_request(const json& body, const CompletionDefaults& defaults) {
+  if (!body.is_object()) throw RequestError(400, "the request body must be a JSON object");
+  CompletionRequest r;
+  r.model = parse_model(body);
+
+  // prompt: a string, token ids, or a batch of one of either.
+  const json* p = field(body, "prompt");
+  if (!p) throw RequestError(400, "'prompt' is required", "prompt");
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  else if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array()))
+    throw RequestError(400, "'prompt' holds " + std::to_string(p->size()) +
+                                " prompts; this server completes one prompt per request",
+                       "prompt");
+  if (p->is_string())
+    r.text = p->get<std::string>();
+  else if (p->is_array())
+    r.ids = get_ids(*p, "prompt");
+  else
+    bad("prompt", "must be a string or an array of token ids");
+  if ((r.text && r.text->empty()) || (!r.text && r.ids.empty())) bad("prompt", "is empty");
+
+  if (const json* v = field(body, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
+    bad("n", "must be 1: this server makes one completion per request");
+  if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
+    bad("best_of", "must be 1: this server makes one completion per request");
+  if (const json* v = field(body, "logprobs"); v && !(v->is_number_integer() && v->get<int64_t>() == 0))
+    bad("logprobs", "is not supported (give null or 0)");
+  if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
+    bad("suffix", "is not supported");
+  r.options.max_new_tokens =
+      field(body, "max_tokens") ? get_count(body, "max_tokens", uint64_t{1} << 24) : defaults.max_tokens;
+  parse_sampling(body, defaults, r.options, r.seeded);
+  if (field(body, "echo")) r.echo = get_bool(body, "echo");
+  parse_stream(body, r.stream, r.include_usage);
+  return r;
+}
+
+ChatRequest parse_chat_request(const nlohmann::ordered_json& ordered, const CompletionDefaults& defaults) {
+  if (!ordered.is_object()) throw RequestError(400, "the request body must be a JSON object");
+  const json body = ordered;  // the fields' checks; the messages keep their keys' order
+  ChatRequest r;
+  r.model = parse_model(body);
+
+  const auto m = ordered.find("messages");
+  if (m == ordered.end() || m->is_null()) throw RequestError(400, "'messages' is required", "messages");
+  if (!m->is_array() || m->empty()) bad("messages", "must be a non-empty array of messages");
+  for (size_t i = 0; i < m->size(); ++i) {
+    const auto& msg = (*m)[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!msg.is_object()) bad(at, "must be an object");
+    const auto role = msg.find("role");
+    if (role == msg.end() || !role->is_string() || role->get<std::string>().empty())
+      bad(at + ".role", "must be a non-empty string");
+    const auto content = msg.find("content");
+    if (content != msg.end() && !content->is_null() && !content->is_string() && !content->is_array())
+      bad(at + ".content", "must be a string, an array of content parts, or null");
+    if (content != msg.end() && content->is_array())
+      for (size_t k = 0; k < content->size(); ++k) {
+        const auto& part = (*content)[k];
+        const std::string pat = at + ".content[" + std::to_string(k) + "]";
+        if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+          bad(pat, "must be an object with a string 'type'");
+        if (part["type"] != "text")
+          bad(pat + ".type", "'" + part["type"].get<std::string>() + "' is not supported: this model reads text");
+        if (!part.contains("text") || !part["text"].is_string()) bad(pat + ".text", "must be a string");
+      }
+  }
+  r.messages = *m;
+
+  if (const json* v = field(body, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
+    bad("n", "must be 1: this server makes one completion per request");
+  if (const json* v = field(body, "logprobs"); v && !(v->is_boolean() && !v->get<bool>()))
+    bad("logprobs", "is not supported yet (give false or null)");
+  if (const json* v = field(body, "top_logprobs"); v && !(v->is_number_integer() && v->get<int64_t>() == 0))
+    bad("top_logprobs", "is not supported yet");
+  if (const json* v = field(body, "response_format");
+      v && !(v->is_object() && v->contains("type") && (*v)["type"] == "text"))
+    bad("response_format", "is not supported yet: only {\"type\": \"text\"}");
+  if (const json* v = field(body, "tools"); v && !(v->is_array() && v->empty()))
+    bad("tools", "is not supported: this server does not call tools");
+  if (const json* v = field(body, "tool_choice"); v && !(v->is_string() && v->get<std::string>() == "none"))
+    bad("tool_choice", "is not supported: this server does not call tools");
+  for (const char* name : {"functions", "function_call", "audio", "prediction", "web_search_options",
+                           "reasoning_effort", "verbosity"})
+    if (field(body, name)) bad(name, "is not supported");
+  if (const json* v = field(body, "modalities"); v && !(*v == json::array({"text"})))
+    bad("modalities", "is not supported: only [\"text\"]");
+  if (const json* v = field(body, "store"); v && !(v->is_boolean() && !v->get<bool>()))
+    bad("store", "is not supported: completions are not stored");
+  if (const json* v = field(body, "service_tier");
+      v && !(v->is_string() && (*v == "auto" || *v == "default")))
+    bad("service_tier", "must be \"auto\" or \"default\"");
+
+  // max_completion_tokens, or the older max_tokens; neither: up to the context's end.
+  const bool new_name = field(body, "max_completion_tokens"), old_name = field(body, "max_tokens");
+  if (new_name && old_name && body["max_completion_tokens"] != body["max_tokens"])
+    bad("max_tokens", "and 'max_completion_tokens' differ: give one");
+  if (new_name || old_name) {
+    const char* name = new_name ? "max_completion_tokens" : "max_tokens";
+    r.max_tokens = get_count(body, name, uint64_t{1} << 24);
+  }
+  parse_sampling(body, defaults, r.options, r.seeded);
+  parse_stream(body, r.stream, r.include_usage);
+  if (field(body, "add_generation_prompt")) r.add_generation_prompt = get_bool(body, "add_generation_prompt");
+  if (const auto v = ordered.find("chat_template_kwargs"); v != ordered.end() && !v->is_null()) {
+    if (!v->is_object()) bad("chat_template_kwargs", "must be an object");
+    for (const auto& [name, value] : v->items())
+      if (name == "messages" || name == "add_generation_prompt")
+        bad("chat_template_kwargs." + name, "is set by the request itself");
+    r.template_kwargs = *v;
   }
   return r;
 }

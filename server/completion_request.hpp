@@ -1,7 +1,7 @@
 #pragma once
-// The body of POST /v1/completions (OpenAI's completions API, with
-// llama.cpp's sampling extensions), checked and turned into generation
-// options. Independent of the HTTP library, so it is unit-tested and fuzzed
+// The bodies of POST /v1/completions and /v1/chat/completions (OpenAI's
+// APIs, with llama.cpp's and vLLM's sampling extensions), checked and turned
+// into generation options. Independent of the HTTP library, so it is unit-tested and fuzzed
 // on its own (tests/fuzz/fuzz_completion_request.cpp).
 #include <cstddef>
 #include <cstdint>
@@ -32,8 +32,10 @@ class RequestError : public std::runtime_error {
 };
 
 // Parses a JSON request body (an object, nested at most a few levels);
-// throws RequestError(400) for malformed JSON.
+// throws RequestError(400) for malformed JSON. The ordered form keeps each
+// object's keys in the order sent (a chat template's tojson writes them so).
 nlohmann::json parse_json_body(std::string_view body);
+nlohmann::ordered_json parse_ordered_json_body(std::string_view body);
 
 struct CompletionRequest {
   std::string model;                    // empty when not given
@@ -54,6 +56,24 @@ struct CompletionDefaults {
 
 // Checks every field's type and range; throws RequestError naming the field.
 CompletionRequest parse_completion_request(const nlohmann::json& body, const CompletionDefaults& defaults = {});
+
+// The body of POST /v1/chat/completions. The messages go to the model's chat
+// template as sent (transformers' apply_chat_template sees them so); a
+// content part other than text is refused. Every field OpenAI defines is
+// honoured or refused naming it: tools, logprobs, response_format other
+// than text, audio, n > 1, stored completions are refused.
+struct ChatRequest {
+  std::string model;
+  nlohmann::ordered_json messages;        // a non-empty array of {"role", "content", ...}
+  std::optional<size_t> max_tokens;       // max_completion_tokens or max_tokens; none: up to the context's end
+  GenerateOptions options;                // sampling, seed, stop, ignore_eos
+  bool seeded = false;
+  bool stream = false;
+  bool include_usage = false;
+  bool add_generation_prompt = true;      // vLLM's extension: false to continue the last message
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // vLLM's chat_template_kwargs
+};
+ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const CompletionDefaults& defaults = {});
 
 // An error body as OpenAI sends it: {"error": {"message", "type", "param", "code"}}.
 std::string error_body(const std::string& message, const std::string& type, const std::string& param = {},

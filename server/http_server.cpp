@@ -17,6 +17,8 @@
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,6 +33,7 @@
 #include "engine/scheduler.hpp"
 #include "formats/error.hpp"
 #include "server/completion_request.hpp"
+#include "text/chat_format.hpp"
 #include "server/metrics.hpp"
 
 namespace mmgpt::server {
@@ -73,11 +76,11 @@ void send_error(httplib::Response& res, const RequestError& e) {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-std::string random_id() {
+std::string random_id(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
   static const uint64_t salt = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "cmpl-%016llx%04llx", static_cast<unsigned long long>(salt),
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%s-%016llx%04llx", prefix, static_cast<unsigned long long>(salt),
                 static_cast<unsigned long long>(counter.fetch_add(1) & 0xffff));
   return buf;
 }
@@ -203,15 +206,39 @@ struct Completion {
   std::shared_ptr<Job> job;
   std::string id, model, echo;
   int64_t created = 0;
+  bool chat = false;  // a chat completion: chat.completion(.chunk) objects
   bool include_usage = false;
   bool echoed = false;
 
-  json chunk(const std::string& text, const json& reason) const {
+  // A streamed piece (chat: a delta; the first one carries the role) or, for
+  // completions, the whole answer.
+  json chunk(const std::string& text, const json& reason, bool first = false) const {
+    if (!chat)
+      return {{"id", id},
+              {"object", "text_completion"},
+              {"created", created},
+              {"model", model},
+              {"choices",
+               json::array({{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason}}})}};
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (first || !text.empty()) delta["content"] = text;
     return {{"id", id},
-            {"object", "text_completion"},
+            {"object", "chat.completion.chunk"},
             {"created", created},
             {"model", model},
-            {"choices", json::array({{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason}}})}};
+            {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", reason}}})}};
+  }
+  // A chat completion's whole answer.
+  json message(const std::string& text, const json& reason) const {
+    return {{"id", id},
+            {"object", "chat.completion"},
+            {"created", created},
+            {"model", model},
+            {"choices", json::array({{{"index", 0},
+                                      {"message", {{"role", "assistant"}, {"content", text}}},
+                                      {"logprobs", nullptr},
+                                      {"finish_reason", reason}}})}};
   }
   json usage(const GenerationResult& r) const {
     const size_t prompt = job->prompt_tokens();
@@ -219,10 +246,22 @@ struct Completion {
   }
 };
 
+// The chat format chat completions render with: --chat-template FILE, else the model's own, else none.
+std::optional<ChatFormat> chat_format_of(const ServeOptions& o, const LanguageModel& lm) {
+  if (!o.chat_template_file.empty()) {
+    std::ifstream in(o.chat_template_file, std::ios::binary);
+    if (!in) throw Error("--chat-template: cannot read " + o.chat_template_file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return ChatFormat::from_text(text, o.chat_template_file);
+  }
+  if (lm.tokenizer().chat_json().empty()) return std::nullopt;
+  return ChatFormat::from_tokenizer(lm.tokenizer().chat_json(), o.model_path);
+}
+
 class Service {
  public:
   Service(const ServeOptions& o, LanguageModel lm, const SchedulerOptions& so)
-      : options_(o), lm_(std::move(lm)), scheduler_(lm_, so) {}
+      : options_(o), lm_(std::move(lm)), scheduler_(lm_, so), chat_(chat_format_of(o, lm_)) {}
 
   void install(httplib::Server& svr);
   void begin_shutdown() { stopping_ = true; }
@@ -231,6 +270,12 @@ class Service {
 
  private:
   void completions(const httplib::Request& req, httplib::Response& res);
+  void chat_completions(const httplib::Request& req, httplib::Response& res);
+  void check_model(const std::string& model) const;
+  // Checks the prompt against the model, submits it and answers: the whole
+  // completion, or its stream.
+  void run(const httplib::Request& req, httplib::Response& res, std::vector<int32_t> ids, GenerateOptions options,
+           bool seeded, bool stream, std::shared_ptr<Completion> done);
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
   json model_object() const {
@@ -242,6 +287,7 @@ class Service {
   LanguageModel lm_;
   Scheduler scheduler_;
   Metrics metrics_;
+  std::optional<ChatFormat> chat_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> open_streams_{0};  // streamed responses still being written
   const int64_t created_ = static_cast<int64_t>(std::time(nullptr));
@@ -327,17 +373,22 @@ void Service::install(httplib::Server& svr) {
     };
   };
   svr.Post("/v1/completions", guarded(&Service::completions));
+  svr.Post("/v1/chat/completions", guarded(&Service::chat_completions));
   svr.Post("/tokenize", guarded(&Service::tokenize));
   svr.Post("/detokenize", guarded(&Service::detokenize));
+}
+
+void Service::check_model(const std::string& model) const {
+  if (!model.empty() && model != options_.model_id)
+    throw RequestError(404, "the model '" + model + "' does not exist (this server has '" + options_.model_id + "')",
+                       "model", "invalid_request_error", "model_not_found");
 }
 
 void Service::completions(const httplib::Request& req, httplib::Response& res) {
   if (stopping_) throw SchedulerFull("the server is shutting down");
   const json body = parse_json_body(req.body);
   CompletionRequest r = parse_completion_request(body);
-  if (!r.model.empty() && r.model != options_.model_id)
-    throw RequestError(404, "the model '" + r.model + "' does not exist (this server has '" + options_.model_id + "')",
-                       "model", "invalid_request_error", "model_not_found");
+  check_model(r.model);
   std::vector<int32_t> ids;
   if (r.text) {
     if (lm_.tokenizer().kind() == TokenizerKind::None)
@@ -346,30 +397,64 @@ void Service::completions(const httplib::Request& req, httplib::Response& res) {
   } else {
     ids = std::move(r.ids);
   }
+  auto done = std::make_shared<Completion>();
+  done->id = random_id("cmpl");
+  done->include_usage = r.include_usage;
+  if (r.echo) done->echo = r.text ? *r.text : lm_.decode(ids);
+  run(req, res, std::move(ids), std::move(r.options), r.seeded, r.stream, std::move(done));
+}
+
+void Service::chat_completions(const httplib::Request& req, httplib::Response& res) {
+  if (stopping_) throw SchedulerFull("the server is shutting down");
+  ChatRequest r = parse_chat_request(parse_ordered_json_body(req.body));
+  check_model(r.model);
+  if (!chat_)
+    throw RequestError(400,
+                       "this model has no chat template: its tokenizer came without one (start the server with "
+                       "--chat-template FILE, or use /v1/completions)",
+                       "messages");
+  nlohmann::ordered_json variables = std::move(r.template_kwargs);
+  variables["messages"] = std::move(r.messages);
+  std::string prompt;
+  try {
+    prompt = chat_->render(std::move(variables), r.add_generation_prompt);
+  } catch (const Error& e) {  // the template refused the conversation (raise_exception) or reached a limit
+    throw RequestError(400, std::string("the chat template: ") + e.what(), "messages");
+  }
+  // The template writes the special tokens itself: none are added again, as transformers does.
+  std::vector<int32_t> ids = lm_.encode(prompt);
+  if (ids.empty()) throw RequestError(400, "the chat template rendered an empty prompt", "messages");
+  const size_t n_ctx = lm_.config().n_ctx;
+  r.options.max_new_tokens = r.max_tokens ? *r.max_tokens : (ids.size() < n_ctx ? n_ctx - ids.size() : 0);
+  auto done = std::make_shared<Completion>();
+  done->id = random_id("chatcmpl");
+  done->chat = true;
+  done->include_usage = r.include_usage;
+  run(req, res, std::move(ids), std::move(r.options), r.seeded, r.stream, std::move(done));
+}
+
+void Service::run(const httplib::Request& req, httplib::Response& res, std::vector<int32_t> ids,
+                  GenerateOptions options, bool seeded, bool stream, std::shared_ptr<Completion> done) {
   const ModelConfig& c = lm_.config();
   for (int32_t id : ids)
     if (static_cast<uint64_t>(id) >= c.vocab_size)
       throw RequestError(400, "'prompt' holds token id " + std::to_string(id) + ", outside the vocabulary (0.." +
                                   std::to_string(c.vocab_size - 1) + ")",
                          "prompt");
-  if (ids.size() + r.options.max_new_tokens > c.n_ctx)
+  if (ids.size() + options.max_new_tokens > c.n_ctx)
     throw RequestError(400,
                        "the prompt's " + std::to_string(ids.size()) + " tokens and max_tokens " +
-                           std::to_string(r.options.max_new_tokens) + " exceed the context length " +
+                           std::to_string(options.max_new_tokens) + " exceed the context length " +
                            std::to_string(c.n_ctx),
                        "max_tokens", "invalid_request_error", "context_length_exceeded");
-  if (!r.seeded) r.options.sampling.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
-  r.options.kv_dtype = scheduler_.options().kv_dtype;
+  if (!seeded) options.sampling.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  options.kv_dtype = scheduler_.options().kv_dtype;
 
-  auto done = std::make_shared<Completion>();
-  done->id = random_id();
   done->model = options_.model_id;
   done->created = static_cast<int64_t>(std::time(nullptr));
-  done->include_usage = r.include_usage;
-  if (r.echo) done->echo = r.text ? *r.text : lm_.decode(ids);
-  done->job = scheduler_.submit(std::move(ids), r.options);
+  done->job = scheduler_.submit(std::move(ids), options);
 
-  if (!r.stream) {
+  if (!stream) {
     // While it runs, a client that closes its connection cancels it (checked every 50 ms).
     std::string text = done->echo;
     std::optional<int> socket;
@@ -397,7 +482,8 @@ void Service::completions(const httplib::Request& req, httplib::Response& res) {
         throw RequestError(503, "the server shut down before the completion finished", {}, "unavailable_error");
       record(*done->job, u.result, Clock::now());
       text += u.result.text;
-      json out = done->chunk(text, finish_reason(u.result.reason));
+      json out = done->chat ? done->message(text, finish_reason(u.result.reason))
+                            : done->chunk(text, finish_reason(u.result.reason));
       out["usage"] = done->usage(u.result);
       res.set_content(dump(out), "application/json");
       return;
@@ -417,6 +503,7 @@ void Service::completions(const httplib::Request& req, httplib::Response& res) {
           };
           if (!done->echoed) {
             done->echoed = true;
+            if (done->chat && !event(done->chunk("", nullptr, true))) return false;  // the role, first
             if (!done->echo.empty() && !event(done->chunk(done->echo, nullptr))) return false;
           }
           JobUpdate u = done->job->wait(std::chrono::milliseconds(200));

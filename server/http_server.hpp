@@ -19,6 +19,7 @@ struct ServeOptions {
   size_t prefix_cache = 4;
   int threads = 0;         // 0: every core
   std::string api_key;     // non-empty: required as "Authorization: Bearer KEY" except on /health
+  std::string chat_template_file;  // chat completions' template (a Jinja file or a tokenizer_config.json); empty: the model's
   WeightType kv_dtype = WeightType::F32;
   size_t max_body = 1 << 20;  // request body bytes (413 beyond)
   int timeout_seconds = 10;   // reading a request's header and body, writing a response

@@ -132,3 +132,51 @@ TEST_CASE("error bodies are OpenAI's shape, and text that is not UTF-8 is replac
   CHECK(json::parse(error_body("m", "server_error"))["error"]["param"].is_null());
   CHECK(dump(json{{"text", "\xe4\xb8"}}) == "{\"text\":\"\xEF\xBF\xBD\"}");
 }
+
+TEST_CASE("chat request: messages as sent, in their keys' order; the limits and refusals name their field") {
+  const auto body = nlohmann::ordered_json::parse(
+      R"({"messages": [{"role": "user", "content": "hi", "zeta": 1, "alpha": 2}], "max_completion_tokens": 7,
+          "temperature": 0, "chat_template_kwargs": {"enable_thinking": false}, "add_generation_prompt": false})");
+  const ChatRequest r = parse_chat_request(body);
+  CHECK(r.messages.dump() == R"([{"role":"user","content":"hi","zeta":1,"alpha":2}])");
+  REQUIRE(r.max_tokens.has_value());
+  CHECK(*r.max_tokens == 7);
+  CHECK(r.options.sampling.greedy);
+  CHECK_FALSE(r.add_generation_prompt);
+  CHECK(r.template_kwargs.dump() == R"({"enable_thinking":false})");
+  CHECK_FALSE(parse_chat_request(nlohmann::ordered_json::parse(R"({"messages": [{"role": "user"}]})")).max_tokens);
+
+  auto param_of = [](const char* text) -> std::string {
+    try {
+      parse_chat_request(nlohmann::ordered_json::parse(text));
+    } catch (const RequestError& e) {
+      CHECK(e.status == 400);
+      return e.param;
+    }
+    return "accepted";
+  };
+  CHECK(param_of(R"({})") == "messages");
+  CHECK(param_of(R"({"messages": {}})") == "messages");
+  CHECK(param_of(R"({"messages": [{"role": 3}]})") == "messages[0].role");
+  CHECK(param_of(R"({"messages": [{"role": "user", "content": 5}]})") == "messages[0].content");
+  CHECK(param_of(R"({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})") ==
+        "messages[0].content[0].type");
+  CHECK(param_of(R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})") ==
+        "messages[0].content[0].text");
+  const char* ok = R"({"role": "user", "content": "x"})";
+  auto with = [&](const std::string& extra) { return std::string(R"({"messages": [)") + ok + "], " + extra + "}"; };
+  CHECK(param_of(with(R"("tools": [{}])").c_str()) == "tools");
+  CHECK(param_of(with(R"("tools": [], "tool_choice": "none", "store": false, "logprobs": false,
+                         "response_format": {"type": "text"}, "modalities": ["text"], "service_tier": "auto",
+                         "user": "u", "n": 1)")
+                     .c_str()) == "accepted");
+  CHECK(param_of(with(R"("logprobs": true)").c_str()) == "logprobs");
+  CHECK(param_of(with(R"("top_logprobs": 3)").c_str()) == "top_logprobs");
+  CHECK(param_of(with(R"("response_format": {"type": "json_schema"})").c_str()) == "response_format");
+  CHECK(param_of(with(R"("n": 3)").c_str()) == "n");
+  CHECK(param_of(with(R"("functions": [])").c_str()) == "functions");
+  CHECK(param_of(with(R"("max_tokens": 3, "max_completion_tokens": 4)").c_str()) == "max_tokens");
+  CHECK(param_of(with(R"("max_tokens": 3, "max_completion_tokens": 3)").c_str()) == "accepted");
+  CHECK(param_of(with(R"("chat_template_kwargs": {"messages": []})").c_str()) == "chat_template_kwargs.messages");
+  CHECK(param_of(with(R"("temperature": -1)").c_str()) == "temperature");
+}

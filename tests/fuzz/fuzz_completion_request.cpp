@@ -1,5 +1,5 @@
-// mmgpt serve's request parsing: a POST /v1/completions body (any bytes) to
-// generation options. Every outcome is a request or a RequestError; an
+// mmgpt serve's request parsing: a POST /v1/completions body and a
+// /v1/chat/completions body (the same bytes, both ways) to generation options. Every outcome is a request or a RequestError; an
 // accepted request must be one the engine can run (its sampling options pass
 // the Sampler's checks), and every error body must be valid JSON.
 #include <cstdint>
@@ -20,6 +20,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (id < 0) std::abort();
     if (r.options.max_new_tokens > (uint64_t{1} << 24)) std::abort();
     Sampler check(r.options.sampling);  // throws mmgpt::Error (a crash here) for options out of range
+    (void)check;
+  } catch (const server::RequestError& e) {
+    if (e.status != 400) std::abort();
+    const nlohmann::json j = nlohmann::json::parse(server::error_body(e.what(), e.type, e.param, e.code));
+    if (!j["error"]["message"].is_string()) std::abort();
+  }
+  // The same bytes as a chat completion's body.
+  try {
+    const server::ChatRequest r = server::parse_chat_request(server::parse_ordered_json_body(body));
+    if (!r.messages.is_array() || r.messages.empty()) std::abort();
+    if (r.max_tokens && *r.max_tokens > (uint64_t{1} << 24)) std::abort();
+    Sampler check(r.options.sampling);
     (void)check;
   } catch (const server::RequestError& e) {
     if (e.status != 400) std::abort();

@@ -214,6 +214,14 @@ def main():
                      "stream_options": {"include_usage": True}, "echo": True, "n": 1, "logprobs": None},
             "ids": {"prompt": [[1, 2, 3]], "max_tokens": 0, "temperature": 0, "stop": "x", "ignore_eos": True},
             "bad": {"prompt": ["a", "b"], "max_tokens": -1, "temperature": "hot", "seed": 1.5},
+            # and /v1/chat/completions bodies (the target reads every input both ways)
+            "chat": {"model": "m", "messages": [{"role": "system", "content": "Be brief."},
+                                                {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+                                                {"role": "assistant", "content": None}],
+                     "max_completion_tokens": 8, "temperature": 0.5, "seed": 3, "stream": True,
+                     "chat_template_kwargs": {"enable_thinking": False}, "add_generation_prompt": True},
+            "chat_refused": {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}],
+                             "logprobs": True, "response_format": {"type": "json_object"}},
         }
         for name, b in bodies.items():
             put(out, "fuzz_completion_request", name, json.dumps(b))

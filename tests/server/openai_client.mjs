@@ -11,6 +11,8 @@
 //   complete {body, apiKey?}      completions.create(body)       -> {response}
 //   stream   {body, apiKey?}      the same with stream: true,
 //                                 read with for await            -> {chunks}
+//   chat     {body, apiKey?}      chat.completions.create(body)  -> {response}
+//   chat_stream {body, apiKey?}   the same with stream: true     -> {chunks}
 //   abort    {body, how, waitMs?} a stream left after its first chunk:
 //                                 'break' out of for await, or 'controller':
 //                                 stream.controller.abort() then break (the
@@ -100,6 +102,14 @@ async function perform(op) {
       return { response: await c.completions.create(op.body) };
     case 'stream': {
       const stream = await c.completions.create({ ...op.body, stream: true });
+      const chunks = [];
+      for await (const chunk of stream) chunks.push(chunk);
+      return { chunks };
+    }
+    case 'chat':
+      return { response: await c.chat.completions.create(op.body) };
+    case 'chat_stream': {
+      const stream = await c.chat.completions.create({ ...op.body, stream: true });
       const chunks = [];
       for await (const chunk of stream) chunks.push(chunk);
       return { chunks };

@@ -15,7 +15,7 @@
 
 #include "engine/mmgpt.hpp"
 #include "formats/error.hpp"
-#include "text/jinja.hpp"
+#include "text/chat_format.hpp"
 #include "tools/cli/commands.hpp"
 #include "tools/cli/validate.hpp"
 
@@ -42,33 +42,9 @@ std::string read_file(const std::string& option, const std::string& path) {
   return bytes;
 }
 
-// The template text of a --template file: a Jinja template, or a
-// tokenizer_config.json whose chat_template is a string or a list of
-// {"name", "template"} (then `wanted` picks one, "default" by default).
-std::string template_source(const std::string& path, const std::string& text, const std::string& wanted) {
-  const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos || text[first] != '{' || text.compare(first, 2, "{{") == 0 ||
-      text.compare(first, 2, "{%") == 0 || text.compare(first, 2, "{#") == 0)
-    return text;
-  const Json config = Json::parse(text, nullptr, false);
-  if (config.is_discarded() || !config.is_object()) return text;  // a template that starts with '{'
-  auto it = config.find("chat_template");
-  if (it == config.end() || it->is_null()) throw Error(path + ": has no chat_template");
-  if (it->is_string()) return it->get<std::string>();
-  if (!it->is_array()) throw Error(path + ": chat_template must be a string or a list of {name, template}");
-  std::string names;
-  for (const Json& entry : *it) {
-    if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string() || !entry.contains("template") ||
-        !entry["template"].is_string())
-      throw Error(path + ": chat_template list entries must be {\"name\": string, \"template\": string}");
-    if (entry["name"] == wanted) return entry["template"].get<std::string>();
-    names += (names.empty() ? "" : ", ") + entry["name"].get<std::string>();
-  }
-  throw Error(path + ": chat_template has no template named '" + wanted + "' (it has " + names + ")");
-}
-
-// The variables transformers passes: messages, tools and documents (None when
-// absent), add_generation_prompt, the special tokens given, then any extra.
+// The variables of the --messages file (a list of messages, or an object of
+// template variables holding "messages"), the special tokens given, then any
+// --var. ChatFormat::render adds the rest as transformers does.
 Json template_variables(const ChatTemplateArgs& a) {
   const std::string text = read_file("--messages", a.messages_file);
   Json given = Json::parse(text, nullptr, false);
@@ -83,10 +59,6 @@ Json template_variables(const ChatTemplateArgs& a) {
     throw Error(a.messages_file + ": must hold a list of messages or an object of template variables");
   }
   if (!vars["messages"].is_array()) throw Error(a.messages_file + ": \"messages\" must be a list");
-  if (!vars.contains("tools")) vars["tools"] = nullptr;
-  if (!vars.contains("documents")) vars["documents"] = nullptr;
-  if (a.add_generation_prompt || !vars.contains("add_generation_prompt"))
-    vars["add_generation_prompt"] = a.add_generation_prompt;
   if (a.has_bos) vars["bos_token"] = a.bos_token;
   if (a.has_eos) vars["eos_token"] = a.eos_token;
   for (const std::string& v : a.vars) {
@@ -99,16 +71,13 @@ Json template_variables(const ChatTemplateArgs& a) {
   return vars;
 }
 
-}  // namespace
-
-// Renders `source` (named `name` in errors) with the command's variables and
-// writes the prompt to stdout, byte for byte. A template read from a model
-// file plugs in here.
-void print_chat_template(std::string_view source, const std::string& name, const Json& variables) {
-  const ChatTemplate t = ChatTemplate::compile(source, name);
-  const std::string prompt = t.render(variables);
+// Renders with the command's variables and writes the prompt to stdout, byte for byte.
+void print_chat_template(const ChatFormat& format, const ChatTemplateArgs& a) {
+  const std::string prompt = format.render(template_variables(a), a.add_generation_prompt);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
 }
+
+}  // namespace
 
 void add_chat_template(CLI::App& app) {
   auto a = std::make_shared<ChatTemplateArgs>();
@@ -135,24 +104,16 @@ void add_chat_template(CLI::App& app) {
     a->has_bos = bos->count() > 0;
     a->has_eos = eos->count() > 0;
     if (model->count() > 0) {
-      // The model's own template, with the special tokens' text its tokenizer_config.json gave
+      // The model's own template, with the special tokens' text its tokenizer's files gave
       // (--bos-token and --eos-token still override them).
       const LanguageModel lm = LanguageModel::load(a->model);
-      const std::string chat = lm.tokenizer().chat_json();
-      if (chat.empty())
+      if (lm.tokenizer().chat_json().empty())
         throw Error(a->model + ": the model's tokenizer has no chat template (give one with --template FILE)");
-      const Json stored = Json::parse(chat);
-      const std::string source = template_source(a->model, stored.dump(), a->template_name);
-      Json vars = template_variables(*a);
-      const Json specials = stored.value("special_tokens", Json::object());
-      for (const auto& [name, text] : specials.items())
-        if (!(name == "bos_token" && a->has_bos) && !(name == "eos_token" && a->has_eos)) vars[name] = text;
-      print_chat_template(source, a->model, vars);
+      print_chat_template(ChatFormat::from_tokenizer(lm.tokenizer().chat_json(), a->model, a->template_name), *a);
       return;
     }
     const std::string text = read_file("--template", a->template_file);
-    const std::string source = template_source(a->template_file, text, a->template_name);
-    print_chat_template(source, a->template_file, template_variables(*a));
+    print_chat_template(ChatFormat::from_text(text, a->template_file, a->template_name), *a);
   });
 }
 

@@ -12,7 +12,7 @@ namespace mmgpt::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model, alias, host = "127.0.0.1", api_key, kv_dtype = "f32";
+  std::string model, alias, host = "127.0.0.1", api_key, kv_dtype = "f32", chat_template;
   int port = 8080, threads = 0;
   size_t parallel = 0, max_queue = 64, prefill_chunk = 256, prefix_cache = 4, max_body = 1 << 20;
   int timeout = 10;
@@ -23,7 +23,7 @@ struct ServeArgs {
 
 void add_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
-  CLI::App* cmd = app.add_subcommand("serve", "serve a model over HTTP with OpenAI's completions API");
+  CLI::App* cmd = app.add_subcommand("serve", "serve a model over HTTP with OpenAI's completions and chat APIs");
   cmd->add_option("-m,--model", a->model, "model file (.mmgpt)")->required()->check(non_empty("path"));
   cmd->add_option("--host", a->host, "address to listen on (default 127.0.0.1: this machine only)")
       ->check(non_empty("address"));
@@ -37,6 +37,10 @@ void add_serve(CLI::App& app) {
                   "require 'Authorization: Bearer KEY' on every endpoint but /health (or set MMGPT_API_KEY)")
       ->envname("MMGPT_API_KEY")
       ->check(non_empty("API key"));
+  cmd->add_option("--chat-template", a->chat_template,
+                  "the chat template of /v1/chat/completions: a Jinja file or a tokenizer_config.json "
+                  "(default: the model's own)")
+      ->check(non_empty("path"));
   add_kv_dtype_option(cmd, a->kv_dtype);
   cmd->add_option("--alias", a->alias, "the model's name in the API (default: the file's name without .mmgpt)")
       ->check(non_empty("name"));
@@ -69,6 +73,7 @@ void add_serve(CLI::App& app) {
     o.prefix_cache = a->prefix_cache;
     o.threads = a->threads;
     o.api_key = a->api_key;
+    o.chat_template_file = a->chat_template;
     o.kv_dtype = parse_kv_dtype(a->kv_dtype);
     o.max_body = a->max_body;
     o.timeout_seconds = a->timeout;
