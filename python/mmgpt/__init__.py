@@ -164,6 +164,31 @@ class Model:
                          ignore_eos)
         return TextStream(self._m.stream(prompt, threads=_threads(threads), **opts))
 
+    def apply_chat_template(self, messages: Sequence[dict], *, add_generation_prompt: bool = True,
+                            chat_template: Optional[str] = None, **template_variables) -> str:
+        """The prompt the model's chat template (or `chat_template`: a Jinja
+        template, or a tokenizer_config.json's text) renders for `messages`,
+        as transformers' apply_chat_template(..., tokenize=False) does; extra
+        keyword arguments are more template variables (Qwen3's enable_thinking, say)."""
+        variables = {**template_variables, "messages": list(messages)}
+        return self._m.render_chat(json.dumps(variables, ensure_ascii=False), add_generation_prompt,
+                                   chat_template)
+
+    def chat(self, messages: Sequence[dict], max_new_tokens: int = 256, *, chat_template: Optional[str] = None,
+             chat_template_kwargs: Optional[dict] = None, **options) -> GenerationResult:
+        """The assistant's reply to `messages`: the prompt apply_chat_template
+        renders, generated as generate() does (the same options; generation
+        stops at any end-of-turn token) -- what the server's
+        /v1/chat/completions answers for the same options and seed."""
+        prompt = self.apply_chat_template(messages, chat_template=chat_template, **(chat_template_kwargs or {}))
+        return self.generate(prompt, max_new_tokens, **options)
+
+    def chat_stream(self, messages: Sequence[dict], max_new_tokens: int = 256, *, chat_template: Optional[str] = None,
+                    chat_template_kwargs: Optional[dict] = None, **options) -> "TextStream":
+        """chat(), streamed: a TextStream of the reply's pieces."""
+        prompt = self.apply_chat_template(messages, chat_template=chat_template, **(chat_template_kwargs or {}))
+        return self.stream(prompt, max_new_tokens, **options)
+
     def perplexity(self, text_or_ids: Union[str, Sequence[int]], ctx: Optional[int] = None,
                    stride: Optional[int] = None, *, threads: Optional[int] = None) -> PerplexityResult:
         """Perplexity of a text (or token ids) over sliding windows of ctx tokens

@@ -26,6 +26,7 @@
 #include "formats/host_tensor.hpp"
 #include "formats/pickle_value.hpp"
 #include "formats/source_element.hpp"
+#include "text/chat_format.hpp"
 #include "tools/convert/converter.hpp"
 
 namespace py = pybind11;
@@ -356,6 +357,20 @@ PYBIND11_MODULE(_mmgpt, m) {
             return lm.encode(text, allow_special);
           },
           py::arg("text"), py::arg("allow_special") = true)
+      .def(
+          "render_chat",
+          [](const LanguageModel& lm, const std::string& variables_json, bool add_generation_prompt,
+             std::optional<std::string> template_text) {
+            // The variables come from Python's json.dumps, in the caller's key order.
+            const auto variables = nlohmann::ordered_json::parse(variables_json, nullptr, false);
+            if (variables.is_discarded()) throw Error("chat: the messages are not JSON");
+            if (template_text) return ChatFormat::from_text(*template_text, "chat_template").render(variables, add_generation_prompt);
+            if (lm.tokenizer().chat_json().empty())
+              throw Error("the model's tokenizer has no chat template (give one with chat_template=)");
+            return ChatFormat::from_tokenizer(lm.tokenizer().chat_json(), "the model")
+                .render(variables, add_generation_prompt);
+          },
+          py::arg("variables_json"), py::arg("add_generation_prompt"), py::arg("template_text"))
       .def(
           "decode_bytes",
           [](const LanguageModel& lm, const std::vector<int64_t>& ids) {

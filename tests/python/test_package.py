@@ -249,3 +249,36 @@ def test_ctrl_c_stops_stream(demo):
 def test_help_is_useful():
     assert "Maps and validates" in mmgpt.load.__doc__
     assert "iterator of text pieces" in mmgpt.Model.stream.__doc__
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] | upper }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}{{ 'ASSISTANT' ~ suffix }}:{% endif %}")
+CHAT = [{"role": "system", "content": "You speak as Shakespeare."}, {"role": "user", "content": "ROMEO: speak."}]
+
+
+def test_apply_chat_template_equals_cli(cli, work, lm):
+    template, messages = work / "chat.jinja", work / "chat-messages.json"
+    template.write_text(CHAT_TEMPLATE)
+    messages.write_text(json.dumps({"messages": CHAT, "suffix": "!"}))
+    want = cli("chat-template", "--template", template, "--messages", messages, "--add-generation-prompt").stdout
+    got = lm.apply_chat_template(CHAT, chat_template=CHAT_TEMPLATE, suffix="!")
+    assert got.encode() == want
+    assert not lm.apply_chat_template(CHAT, chat_template=CHAT_TEMPLATE, add_generation_prompt=False,
+                                      suffix="!").endswith("ASSISTANT!:")
+
+
+def test_chat_is_generate_on_the_rendered_prompt(lm):
+    prompt = lm.apply_chat_template(CHAT, chat_template=CHAT_TEMPLATE, suffix="")
+    r = lm.chat(CHAT, 30, chat_template=CHAT_TEMPLATE, chat_template_kwargs={"suffix": ""}, seed=4)
+    assert r.text == lm.generate(prompt, 30, seed=4).text
+    s = lm.chat_stream(CHAT, 30, chat_template=CHAT_TEMPLATE, chat_template_kwargs={"suffix": ""}, seed=4)
+    assert "".join(s) == r.text
+
+
+def test_chat_errors(lm):
+    with pytest.raises(mmgpt.Error, match="no chat template"):
+        lm.chat(CHAT)  # the demo's character vocabulary carries none
+    with pytest.raises(mmgpt.Error, match="line 1: roles must alternate"):
+        lm.apply_chat_template(CHAT, chat_template="{{ raise_exception('roles must alternate') }}")
+    with pytest.raises(mmgpt.Error, match="unbalanced|endfor|for"):
+        lm.apply_chat_template(CHAT, chat_template="{% for m in messages %}")
