@@ -31,6 +31,9 @@
 namespace mmgpt {
 
 struct StoredBpeTables;
+namespace hf_parts {
+struct ScannedAdded;
+}  // namespace hf_parts
 
 class HfTokenizer {
  public:
@@ -43,6 +46,14 @@ class HfTokenizer {
   // caller keeps the file mapped, and `tokens` alive, while this lives.
   HfTokenizer(std::span<const std::string_view> tokens,
               std::span<const std::pair<std::string_view, std::string_view>> merges, const nlohmann::json& pipeline,
+              const std::string& where, const StoredBpeTables* stored = nullptr);
+  // The same from the pipeline's JSON text (a file's pipeline section, or
+  // TokenizerData::pipeline); text that is not JSON is refused, naming `where`.
+  struct JsonText {
+    std::string_view text;
+  };
+  HfTokenizer(std::span<const std::string_view> tokens,
+              std::span<const std::pair<std::string_view, std::string_view>> merges, JsonText pipeline,
               const std::string& where, const StoredBpeTables* stored = nullptr);
   ~HfTokenizer();
   HfTokenizer(const HfTokenizer&) = delete;
@@ -78,6 +89,12 @@ class HfTokenizer {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  // Both constructors' work; `scanned`: the added tokens, when read from the
+  // text apart from `pipeline` (which then holds none).
+  void init(std::span<const std::string_view> tokens,
+            std::span<const std::pair<std::string_view, std::string_view>> merges, const nlohmann::json& pipeline,
+            const std::string& where, const StoredBpeTables* stored,
+            const std::vector<hf_parts::ScannedAdded>* scanned);
 };
 
 }  // namespace mmgpt
