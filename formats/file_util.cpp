@@ -1,5 +1,6 @@
 #include "formats/file_util.hpp"
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 
@@ -45,38 +46,60 @@ std::string parent_dir(const std::string& file) {
   return p.empty() ? std::string(".") : p.string();
 }
 
-bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned c = p[i];
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    } else
-      return false;
-    if (n - i < len) return false;
-    for (size_t k = 1; k < len; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    static const uint32_t min_for_len[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_for_len[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += len;
+namespace {
+
+// A DFA over the well-formed sequences of the Unicode standard (its table
+// 3-7): the second byte's range depends on the first, which rules out overlong
+// forms, surrogates and code points past U+10FFFF; later bytes are 80..BF.
+// Each state is a multiple of 6, and kUtf8Next[byte] holds, at bit `state`,
+// the 6 bits of the state that byte leads to: a step is one shift with no
+// branch, whatever the bytes (a vocabulary mixes scripts token by token).
+enum Utf8State : uint64_t {
+  kAccept = 0,
+  kReject = 6,
+  kNeed1 = 12,     // one more byte, 80..BF
+  kNeed2 = 18,     // two more, 80..BF
+  kNeed3 = 24,     // three more, 80..BF
+  kAfterE0 = 30,   // then A0..BF, 1 more
+  kAfterED = 36,   // then 80..9F, 1 more
+  kAfterF0 = 42,   // then 90..BF, 2 more
+  kAfterF4 = 48,   // then 80..8F, 2 more
+};
+
+constexpr std::array<uint64_t, 256> make_utf8_next() {
+  std::array<uint64_t, 256> next{};
+  for (unsigned b = 0; b < 256; ++b) {
+    auto go = [&](Utf8State from, Utf8State to) { next[b] |= uint64_t{to} << from; };
+    const bool cont = b >= 0x80 && b <= 0xBF;
+    go(kAccept, b < 0x80                             ? kAccept
+                : b >= 0xC2 && b <= 0xDF             ? kNeed1
+                : b == 0xE0                          ? kAfterE0
+                : b == 0xED                          ? kAfterED
+                : b >= 0xE1 && b <= 0xEF             ? kNeed2
+                : b == 0xF0                          ? kAfterF0
+                : b == 0xF4                          ? kAfterF4
+                : b >= 0xF1 && b <= 0xF3             ? kNeed3
+                                                     : kReject);
+    go(kReject, kReject);
+    go(kNeed1, cont ? kAccept : kReject);
+    go(kNeed2, cont ? kNeed1 : kReject);
+    go(kNeed3, cont ? kNeed2 : kReject);
+    go(kAfterE0, b >= 0xA0 && b <= 0xBF ? kNeed1 : kReject);
+    go(kAfterED, b >= 0x80 && b <= 0x9F ? kNeed1 : kReject);
+    go(kAfterF0, b >= 0x90 && b <= 0xBF ? kNeed2 : kReject);
+    go(kAfterF4, b >= 0x80 && b <= 0x8F ? kNeed2 : kReject);
   }
-  return true;
+  return next;
+}
+
+constexpr std::array<uint64_t, 256> kUtf8Next = make_utf8_next();
+
+}  // namespace
+
+bool valid_utf8(std::string_view s) {
+  uint64_t state = kAccept;
+  for (const char ch : s) state = kUtf8Next[static_cast<unsigned char>(ch)] >> (state & 63);
+  return (state & 63) == kAccept;
 }
 
 size_t utf8_length(const std::string& s) {

@@ -9,6 +9,7 @@
 
 #include "formats/bpe_table.hpp"
 #include "formats/error.hpp"
+#include "formats/file_util.hpp"
 #include "formats/mmgpt_file_bytes.hpp"
 #include "formats/mmgpt_file_layout.hpp"
 #include "formats/mmgpt_file_rules.hpp"
@@ -236,6 +237,47 @@ void require_consumed(const ByteCursor& c) {
                 std::to_string(c.pos()));
 }
 
+// Reads tokens into the empty `tokens` while each one's length is in bounds
+// (non-zero, at most kMaxStringBytes, inside the section), in one tight pass:
+// a vocabulary has 10^5 strings. Returns how many of them, from the first, are
+// also valid UTF-8: all of check_tokenizer's rules hold for those, so it need
+// not read them again. The caller reads and checks the rest, and names what is
+// wrong.
+size_t read_checked_tokens(const unsigned char* p, ByteCursor& c, uint64_t n_tokens,
+                           std::vector<std::string_view>& tokens) {
+  const unsigned char* at = p + c.pos();
+  const unsigned char* const end = at + c.remaining();
+  std::vector<size_t> long_tokens;  // length 0x80 or more: its low byte may not be ASCII
+  while (tokens.size() < n_tokens && end - at >= 4) {
+    const uint32_t len = load_u32(at);
+    if (len == 0 || len > kMaxStringBytes || len > static_cast<uint64_t>(end - at - 4)) break;
+    if (len >= 0x80) long_tokens.push_back(tokens.size());
+    tokens.emplace_back(reinterpret_cast<const char*>(at + 4), len);
+    at += 4 + uint64_t{len};
+  }
+  c.view(static_cast<uint64_t>(at - (p + c.pos())), "tokens");  // consumed: cannot fail
+  // Tokens [from, to) lie in the section as one range of bytes, each token's
+  // length between it and the one before. A length below 0x80 is the bytes
+  // (length, 0, 0, 0), all ASCII, so with such lengths the range is valid
+  // UTF-8 exactly when each token is: ASCII inside a character is an error,
+  // and after a whole one it starts none. A long token starts a new range.
+  auto range_valid = [&tokens](size_t from, size_t to) {
+    if (from == to) return true;
+    const char* b = tokens[from].data();
+    return valid_utf8({b, static_cast<size_t>(tokens[to - 1].data() + tokens[to - 1].size() - b)});
+  };
+  bool valid = true;
+  size_t from = 0;
+  for (const size_t i : long_tokens) {
+    valid = valid && range_valid(from, i);
+    from = i;
+  }
+  if (valid && range_valid(from, tokens.size())) return tokens.size();
+  size_t good = 0;  // some token is not valid: count up to it
+  while (good < tokens.size() && valid_utf8(tokens[good])) ++good;
+  return good;
+}
+
 StoredTokenizer read_tokenizer(const unsigned char* p, SectionRef ref, const ModelConfig& cfg, const std::string& path) {
   ByteCursor c(p, ref.offset, ref.offset + ref.size, path + ": tokenizer section");
   StoredTokenizer tok;
@@ -256,7 +298,8 @@ StoredTokenizer read_tokenizer(const unsigned char* p, SectionRef ref, const Mod
     throw Error(c.where() + ": merge_count " + std::to_string(n_merges) + " cannot fit in the section (" +
                 std::to_string(c.remaining()) + " bytes left)");
   tok.tokens.reserve(n_tokens);
-  for (uint64_t i = 0; i < n_tokens; ++i)
+  const size_t checked_tokens = read_checked_tokens(p, c, n_tokens, tok.tokens);
+  for (uint64_t i = tok.tokens.size(); i < n_tokens; ++i)
     tok.tokens.push_back(read_string(c, [i] { return "token " + std::to_string(i); }));
   tok.merges.reserve(n_merges);
   for (uint64_t i = 0; i < n_merges; ++i) {
@@ -265,7 +308,7 @@ StoredTokenizer read_tokenizer(const unsigned char* p, SectionRef ref, const Mod
     tok.merges.emplace_back(a, b);
   }
   require_consumed(c);
-  check_tokenizer(tok, cfg, path);
+  check_tokenizer(tok, cfg, path, checked_tokens);
   return tok;
 }
 
@@ -294,6 +337,13 @@ std::string_view read_tokenizer_pipeline(const unsigned char* p, SectionRef ref,
 // Offsets [count + 1] into a blob of `blob` bytes: from 0, never decreasing, ending at blob.
 void check_offsets(const uint64_t* offsets, uint64_t count, uint64_t blob, const std::string& where,
                    const char* what) {
+  // First the whole rule at once, without a branch per offset (a vocabulary
+  // has 10^5 of them): while every offset is below 2^63, one is below the one
+  // before it exactly when their difference has its top bit set; rising from
+  // 0 to blob, none is past blob. Otherwise the loop below names the offset.
+  uint64_t bits = 0;
+  for (uint64_t i = 0; i < count; ++i) bits |= offsets[i + 1] | (offsets[i + 1] - offsets[i]);
+  if (offsets[0] == 0 && offsets[count] == blob && bits >> 63 == 0) return;
   if (offsets[0] != 0) throw Error(where + ": the first token's " + what + " do not start at 0");
   for (uint64_t i = 0; i < count; ++i)
     if (offsets[i + 1] < offsets[i] || offsets[i + 1] > blob)

@@ -89,7 +89,8 @@ namespace {
 
 // TokenizerData (owned strings) or StoredTokenizer (views into a file): the same rules.
 template <class Tok>
-void check_tokenizer_fields(const Tok& tok, const ModelConfig& config, const std::string& source) {
+void check_tokenizer_fields(const Tok& tok, const ModelConfig& config, const std::string& source,
+                            size_t checked_tokens) {
   const auto kind = static_cast<uint32_t>(tok.kind);
   const char* kind_name = tokenizer_kind_name(kind);
   if (!kind_name)
@@ -116,7 +117,7 @@ void check_tokenizer_fields(const Tok& tok, const ModelConfig& config, const std
   if (tok.eos_id < -1 || (tok.eos_id >= 0 && static_cast<uint64_t>(tok.eos_id) >= id_limit))
     throw Error(where + ": eos_id " + std::to_string(tok.eos_id) + " is out of range (must be -1 or below " +
                 std::to_string(id_limit) + ")");
-  for (size_t i = 0; i < tok.tokens.size(); ++i)
+  for (size_t i = checked_tokens; i < tok.tokens.size(); ++i)
     check_string(tok.tokens[i], [i] { return "tokenizer token " + std::to_string(i); }, source);
   for (size_t i = 0; i < tok.merges.size(); ++i) {
     check_string(tok.merges[i].first, [i] { return "tokenizer merge " + std::to_string(i) + " left part"; }, source);
@@ -128,11 +129,12 @@ void check_tokenizer_fields(const Tok& tok, const ModelConfig& config, const std
 }  // namespace
 
 void check_tokenizer(const TokenizerData& tok, const ModelConfig& config, const std::string& source) {
-  check_tokenizer_fields(tok, config, source);
+  check_tokenizer_fields(tok, config, source, 0);
 }
 
-void check_tokenizer(const StoredTokenizer& tok, const ModelConfig& config, const std::string& source) {
-  check_tokenizer_fields(tok, config, source);
+void check_tokenizer(const StoredTokenizer& tok, const ModelConfig& config, const std::string& source,
+                     size_t checked_tokens) {
+  check_tokenizer_fields(tok, config, source, checked_tokens);
 }
 
 void check_tensor_entry(const std::string& name, uint32_t dtype_id, uint32_t layout_id,

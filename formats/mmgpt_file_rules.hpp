@@ -3,6 +3,7 @@
 // apply, so that the writer can never produce a file the reader refuses.
 // Every function throws mmgpt::Error whose message starts with `source`
 // (the file path) and names the field and the bad value.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,7 +27,10 @@ Layout memory_layout(uint32_t layout_id);  // a known id, as the engine sees it
 // kMaxStringBytes; merges only for Gpt2Bpe, each half non-empty valid UTF-8;
 // eos_id is -1 or a valid id (of the tokens, or of the vocabulary for None).
 void check_tokenizer(const TokenizerData& tok, const ModelConfig& config, const std::string& source);
-void check_tokenizer(const StoredTokenizer& tok, const ModelConfig& config, const std::string& source);
+// `checked_tokens`: how many leading tokens the caller has already checked
+// by these rules (the reader checks them as it reads them).
+void check_tokenizer(const StoredTokenizer& tok, const ModelConfig& config, const std::string& source,
+                     size_t checked_tokens = 0);
 
 // One directory entry on its own (file ids): name well-formed, dtype and
 // layout known, a packed matrix in its dtype's packing and only element-wise

@@ -816,6 +816,47 @@ TEST_CASE("tokenizer section values are validated") {
   CHECK_REJECTS(img, "merges are only allowed for gpt2-bpe");
 }
 
+TEST_CASE("every token is checked as UTF-8 on its own, around tokens of 0x80 bytes or more too") {
+  // The reader checks runs of tokens as one range of the section: a long
+  // token's length, whose low byte need not be ASCII, must not complete a
+  // character that the token before it leaves unfinished.
+  TokenizerData t = char_tokenizer();
+  t.tokens[2] = "a\xe2\x96\x81";                          // "a▁", before a token of 0x81 bytes
+  t.tokens[3] = std::string(0x81, 'x');                   // its length's low byte: a continuation byte
+  t.tokens[5] = std::string(0xC0, 'y') + "\xe2\x82\xac";  // its length's low byte, 0xC3: a lead byte
+  const Bytes lead = image_of(make_model(tiny_config(), t));
+  REQUIRE(rejection(lead).empty());
+  const ModelFile f = parse_model_file_for_test(lead.data(), lead.size(), "model.mmgpt");
+  REQUIRE(f.stored_tokenizer().tokens.size() == t.tokens.size());
+  for (size_t i = 0; i < t.tokens.size(); ++i) CHECK(f.stored_tokenizer().tokens[i] == t.tokens[i]);
+
+  t.tokens[5] = std::string(0x102, 'y') + "\xe2\x82\xac";  // length 0x105: all its bytes ASCII
+  const Bytes good = image_of(make_model(tiny_config(), t));
+  REQUIRE(rejection(good).empty());
+  // Where token i's bytes start in the image.
+  auto token_at = [&good](size_t i) {
+    uint64_t at = section_offset(good, 1) + 32;
+    for (size_t k = 0; k < i; ++k) at += 4 + load_u32(good.data() + at);
+    return at + 4;
+  };
+  Bytes img = good;
+  // "aa\xe2\x96": unfinished, though the next token's length (0x81, 0, 0, 0) would finish it
+  img[token_at(2) + 1] = 'a', img[token_at(2) + 2] = 0xe2, img[token_at(2) + 3] = 0x96;
+  CHECK_REJECTS(img, "tokenizer token 2 is not valid UTF-8");
+  img = good;
+  img[token_at(3) + 0x80] = 0xc3;  // the long token ends unfinished, before a short one's length
+  CHECK_REJECTS(img, "tokenizer token 3 is not valid UTF-8");
+  img = good;
+  img[token_at(4) + 0] = 0x80;  // "\x80" after the long token's end
+  CHECK_REJECTS(img, "tokenizer token 4 is not valid UTF-8");
+  img = good;
+  img[token_at(5) + 0x104] = 0x41;  // "yy...\xe2\x82A": a long token, unfinished
+  CHECK_REJECTS(img, "tokenizer token 5 is not valid UTF-8");
+  img = good;
+  img[token_at(9)] = 0xf4;  // the last token, unfinished at the section's end
+  CHECK_REJECTS(img, "tokenizer token 9 is not valid UTF-8");
+}
+
 TEST_CASE("the tokenizer tables section: written for BPE, searched in place, every field checked, optional") {
   const Bytes bpe = image_of(make_model(tiny_config(), bpe_tokenizer()));
   const ModelFile f = parse_model_file_for_test(bpe.data(), bpe.size(), "m");

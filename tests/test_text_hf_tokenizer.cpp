@@ -263,3 +263,74 @@ TEST_CASE("hostile and unsupported tokenizer.json files are refused naming the f
   w["post_processor"] = {{"type", "RobertaProcessing"}};
   CHECK(refused("roberta", w.dump()).find("post-processor 'RobertaProcessing' is not supported") != std::string::npos);
 }
+
+TEST_CASE("the stored pipeline's added tokens: its own form and any other JSON read alike, errors too") {
+  // The loader reads the added tokens in the form the writer stores them with
+  // a scanner of its own, and anything else with the JSON parser.
+  json j = sp_tokenizer();
+  j["model"]["vocab"]["<x>"] = 264;
+  j["model"]["vocab"]["<y>"] = 265;
+  j["added_tokens"].push_back({{"id", 264}, {"content", "<x>"}, {"lstrip", true}, {"rstrip", true}});
+  j["added_tokens"].push_back(
+      {{"id", 265}, {"content", "<y>"}, {"single_word", true}, {"normalized", true}, {"special", true}});
+  const TokenizerData data = read_tokenizer_json(write_json("stored_added", j.dump()).string());
+  const std::string& stored = data.pipeline;
+  REQUIRE(stored.rfind("{\"added_tokens\":[{\"id\":0,\"special\":true},", 0) == 0);
+  REQUIRE(stored.find("{\"id\":264,\"lstrip\":true,\"rstrip\":true},{\"id\":265,\"normalized\":true,\"single_word\":"
+                      "true,\"special\":true}]") != std::string::npos);
+  auto with = [&data](const std::string& pipeline) {
+    TokenizerData d = data;
+    d.pipeline = pipeline;
+    return d;
+  };
+  const std::vector<std::string> texts = {"ab <x> ab", "a<x>b<s>", " <y> a<y>b <y>", "<s><unk>ab ab"};
+  const Tokenizer scanned(data);
+  const Tokenizer parsed(with(json::parse(stored).dump(1)));  // spaces: the JSON parser's
+  for (const std::string& text : texts)
+    for (const bool allow : {true, false}) CHECK(scanned.encode(text, allow, true) == parsed.encode(text, allow, true));
+  CHECK(scanned.encode("ab <x> ab", true, false) == std::vector<int32_t>{7, 264, 7});
+
+  // A change to the stored text, and the same change to a spaced-out copy,
+  // must give the same message (or the same tokenizer).
+  auto load_error = [&](const std::string& pipeline) { return error_of([&] { Tokenizer t(with(pipeline)); }); };
+  auto same = [&](const std::string& from, const std::string& to) {
+    std::string a = stored;
+    REQUIRE(a.find(from) != std::string::npos);
+    a.replace(a.find(from), from.size(), to);
+    const std::string e = load_error(a);
+    if (json::accept(a)) CHECK(e == load_error(json::parse(a).dump(1)));
+    return e;
+  };
+  CHECK(same("{\"id\":264,", "{\"id\":266,").find("added_tokens[2]: id is not an id of the vocabulary") !=
+        std::string::npos);
+  CHECK(same("{\"id\":264,", "{\"id\":26400000000,").find("added_tokens[2]: id is not an id") != std::string::npos);
+  CHECK(same("{\"id\":264,", "{\"id\":0264,").find("not valid JSON") != std::string::npos);
+  CHECK(same("{\"id\":264,", "{\"id\":-264,").find("added_tokens[2]: id is not an id") != std::string::npos);
+  CHECK(same("{\"id\":264,", "{\"id\":264.0,").find("added_tokens[2]: id is not an id") != std::string::npos);
+  CHECK(same("\"lstrip\":true", "\"lstrip\":1").find("added_tokens[2]: lstrip is not true or false") !=
+        std::string::npos);
+  CHECK(same("\"lstrip\":true", "\"lstrip\":tru").find("not valid JSON") != std::string::npos);
+  CHECK(same("\"lstrip\":true", "\"lstrip\":null").empty());
+  CHECK(same("\"lstrip\":true", "\"lstrip\":true,\"content\":\"<z>\"").find("content '<z>' is not the spelling") !=
+        std::string::npos);
+  CHECK(same("\"lstrip\":true", "\"lstrip\":true,\"other\":[1,{\"a\":2}]").empty());
+  CHECK(same("\"lstrip\":true", "\"lstrip\":true,\"id\":1").empty());  // the later id counts
+  CHECK(same("{\"added_tokens\":[", "{\"added_tokens\":[7,").find("added_tokens[0]: is not an object") !=
+        std::string::npos);
+  CHECK(same("}],", "}],,").find("not valid JSON") != std::string::npos);
+  CHECK(same("}],", "}]]").find("not valid JSON") != std::string::npos);
+  CHECK(same("}],", "},],").find("not valid JSON") != std::string::npos);
+  // A second added_tokens key is the one that counts, as in the JSON parser.
+  CHECK(same("}],", "}],\"added_tokens\":5,").find("added_tokens: is not a list") != std::string::npos);
+  CHECK(same("}],", "}],\"added_tokens\":null,").empty());
+  CHECK(same("}],", "}],\"added_tokens\":[],").empty());
+  CHECK(same("}],", "}],\"x\":{\"added_tokens\":5},").empty());
+  // The later list wins: the tokenizer has no <x> then.
+  std::string later = stored;
+  later.replace(later.find("}],"), 3, "}],\"added_tokens\":[{\"id\":0,\"special\":true}],");
+  CHECK(Tokenizer(with(later)).encode("<x>", true, false) != scanned.encode("<x>", true, false));
+  CHECK(load_error("{\"added_tokens\":[]}").find("model: is missing") != std::string::npos);
+  CHECK(load_error("{\"added_tokens\":[]} x").find("not valid JSON") != std::string::npos);
+  CHECK(load_error("{\"added_tokens\":[],}").find("not valid JSON") != std::string::npos);
+  CHECK(load_error("{\"added_tokens\":[{\"id\":0}],}").find("not valid JSON") != std::string::npos);
+}

@@ -699,6 +699,59 @@ class AddedTrie {
   bool first_[256] = {};
 };
 
+// An entry of the pipeline's added_tokens: its id and the flags it sets (-1: not set).
+struct ScannedAdded {
+  uint64_t id = 0;
+  int8_t special = -1, lstrip = -1, rstrip = -1, single_word = -1, normalized = -1;
+};
+
+// Reads the added_tokens list at the start of a pipeline's text in the form
+// the writer stores it (tokenizer_json.cpp: keys sorted, no spaces, each
+// entry its id and the flags that differ from their defaults, as true or
+// false):
+//   {"added_tokens":[{"id":0,"special":true},{"id":4,"normalized":false},...],...
+// Some tokenizers add thousands of tokens (Gemma 3 6k), and a JSON object
+// each costs more to build than the rest of the tokenizer. Returns the offset
+// just past the list, or 0 when the text takes any other form (for the JSON
+// parser to read whole).
+size_t scan_added_tokens(std::string_view text, std::vector<ScannedAdded>& out) {
+  size_t i = 0;
+  auto eat = [&](std::string_view s) {
+    if (text.substr(i, s.size()) != s) return false;
+    i += s.size();
+    return true;
+  };
+  if (!eat("{\"added_tokens\":[")) return 0;
+  if (eat("]")) return i;
+  do {
+    ScannedAdded a;
+    if (!eat("{\"id\":")) return 0;
+    // A JSON unsigned integer (no leading zero) of at most 10 digits: ids are below 2^31.
+    const size_t digits = i;
+    for (; i < text.size() && i - digits < 10 && text[i] >= '0' && text[i] <= '9'; ++i)
+      a.id = 10 * a.id + (text[i] - '0');
+    if (i == digits || (text[digits] == '0' && i - digits > 1)) return 0;
+    while (eat(",\"")) {
+      int8_t* flag = eat("lstrip\":")        ? &a.lstrip
+                     : eat("normalized\":")  ? &a.normalized
+                     : eat("rstrip\":")      ? &a.rstrip
+                     : eat("single_word\":") ? &a.single_word
+                     : eat("special\":")     ? &a.special
+                                             : nullptr;
+      if (flag == nullptr) return 0;
+      if (eat("true"))
+        *flag = 1;
+      else if (eat("false"))
+        *flag = 0;
+      else
+        return 0;
+    }
+    if (!eat("}")) return 0;
+    out.push_back(a);
+  } while (eat(","));
+  return eat("]") ? i : 0;
+}
+
 }  // namespace hf_parts
 
 using namespace hf_parts;
@@ -762,6 +815,50 @@ HfTokenizer::HfTokenizer(std::span<const std::string_view> tokens,
                          std::span<const int32_t> merge_ranks, const json& pipeline, const std::string& where,
                          const StoredBpeTables* stored)
     : impl_(std::make_unique<Impl>()) {
+  init(tokens, merges, merge_ranks, pipeline, where, stored, nullptr);
+}
+
+HfTokenizer::HfTokenizer(std::span<const std::string_view> tokens,
+                         std::span<const std::pair<std::string_view, std::string_view>> merges,
+                         std::span<const int32_t> merge_ranks, JsonText pipeline, const std::string& where,
+                         const StoredBpeTables* stored)
+    : impl_(std::make_unique<Impl>()) {
+  // The added tokens as the writer stores them, read by scan_added_tokens;
+  // the JSON parser reads the rest, with null in the list's place (valid JSON
+  // exactly when the whole text is). A second added_tokens key would be the
+  // one that counts, as in the JSON parser: then it reads the whole text.
+  std::vector<ScannedAdded> scanned;
+  json spec;
+  bool have_scanned = false;
+  if (const size_t end = scan_added_tokens(pipeline.text, scanned)) {
+    int lists = 0;
+    auto count_lists = [&lists](int depth, json::parse_event_t event, json& parsed) {
+      if (depth == 1 && event == json::parse_event_t::key && parsed == "added_tokens") ++lists;
+      return true;
+    };
+    try {
+      spec = json::parse("{\"added_tokens\":null" + std::string(pipeline.text.substr(end)), count_lists);
+      have_scanned = lists == 1;
+    } catch (const json::exception&) {
+      // read whole below, for the parser's message about the text as it is
+    }
+  }
+  if (!have_scanned) {
+    scanned.clear();
+    try {
+      spec = json::parse(pipeline.text);
+    } catch (const json::exception& e) {
+      throw Error(where + ": the tokenizer pipeline is not valid JSON: " + e.what());
+    }
+  }
+  init(tokens, merges, merge_ranks, spec, where, stored, have_scanned ? &scanned : nullptr);
+}
+
+void HfTokenizer::init(std::span<const std::string_view> tokens,
+                       std::span<const std::pair<std::string_view, std::string_view>> merges,
+                       std::span<const int32_t> merge_ranks, const json& pipeline, const std::string& where,
+                       const StoredBpeTables* stored,
+                       const std::vector<ScannedAdded>* scanned) {
   Impl& m = *impl_;
   m.stored = stored;
   if (stored && (stored->table_kind != mmgpt_file::kTablesBpe || stored->token_count != tokens.size()))
@@ -870,9 +967,31 @@ HfTokenizer::HfTokenizer(std::span<const std::string_view> tokens,
   }
 
   // Added tokens.
-  if (pipeline.contains("added_tokens") && !pipeline["added_tokens"].is_null()) {
+  const Where aw = root.at("added_tokens");
+  auto add = [&](size_t i, size_t id, bool special, bool lstrip, bool rstrip, bool single_word,
+                 std::optional<bool> normalized, const json* content) {
+    // The stored pipeline leaves out the content (the id's spelling) and every default.
+    AddedToken t{static_cast<int32_t>(id), std::string(m.spelling[id]), special, lstrip, rstrip, single_word, false};
+    t.normalized = normalized.value_or(!t.special);
+    if (content) {
+      if (!content->is_string()) aw.at(i).fail("content is not a string");
+      if (content->get_ref<const std::string&>() != t.content)
+        aw.at(i).fail("content '" + content->get<std::string>() + "' is not the spelling of id " + std::to_string(id));
+    }
+    if (t.content.empty()) aw.at(i).fail("content is empty");
+    if (!stored) m.bytes[id] = t.content;  // the stored bytes have it already
+    m.added.push_back(std::move(t));
+  };
+  if (scanned) {
+    m.added.reserve(scanned->size());
+    for (size_t i = 0; i < scanned->size(); ++i) {
+      const ScannedAdded& a = (*scanned)[i];
+      if (a.id >= tokens.size()) aw.at(i).fail("id is not an id of the vocabulary");
+      add(i, a.id, a.special > 0, a.lstrip > 0, a.rstrip > 0, a.single_word > 0,
+          a.normalized < 0 ? std::nullopt : std::optional<bool>(a.normalized > 0), nullptr);
+    }
+  } else if (pipeline.contains("added_tokens") && !pipeline["added_tokens"].is_null()) {
     const json& list = pipeline["added_tokens"];
-    const Where aw = root.at("added_tokens");
     if (!list.is_array()) aw.fail("is not a list");
     m.added.reserve(list.size());
     for (size_t i = 0; i < list.size(); ++i) {
@@ -880,29 +999,24 @@ HfTokenizer::HfTokenizer(std::span<const std::string_view> tokens,
       const json& a = list[i];
       auto fail = [&](const std::string& what) { aw.at(i).fail(what); };
       if (!a.is_object()) fail("is not an object");
-      auto flag = [&](const char* key, bool fallback) {
+      auto flag = [&](const char* key) -> std::optional<bool> {
         auto it = a.find(key);
-        if (it == a.end() || it->is_null()) return fallback;
+        if (it == a.end() || it->is_null()) return std::nullopt;
         if (!it->is_boolean()) fail(std::string(key) + " is not true or false");
         return it->get<bool>();
       };
       auto idj = a.find("id");
       if (idj == a.end() || !idj->is_number_unsigned() || idj->get<uint64_t>() >= tokens.size())
         fail("id is not an id of the vocabulary");
-      const size_t id = idj->get<size_t>();
-      // The stored pipeline leaves out the content (the id's spelling) and every default.
-      AddedToken t{static_cast<int32_t>(id), std::string(m.spelling[id]), flag("special", false), flag("lstrip", false),
-                   flag("rstrip", false), flag("single_word", false), false};
-      t.normalized = flag("normalized", !t.special);
-      if (auto c = a.find("content"); c != a.end()) {
-        if (!c->is_string()) fail("content is not a string");
-        if (c->get_ref<const std::string&>() != t.content)
-          fail("content '" + c->get<std::string>() + "' is not the spelling of id " + std::to_string(id));
-      }
-      if (t.content.empty()) fail("content is empty");
-      if (!stored) m.bytes[id] = t.content;  // the stored bytes have it already
-      m.added.push_back(std::move(t));
+      const bool special = flag("special").value_or(false), lstrip = flag("lstrip").value_or(false),
+                 rstrip = flag("rstrip").value_or(false), single_word = flag("single_word").value_or(false);
+      const std::optional<bool> normalized = flag("normalized");
+      auto content = a.find("content");
+      add(i, idj->get<size_t>(), special, lstrip, rstrip, single_word, normalized,
+          content == a.end() ? nullptr : &*content);
     }
+  }
+  if (!m.added.empty()) {
     size_t trie_bytes = 0;
     for (const AddedToken& t : m.added) trie_bytes += t.content.size();
     m.raw_trie.reserve(trie_bytes);

@@ -31,6 +31,9 @@
 namespace mmgpt {
 
 struct StoredBpeTables;
+namespace hf_parts {
+struct ScannedAdded;
+}  // namespace hf_parts
 
 class HfTokenizer {
  public:
@@ -45,6 +48,15 @@ class HfTokenizer {
   HfTokenizer(std::span<const std::string_view> tokens,
               std::span<const std::pair<std::string_view, std::string_view>> merges,
               std::span<const int32_t> merge_ranks, const nlohmann::json& pipeline, const std::string& where,
+              const StoredBpeTables* stored = nullptr);
+  // The same from the pipeline's JSON text (a file's pipeline section, or
+  // TokenizerData::pipeline); text that is not JSON is refused, naming `where`.
+  struct JsonText {
+    std::string_view text;
+  };
+  HfTokenizer(std::span<const std::string_view> tokens,
+              std::span<const std::pair<std::string_view, std::string_view>> merges,
+              std::span<const int32_t> merge_ranks, JsonText pipeline, const std::string& where,
               const StoredBpeTables* stored = nullptr);
   ~HfTokenizer();
   HfTokenizer(const HfTokenizer&) = delete;
@@ -80,6 +92,13 @@ class HfTokenizer {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  // Both constructors' work; `scanned`: the added tokens, when read from the
+  // text apart from `pipeline` (which then holds none).
+  void init(std::span<const std::string_view> tokens,
+            std::span<const std::pair<std::string_view, std::string_view>> merges,
+            std::span<const int32_t> merge_ranks, const nlohmann::json& pipeline, const std::string& where,
+            const StoredBpeTables* stored,
+            const std::vector<hf_parts::ScannedAdded>* scanned);
 };
 
 }  // namespace mmgpt

@@ -3,8 +3,6 @@
 
 #include <cstdio>
 
-#include <nlohmann/json.hpp>
-
 #include "text/bpe.hpp"
 #include "text/hf_tokenizer.hpp"
 #include "formats/bpe_table.hpp"
@@ -46,13 +44,8 @@ std::shared_ptr<const HfTokenizer> make_hf(std::span<const std::string_view> tok
                                            std::span<const std::pair<std::string_view, std::string_view>> merges,
                                            std::span<const int32_t> merge_ranks, std::string_view pipeline,
                                            const std::string& where, const StoredBpeTables* tables = nullptr) {
-  nlohmann::json spec;
-  try {
-    spec = nlohmann::json::parse(pipeline);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(where + ": the tokenizer pipeline is not valid JSON: " + e.what());
-  }
-  return std::make_shared<const HfTokenizer>(tokens, merges, merge_ranks, spec, where, tables);
+  return std::make_shared<const HfTokenizer>(tokens, merges, merge_ranks, HfTokenizer::JsonText{pipeline}, where,
+                                             tables);
 }
 
 }  // namespace
