@@ -17,6 +17,7 @@ void add_perplexity(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_serve(CLI::App& app);
 void add_chat_template(CLI::App& app);
+void add_chat(CLI::App& app);
 
 // What `mmgpt --version` prints: "mmgpt X.Y.Z" first, then the build's commit,
 // compiler and kernels.

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   mmgpt::cli::add_perplexity(app);
   mmgpt::cli::add_bench(app);
   mmgpt::cli::add_serve(app);
+  mmgpt::cli::add_chat(app);
   mmgpt::cli::add_chat_template(app);
 
   // An unknown first word: CLI11 says only "A subcommand is required", naming nothing.
