@@ -306,7 +306,8 @@ TokenizerData read_tiktoken_encoding(const pickle::Value& root, const std::strin
   }
   const pickle::Value* pattern = root.get("pat_str");
   const pickle::Value* specials = root.get("special_tokens");
-  if (!pattern || !pattern->is_str()) throw Error(path + ": the Encoding's pat_str is not a string");
+  if (!pattern || !pattern->is_str() || !valid_utf8(pattern->text))
+    throw Error(path + ": the Encoding's pat_str is not a string of valid UTF-8");
   if (ranks->kind != Kind::Dict) throw Error(path + ": the Encoding's mergeable_ranks is not a dict");
   if (specials && specials->kind != Kind::Dict) throw Error(path + ": the Encoding's special_tokens is not a dict");
 
