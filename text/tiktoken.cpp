@@ -234,18 +234,17 @@ TokenizerData tiktoken_tokenizer(Vocabulary v, const std::string& path) {
 
 }  // namespace
 
-bool looks_like_tiktoken_ranks(const std::string& path) {
-  std::string head = read_small_file(path, kMaxRankFile);
-  const size_t end = head.find('\n');
-  std::string_view line(head.data(), end == std::string::npos ? head.size() : end);
-  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  const size_t sp = line.find(' ');
-  std::string bytes;
-  return sp != std::string_view::npos && decode_base64(line.substr(0, sp), bytes) && all_digits(line.substr(sp + 1));
-}
-
 TokenizerData read_tiktoken_ranks(const std::string& path) {
   const std::string text = read_small_file(path, kMaxRankFile);
+  {
+    std::string_view first(text.data(), std::min(text.find('\n'), text.size()));
+    if (!first.empty() && first.back() == '\r') first.remove_suffix(1);
+    const size_t sp = first.find(' ');
+    std::string bytes;
+    if (sp == std::string_view::npos || !decode_base64(first.substr(0, sp), bytes) || !all_digits(first.substr(sp + 1)))
+      throw Error(path + ": not a tiktoken rank file (\"TOKEN RANK\" lines); a SentencePiece model is not read: "
+                  "convert with the tokenizer.json made from it");
+  }
   Vocabulary v;
   std::vector<bool> seen;
   std::unordered_map<std::string, size_t> line_of;  // token bytes -> the line that gave it

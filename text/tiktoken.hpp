@@ -32,10 +32,9 @@
 
 namespace mmgpt {
 
-// Whether `path` starts as a tiktoken rank file does (a base64 token, a space
-// and a rank), to tell Llama 3's tokenizer.model from a SentencePiece one.
-bool looks_like_tiktoken_ranks(const std::string& path);
-
+// A rank file's tokenizer; a file that does not start as a rank file does (a
+// base64 token, a space and a rank: a SentencePiece tokenizer.model, say) is
+// refused, naming the tokenizer.json to convert with instead.
 TokenizerData read_tiktoken_ranks(const std::string& path);
 
 // `root`: the unpickled file, a tiktoken Encoding (formats/pickle.cpp

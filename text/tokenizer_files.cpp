@@ -130,12 +130,6 @@ TokenizerData read_pickled_tokenizer(const std::string& path) {
   return char_meta(root, path);
 }
 
-TokenizerData read_tokenizer_model(const std::string& path) {
-  if (!looks_like_tiktoken_ranks(path))
-    throw Error(path + ": not a tiktoken rank file (\"TOKEN RANK\" lines); a SentencePiece model is not read: "
-                "convert with the tokenizer.json made from it");
-  return read_tiktoken_ranks(path);
-}
 
 TokenizerData read_bpe_files(const std::string& vocab_json, const std::string& merges_txt) {
   TokenizerData tok;
@@ -212,7 +206,7 @@ FoundTokenizer read_set(const std::string& dir, const FileSet& set) {
   const std::string a = join_path(dir, set.first);
   const std::string_view first = set.first;
   if (first == "tokenizer.json") return {read_tokenizer_json(a), a};
-  if (first == "tokenizer.model") return {read_tokenizer_model(a), a};
+  if (first == "tokenizer.model") return {read_tiktoken_ranks(a), a};
   if (first == "tokenizer.pkl") return {read_pickled_tokenizer(a), a};
   if (!set.second) return {read_char_meta(a), a};
   const std::string b = join_path(dir, set.second);
@@ -274,7 +268,7 @@ FoundTokenizer load_tokenizer_path(const std::string& path) {
   }
   if (ends_with(path, ".txt") || ends_with(path, ".bpe"))
     throw Error(path + ": this is a merges file; give --tokenizer the vocab.json / encoder.json beside it");
-  if (ends_with(path, ".model") || ends_with(path, ".tiktoken")) return {read_tokenizer_model(path), path};
+  if (ends_with(path, ".model") || ends_with(path, ".tiktoken")) return {read_tiktoken_ranks(path), path};
   return {read_pickled_tokenizer(path), path};
 }
 

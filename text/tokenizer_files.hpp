@@ -25,9 +25,6 @@ TokenizerData read_char_meta(const std::string& meta_pkl);
 // A pickle: a tiktoken Encoding (nanochat's tokenizer.pkl), else a meta.pkl.
 TokenizerData read_pickled_tokenizer(const std::string& path);
 
-// tokenizer.model or *.tiktoken: a tiktoken rank file (Llama 3's); a
-// SentencePiece model is refused, naming the tokenizer.json to use instead.
-TokenizerData read_tokenizer_model(const std::string& path);
 
 // vocab.json / encoder.json {token: id} with ids exactly 0..n-1, and the
 // merges file (optional "#version" header, then one "a b" pair per line).

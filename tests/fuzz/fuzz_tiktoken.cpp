@@ -9,6 +9,7 @@
 
 #include "formats/error.hpp"
 #include "text/tokenizer.hpp"
+#include "text/tiktoken.hpp"
 #include "text/tokenizer_files.hpp"
 #include "fuzz_input_file.hpp"
 
@@ -23,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto* bytes = reinterpret_cast<const uint8_t*>(file.data());
   try {
     const mmgpt::Tokenizer t(pickled ? mmgpt::read_pickled_tokenizer(pickle_file.write(bytes, file.size()))
-                                     : mmgpt::read_tokenizer_model(rank_file.write(bytes, file.size())));
+                                     : mmgpt::read_tiktoken_ranks(rank_file.write(bytes, file.size())));
     const std::vector<int32_t> ids = t.encode(text, true, true);
     (void)t.decode(ids);
     for (int32_t id : ids) (void)t.token_bytes(id);

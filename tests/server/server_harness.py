@@ -111,10 +111,10 @@ class Server:
     def complete(self, **body):
         return self.json('POST', '/v1/completions', body)
 
-    def stream(self, **body):
-        """(status, [events as parsed JSON], saw [DONE]) of a streamed completion."""
+    def stream(self, path='/v1/completions', **body):
+        """(status, [events as parsed JSON], saw [DONE]) of a streamed completion (or chat completion)."""
         c = self.conn()
-        c.request('POST', '/v1/completions', body=json.dumps({**body, 'stream': True}))
+        c.request('POST', path, body=json.dumps({**body, 'stream': True}))
         r = c.getresponse()
         if r.status != 200:
             return r.status, [json.loads(r.read())], False

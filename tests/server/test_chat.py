@@ -50,26 +50,6 @@ def rendered(model_args, messages, gen=True, **variables):
     return out
 
 
-def chat_stream(server, body):
-    """(status, events, saw [DONE]) of a streamed chat completion."""
-    c = server.conn()
-    c.request('POST', '/v1/chat/completions', body=json.dumps({**body, 'stream': True}))
-    r = c.getresponse()
-    if r.status != 200:
-        return r.status, [json.loads(r.read())], False
-    events, done = [], False
-    for raw in r.read().decode().split('\n\n'):
-        if not raw:
-            continue
-        data = raw[len('data: '):]
-        if data == '[DONE]':
-            done = True
-        else:
-            events.append(json.loads(data))
-    c.close()
-    return r.status, events, done
-
-
 def openai_client(server, ops):
     spec = os.path.join(W, 'chat-spec.json')
     with open(spec, 'w') as f:
@@ -101,7 +81,7 @@ try:
             check(f'{name}: finish_reason and usage', choice['finish_reason'] == 'length' and
                   r['usage']['completion_tokens'] == 24 and r['usage']['prompt_tokens'] == len(prompt.encode()),
                   r['usage'])
-        status, events, done = chat_stream(srv, body)
+        status, events, done = srv.stream('/v1/chat/completions', **body)
         check(f'{name}: streamed', status == 200 and done and all(e['object'] == 'chat.completion.chunk'
                                                                   for e in events), events[:2])
         if status == 200 and events:
