@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/weight_type.hpp"
+#include "engine/logprobs.hpp"
 #include "engine/sampler.hpp"
 
 namespace mmgpt {
@@ -28,6 +29,16 @@ struct GenerateOptions {
   // true ends every unfinished sequence (StopReason::Callback). Stops a
   // generation from outside (Ctrl-C) without waiting for its next token.
   std::function<bool()> interrupt;
+  // Log-probabilities (engine/logprobs.hpp) of each generated token, with the
+  // top_logprobs (at most kMaxTopLogprobs) most likely tokens at its step:
+  // GenerationResult::logprobs.
+  bool logprobs = false;
+  size_t top_logprobs = 0;
+  // The same for each prompt token after the first, given the tokens before
+  // it (GenerationResult::prompt_logprobs). The whole prompt is run then,
+  // never taken from a prefix cache, and max_new_tokens may be 0: the prompt
+  // is scored and nothing is generated.
+  bool prompt_logprobs = false;
 };
 
 enum class StopReason { Length, EndOfText, StopString, Callback };
@@ -54,6 +65,8 @@ struct GenerationResult {
   std::string text;             // their bytes, cut before a stop string
   StopReason reason = StopReason::Length;
   GenerationTimings timings;
+  std::vector<PositionLogprobs> logprobs;         // with GenerateOptions::logprobs: one per generated token
+  std::vector<PositionLogprobs> prompt_logprobs;  // with prompt_logprobs: prompt tokens 1.. (the first has none)
 };
 
 }  // namespace mmgpt

@@ -60,9 +60,12 @@ std::vector<GenerationResult> run_generation(Executor& executor, const Tokenizer
     (prefill ? prefill_seconds : decode_seconds) += seconds_since(t0);
     if (!prefill) ++decode_steps;
 
+    size_t row = 0;  // the first logit row of step k
     for (size_t k = 0; k < owner.size(); ++k) {
       GenerationSequence& s = *seqs[owner[k]];
-      const std::optional<GenerationSequence::Sampled> made = s.advance(logits.subspan(k * vocab, vocab), tokenizer);
+      const std::span<const float> rows = logits.subspan(row * vocab, steps[k].logit_rows * vocab);
+      row += steps[k].logit_rows;
+      const std::optional<GenerationSequence::Sampled> made = s.advance(rows, tokenizer);
       if (!made || made->token < 0) continue;
       if (on_token && !on_token(TokenEvent{owner[k], made->token, made->text})) s.finish(StopReason::Callback);
     }

@@ -37,6 +37,49 @@ std::vector<float> LanguageModel::logits(std::span<const int32_t> ids) const {
   return {l.begin(), l.end()};
 }
 
+ScoreResult LanguageModel::score(std::span<const int32_t> context, std::span<const int32_t> continuation,
+                                 size_t top_logprobs) const {
+  const size_t n_ctx = config().n_ctx;
+  if (context.empty()) throw Error("the context to score after is empty: give at least one token (a BOS, say)");
+  if (continuation.empty()) throw Error("the continuation to score is empty");
+  if (continuation.size() > n_ctx)
+    throw Error("the continuation's " + std::to_string(continuation.size()) +
+                " tokens exceed the context length " + std::to_string(n_ctx));
+  if (top_logprobs > kMaxTopLogprobs)
+    throw Error("at most " + std::to_string(kMaxTopLogprobs) + " top log-probabilities per token, got " +
+                std::to_string(top_logprobs));
+  std::vector<int32_t> all(context.begin(), context.end());
+  all.insert(all.end(), continuation.begin(), continuation.end());
+  for (int32_t id : all)
+    if (id < 0 || static_cast<uint64_t>(id) >= config().vocab_size)
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                  std::to_string(config().vocab_size - 1) + ")");
+  // The model reads every token but the last; row p predicts token p + 1.
+  const size_t start = all.size() > n_ctx + 1 ? all.size() - n_ctx - 1 : 0;
+  const size_t end = all.size() - 1, first_scored = all.size() - continuation.size() - 1;
+  Executor executor(model_);
+  KVCache cache(config());
+  ScoreResult out;
+  const size_t vocab = config().vocab_size;
+  constexpr size_t kChunk = 64;  // bounds the logits of a step (rows x vocab floats)
+  for (size_t a = start; a < end;) {
+    // Context rows run without logits; continuation rows in chunks with theirs.
+    const size_t b = a < first_scored ? first_scored : std::min(end, a + kChunk);
+    const size_t rows = a < first_scored ? 1 : b - a;
+    std::span<const float> logits =
+        executor.run(std::span<const int32_t>(all).subspan(a, b - a), cache, rows);
+    if (a >= first_scored)
+      for (size_t j = 0; j < rows; ++j) {
+        PositionLogprobs p = position_logprobs(logits.subspan(j * vocab, vocab), all[a + j + 1], top_logprobs);
+        out.logprob += p.logprob;
+        out.greedy = out.greedy && p.greedy;
+        out.tokens.push_back(std::move(p));
+      }
+    a = b;
+  }
+  return out;
+}
+
 GenerationResult LanguageModel::generate(std::span<const int32_t> prompt, const GenerateOptions& options,
                                          const TokenCallback& on_token) const {
   return std::move(generate_batch({std::vector<int32_t>(prompt.begin(), prompt.end())}, options, on_token)[0]);

@@ -37,6 +37,13 @@ struct LoadTimes {
   double tokenizer = 0;  // building the tokenizer's tables
 };
 
+// What LanguageModel::score gives: lm-evaluation-harness's loglikelihood.
+struct ScoreResult {
+  double logprob = 0.0;  // the sum of the continuation tokens' log-probabilities
+  bool greedy = true;    // every continuation token is the most likely one at its position
+  std::vector<PositionLogprobs> tokens;  // each continuation token's, in order
+};
+
 class LanguageModel {
  public:
   static LanguageModel load(const std::string& path);
@@ -54,6 +61,14 @@ class LanguageModel {
 
   // The logits after every token, row-major [ids.size(), vocab]. At most n_ctx ids.
   std::vector<float> logits(std::span<const int32_t> ids) const;
+
+  // How likely `continuation` is after `context` (both at least one token):
+  // the log-probability of each continuation token given everything before
+  // it, with the top_logprobs (at most kMaxTopLogprobs) most likely tokens at
+  // each position. When both exceed n_ctx + 1 tokens the context is cut from
+  // the left, as lm-evaluation-harness does; the continuation must fit in n_ctx.
+  ScoreResult score(std::span<const int32_t> context, std::span<const int32_t> continuation,
+                    size_t top_logprobs = 0) const;
 
   // Generates a continuation of `prompt` (cropped to its last n_ctx tokens).
   GenerationResult generate(std::span<const int32_t> prompt, const GenerateOptions& options,

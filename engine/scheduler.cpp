@@ -101,6 +101,9 @@ std::shared_ptr<Job> Scheduler::submit(std::vector<int32_t> prompt, const Genera
   if (options.kv_dtype != options_.kv_dtype) throw Error("a request's KV dtype must be the scheduler's");
   Sampler check(options.sampling);  // throws for options out of range
   (void)check;
+  if (options.top_logprobs > kMaxTopLogprobs)
+    throw Error("at most " + std::to_string(kMaxTopLogprobs) + " top log-probabilities per token, got " +
+                std::to_string(options.top_logprobs));
   std::shared_ptr<Job> job(new Job(std::move(prompt), options));
   {
     std::lock_guard lock(mutex_);
@@ -129,10 +132,12 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
-KVCache Scheduler::take_cache(const std::vector<int32_t>& prompt, size_t& cached_tokens) {
+KVCache Scheduler::take_cache(const std::vector<int32_t>& prompt, bool prompt_logprobs, size_t& cached_tokens) {
   // The kept cache sharing the longest prefix with the prompt (at least one token left to run).
   size_t best = prefix_.size(), best_len = 0;
-  for (size_t i = 0; i < prefix_.size() && options_.prefix_cache > 0; ++i) {
+  // A prompt being scored runs whole: it only takes a cache's memory.
+  const bool reuse = options_.prefix_cache > 0 && !prompt_logprobs;
+  for (size_t i = 0; i < prefix_.size() && reuse; ++i) {
     const std::vector<int32_t>& t = prefix_[i].tokens;
     const size_t n = std::min(t.size(), prompt.size() - 1);
     const size_t len = static_cast<size_t>(std::mismatch(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n),
@@ -163,7 +168,7 @@ void Scheduler::admit(std::unique_lock<std::mutex>&) {
     r->job = job;
     size_t cached = 0;
     try {
-      KVCache cache = take_cache(job->prompt_, cached);
+      KVCache cache = take_cache(job->prompt_, job->options_.prompt_logprobs, cached);
       r->seq.emplace(lm_.config(), job->options_, job->prompt_, std::move(cache), cached);
     } catch (const std::exception& e) {  // submit() checked the request; this is memory running out
       GenerationResult none;
@@ -245,16 +250,20 @@ bool Scheduler::step() {
   stats_.step_seconds += std::chrono::duration<double>(SteadyClock::now() - t0).count();
   stats_.step_sequences += members.size();
   stats_.last_batch = members.size();
+  size_t row = 0;  // the first logit row of member k
   for (size_t k = 0; k < members.size(); ++k) {
     Running& r = *members[k];
     GenerationSequence& s = *r.seq;
+    const std::span<const float> rows = failure.empty() ? logits.subspan(row * vocab, steps[k].logit_rows * vocab)
+                                                        : std::span<const float>{};
+    row += steps[k].logit_rows;
     if (!failure.empty()) {
       s.finish(StopReason::Callback);
       r.job->finish(s.result(), failure);
       continue;
     }
     if (s.result().tokens.empty()) stats_.prompt_tokens_run += steps[k].ids.size();
-    const std::optional<GenerationSequence::Sampled> made = s.advance(logits.subspan(k * vocab, vocab), lm_.tokenizer());
+    const std::optional<GenerationSequence::Sampled> made = s.advance(rows, lm_.tokenizer());
     if (made && made->token >= 0) r.job->push(made->text, 1);
   }
   // Finished (or failed) sequences leave now: their jobs end, and their places are free for the next step.

@@ -130,7 +130,7 @@ class Scheduler {
   };
   void loop();
   void admit(std::unique_lock<std::mutex>& lock);
-  KVCache take_cache(const std::vector<int32_t>& prompt, size_t& cached_tokens);
+  KVCache take_cache(const std::vector<int32_t>& prompt, bool prompt_logprobs, size_t& cached_tokens);
   void retire(Running& r);
   void drop_queue();  // finishes every queued job unrun
   bool step();

@@ -9,6 +9,10 @@ GenerationSequence::GenerationSequence(const ModelConfig& config, const Generate
     : n_ctx_(config.n_ctx),
       max_new_tokens_(options.max_new_tokens),
       ignore_eos_(options.ignore_eos),
+      logprobs_(options.logprobs),
+      prompt_logprobs_(options.prompt_logprobs),
+      top_logprobs_(options.top_logprobs),
+      prompt_size_(prompt.size()),
       history_(prompt.begin(), prompt.end()),
       cache_(std::move(cache)),
       sampler_(options.sampling),
@@ -19,9 +23,14 @@ GenerationSequence::GenerationSequence(const ModelConfig& config, const Generate
                 std::to_string(n_ctx_));
   if (cached_tokens >= prompt.size())
     throw Error("a cached prefix must leave at least one prompt token to run");
+  if (top_logprobs_ > kMaxTopLogprobs)
+    throw Error("at most " + std::to_string(kMaxTopLogprobs) + " top log-probabilities per token, got " +
+                std::to_string(top_logprobs_));
+  if (prompt_logprobs_ && cached_tokens > 0) throw Error("the prompt's log-probabilities need the whole prompt run");
   cache_.set_length(cached_tokens);
   result_.timings.prompt_tokens = prompt.size();
-  if (max_new_tokens_ == 0) finish(StopReason::Length);
+  // Nothing to generate: done at once, unless there is a prompt to score.
+  if (max_new_tokens_ == 0 && !(prompt_logprobs_ && prompt.size() > 1)) finish(StopReason::Length);
 }
 
 SequenceStep GenerationSequence::next_step(size_t max_rows) {
@@ -32,19 +41,37 @@ SequenceStep GenerationSequence::next_step(size_t max_rows) {
     pending = n_ctx_;
   }
   const size_t begin = window_start_ + cache_.length();
+  const bool scored = prompt_logprobs_ && begin < prompt_size_;
+  if (scored) max_rows = std::min(max_rows, kPromptLogitRows);
   const size_t rows = std::min(pending, std::max<size_t>(max_rows, 1));
   planned_end_ = begin + rows;
-  return {std::span<const int32_t>(history_).subspan(begin, rows), &cache_, 1};
+  planned_logit_rows_ = scored ? rows : 1;
+  return {std::span<const int32_t>(history_).subspan(begin, rows), &cache_, planned_logit_rows_};
 }
 
 std::optional<GenerationSequence::Sampled> GenerationSequence::advance(std::span<const float> logits,
                                                                        const Tokenizer& tokenizer) {
+  const size_t vocab = logits.size() / planned_logit_rows_;
+  if (prompt_logprobs_) {
+    // Row j is position planned_end_ - rows + j, which predicts the token after it.
+    const size_t first = planned_end_ - planned_logit_rows_;
+    for (size_t j = 0; j < planned_logit_rows_; ++j)
+      if (first + j + 1 < prompt_size_)
+        result_.prompt_logprobs.push_back(
+            position_logprobs(logits.subspan(j * vocab, vocab), history_[first + j + 1], top_logprobs_));
+  }
   if (!samples()) return std::nullopt;
+  logits = logits.subspan((planned_logit_rows_ - 1) * vocab, vocab);
+  if (max_new_tokens_ == 0) {  // the prompt was only scored
+    finish(StopReason::Length);
+    return std::nullopt;
+  }
   const int32_t token = sampler_.next(logits, history_);
   if (!ignore_eos_ && tokenizer.is_end(token)) {
     finish(StopReason::EndOfText);
     return Sampled{};
   }
+  if (logprobs_) result_.logprobs.push_back(position_logprobs(logits, token, top_logprobs_));
   history_.push_back(token);
   result_.tokens.push_back(token);
   Sampled out{token, text_.push(tokenizer.token_bytes(token))};

@@ -33,7 +33,9 @@ class GenerationSequence {
                      KVCache cache, size_t cached_tokens = 0);
 
   // The rows of this sequence's next step: at most max_rows prompt tokens not
-  // yet in the cache, or the last generated token.
+  // yet in the cache, or the last generated token. With prompt_logprobs, a
+  // prompt step asks for the logits of all its rows (at most
+  // kPromptLogitRows of them).
   SequenceStep next_step(size_t max_rows = SIZE_MAX);
   // Whether the step planned by next_step() reaches the end of the known
   // tokens, so that its logits pick the next token.
@@ -46,7 +48,8 @@ class GenerationSequence {
     std::string text;    // the bytes that became printable (see TokenEvent)
   };
   // After the planned step ran: samples the next token from `logits` (the
-  // step's logit row) when samples(). Ends the sequence at end of text, a
+  // step's logit rows, as many as next_step() asked for; the last one picks)
+  // when samples(). Ends the sequence at end of text, a
   // stop string or max_new_tokens; finish() ends it for other reasons (or
   // changes why it ended, unless a stop string ended it).
   std::optional<Sampled> advance(std::span<const float> logits, const Tokenizer& tokenizer);
@@ -64,10 +67,15 @@ class GenerationSequence {
   size_t cached_prefix() const { return window_start_ == 0 ? cache_.length() : 0; }
   KVCache take_cache() { return std::move(cache_); }
 
+  static constexpr size_t kPromptLogitRows = 64;  // bounds a prompt step's logits (rows x vocab floats)
+
  private:
   size_t n_ctx_;
   size_t max_new_tokens_;
   bool ignore_eos_;
+  bool logprobs_, prompt_logprobs_;
+  size_t top_logprobs_;
+  size_t prompt_size_;
   std::vector<int32_t> history_;
   KVCache cache_;
   Sampler sampler_;
@@ -75,6 +83,7 @@ class GenerationSequence {
   GenerationResult result_;
   size_t window_start_ = 0;  // history_ index at cache position 0
   size_t planned_end_ = 0;   // history_ index just past the planned step
+  size_t planned_logit_rows_ = 1;
   bool done_ = false;
 };
 
