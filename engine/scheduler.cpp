@@ -17,6 +17,10 @@ JobUpdate Job::wait(std::chrono::milliseconds timeout) {
   text_.clear();
   u.new_tokens = tokens_;
   tokens_ = 0;
+  u.logprobs = std::move(logprobs_);
+  logprobs_.clear();
+  u.prompt_logprobs = std::move(prompt_logprobs_);
+  prompt_logprobs_.clear();
   if (finished_ && !taken_) {
     taken_ = true;
     u.finished = true;
@@ -36,12 +40,15 @@ SteadyClock::time_point Job::first_token() const {
   return first_token_ == SteadyClock::time_point{} ? submitted_ : first_token_;
 }
 
-void Job::push(std::string_view text, size_t tokens) {
+void Job::push(std::string_view text, size_t tokens, const PositionLogprobs* logprobs,
+               const std::vector<PositionLogprobs>* prompt_logprobs) {
   {
     std::lock_guard lock(mutex_);
     if (tokens > 0 && first_token_ == SteadyClock::time_point{}) first_token_ = SteadyClock::now();
     text_ += text;
     tokens_ += tokens;
+    if (logprobs) logprobs_.push_back(*logprobs);
+    if (prompt_logprobs) prompt_logprobs_ = *prompt_logprobs;
   }
   changed_.notify_all();
 }
@@ -87,7 +94,7 @@ Scheduler::~Scheduler() {
   thread_.join();
 }
 
-std::shared_ptr<Job> Scheduler::submit(std::vector<int32_t> prompt, const GenerateOptions& options) {
+void Scheduler::check(const std::vector<int32_t>& prompt, const GenerateOptions& options) const {
   const ModelConfig& c = lm_.config();
   if (prompt.empty()) throw Error("the prompt is empty: generation needs a token");
   for (int32_t id : prompt)
@@ -99,21 +106,34 @@ std::shared_ptr<Job> Scheduler::submit(std::vector<int32_t> prompt, const Genera
                 std::to_string(options.max_new_tokens) + " new ones exceed the context length " +
                 std::to_string(c.n_ctx));
   if (options.kv_dtype != options_.kv_dtype) throw Error("a request's KV dtype must be the scheduler's");
-  Sampler check(options.sampling);  // throws for options out of range
-  (void)check;
+  Sampler sampler(options.sampling);  // throws for options out of range
+  (void)sampler;
   if (options.top_logprobs > kMaxTopLogprobs)
     throw Error("at most " + std::to_string(kMaxTopLogprobs) + " top log-probabilities per token, got " +
                 std::to_string(options.top_logprobs));
-  std::shared_ptr<Job> job(new Job(std::move(prompt), options));
+}
+
+std::shared_ptr<Job> Scheduler::submit(std::vector<int32_t> prompt, const GenerateOptions& options) {
+  std::vector<std::vector<int32_t>> one;
+  one.push_back(std::move(prompt));
+  return submit_all(std::move(one), {options})[0];
+}
+
+std::vector<std::shared_ptr<Job>> Scheduler::submit_all(std::vector<std::vector<int32_t>> prompts,
+                                                        const std::vector<GenerateOptions>& options) {
+  if (prompts.size() != options.size()) throw Error("submit_all: a prompt needs its options");
+  for (size_t i = 0; i < prompts.size(); ++i) check(prompts[i], options[i]);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (size_t i = 0; i < prompts.size(); ++i) jobs.emplace_back(new Job(std::move(prompts[i]), options[i]));
   {
     std::lock_guard lock(mutex_);
     if (draining_ || stop_) throw SchedulerFull("the server is shutting down");
-    if (queue_.size() >= options_.max_queued)
+    if (queue_.size() + jobs.size() > options_.max_queued)
       throw SchedulerFull("the queue is full (" + std::to_string(queue_.size()) + " requests waiting)");
-    queue_.push_back(job);
+    queue_.insert(queue_.end(), jobs.begin(), jobs.end());
   }
   wake_.notify_all();
-  return job;
+  return jobs;
 }
 
 void Scheduler::drain(SteadyClock::time_point deadline) {
@@ -264,7 +284,11 @@ bool Scheduler::step() {
     }
     if (s.result().tokens.empty()) stats_.prompt_tokens_run += steps[k].ids.size();
     const std::optional<GenerationSequence::Sampled> made = s.advance(rows, lm_.tokenizer());
-    if (made && made->token >= 0) r.job->push(made->text, 1);
+    if (made && made->token >= 0) {
+      const GenerationResult& so_far = s.result();
+      r.job->push(made->text, 1, so_far.logprobs.empty() ? nullptr : &so_far.logprobs.back(),
+                  so_far.tokens.size() == 1 && !so_far.prompt_logprobs.empty() ? &so_far.prompt_logprobs : nullptr);
+    }
   }
   // Finished (or failed) sequences leave now: their jobs end, and their places are free for the next step.
   std::vector<Running*> leaving;

@@ -53,6 +53,11 @@ struct JobUpdate {
   bool finished = false;  // then `result` is set, and no more updates come
   GenerationResult result;
   std::string error;  // set when the engine failed the request (finished is then true too)
+  // With GenerateOptions::logprobs: those of the tokens made since the last
+  // update. With prompt_logprobs: the prompt's, in the update that brings
+  // the first token (or, when none is made, in result).
+  std::vector<PositionLogprobs> logprobs;
+  std::vector<PositionLogprobs> prompt_logprobs;
 };
 
 class Job {
@@ -73,7 +78,8 @@ class Job {
   friend class Scheduler;
   Job(std::vector<int32_t> prompt, const GenerateOptions& options)
       : prompt_(std::move(prompt)), options_(options), submitted_(SteadyClock::now()) {}
-  void push(std::string_view text, size_t tokens);
+  void push(std::string_view text, size_t tokens, const PositionLogprobs* logprobs = nullptr,
+            const std::vector<PositionLogprobs>* prompt_logprobs = nullptr);
   void finish(GenerationResult result, std::string error);
 
   const std::vector<int32_t> prompt_;
@@ -84,6 +90,7 @@ class Job {
   std::condition_variable changed_;
   std::string text_;
   size_t tokens_ = 0;
+  std::vector<PositionLogprobs> logprobs_, prompt_logprobs_;
   bool finished_ = false, taken_ = false, cancelled_ = false;
   SteadyClock::time_point first_token_{};
   GenerationResult result_;
@@ -114,6 +121,10 @@ class Scheduler {
   // past the context length, sampling options out of range), SchedulerFull
   // when max_queued requests are waiting or after drain() began.
   std::shared_ptr<Job> submit(std::vector<int32_t> prompt, const GenerateOptions& options);
+  // Queues several generations at once (a request for several completions):
+  // all of them, or none. Throws as submit() does.
+  std::vector<std::shared_ptr<Job>> submit_all(std::vector<std::vector<int32_t>> prompts,
+                                               const std::vector<GenerateOptions>& options);
 
   // Refuses new requests; lets the running and queued ones go on until
   // `deadline`, then cancels what is left. Returns once nothing is left.
@@ -128,6 +139,7 @@ class Scheduler {
     std::vector<int32_t> tokens;  // what the cache holds, at positions 0..
     KVCache cache;
   };
+  void check(const std::vector<int32_t>& prompt, const GenerateOptions& options) const;
   void loop();
   void admit(std::unique_lock<std::mutex>& lock);
   KVCache take_cache(const std::vector<int32_t>& prompt, bool prompt_logprobs, size_t& cached_tokens);

@@ -160,34 +160,50 @@ CompletionRequest parse_completion_request(const json& body, const CompletionDef
   CompletionRequest r;
   r.model = parse_model(body);
 
-  // prompt: a string, token ids, or a batch of one of either.
+  // prompt: a string, token ids, or a list of either (one choice each).
   const json* p = field(body, "prompt");
   if (!p) throw RequestError(400, "'prompt' is required", "prompt");
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
-  else if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array()))
-    throw RequestError(400, "'prompt' holds " + std::to_string(p->size()) +
-                                " prompts; this server completes one prompt per request",
-                       "prompt");
-  if (p->is_string())
-    r.text = p->get<std::string>();
-  else if (p->is_array())
-    r.ids = get_ids(*p, "prompt");
-  else
-    bad("prompt", "must be a string or an array of token ids");
-  if ((r.text && r.text->empty()) || (!r.text && r.ids.empty())) bad("prompt", "is empty");
+  auto one = [&](const json& v, const std::string& name) {
+    Prompt q;
+    if (v.is_string())
+      q.text = v.get<std::string>();
+    else if (v.is_array())
+      q.ids = get_ids(v, name.c_str());
+    else
+      bad(name, "must be a string or an array of token ids");
+    if ((q.text && q.text->empty()) || (!q.text && q.ids.empty())) bad(name, "is empty");
+    r.prompts.push_back(std::move(q));
+  };
+  if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array())) {
+    if (p->size() > kMaxChoices)
+      bad("prompt", "holds " + std::to_string(p->size()) + " prompts; at most " + std::to_string(kMaxChoices));
+    for (size_t i = 0; i < p->size(); ++i) {
+      const json& e = (*p)[i];
+      if (!e.is_string() && !e.is_array()) bad("prompt", "must be a list of strings or of token id lists");
+      one(e, "prompt");
+    }
+  } else {
+    one(*p, "prompt");
+  }
 
-  if (const json* v = field(body, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
-    bad("n", "must be 1: this server makes one completion per request");
-  if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
-    bad("best_of", "must be 1: this server makes one completion per request");
-  if (const json* v = field(body, "logprobs"); v && !(v->is_number_integer() && v->get<int64_t>() == 0))
-    bad("logprobs", "is not supported (give null or 0)");
+  if (field(body, "n")) r.n = get_count(body, "n", kMaxN);
+  if (r.n == 0) bad("n", "must be at least 1");
+  if (r.n * r.prompts.size() > kMaxChoices)
+    bad("n", "times the " + std::to_string(r.prompts.size()) + " prompts asks for " +
+                 std::to_string(r.n * r.prompts.size()) + " completions; at most " + std::to_string(kMaxChoices));
+  if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == int64_t(r.n)))
+    bad("best_of", "is not supported: give n (best_of equal to n, or none)");
+  if (field(body, "logprobs")) {
+    r.options.top_logprobs = get_count(body, "logprobs", kMaxTopLogprobs);
+    r.logprobs = r.options.logprobs = true;
+  }
   if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
     bad("suffix", "is not supported");
   r.options.max_new_tokens =
       field(body, "max_tokens") ? get_count(body, "max_tokens", uint64_t{1} << 24) : defaults.max_tokens;
   parse_sampling(body, defaults, r.options, r.seeded);
   if (field(body, "echo")) r.echo = get_bool(body, "echo");
+  r.options.prompt_logprobs = r.echo && r.logprobs;
   parse_stream(body, r.stream, r.include_usage);
   return r;
 }
@@ -224,12 +240,13 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& ordered, const Comp
   }
   r.messages = *m;
 
-  if (const json* v = field(body, "n"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
-    bad("n", "must be 1: this server makes one completion per request");
-  if (const json* v = field(body, "logprobs"); v && !(v->is_boolean() && !v->get<bool>()))
-    bad("logprobs", "is not supported yet (give false or null)");
-  if (const json* v = field(body, "top_logprobs"); v && !(v->is_number_integer() && v->get<int64_t>() == 0))
-    bad("top_logprobs", "is not supported yet");
+  if (field(body, "n")) r.n = get_count(body, "n", kMaxN);
+  if (r.n == 0) bad("n", "must be at least 1");
+  if (field(body, "logprobs")) r.logprobs = r.options.logprobs = get_bool(body, "logprobs");
+  if (field(body, "top_logprobs")) {
+    r.options.top_logprobs = get_count(body, "top_logprobs", kMaxTopLogprobs);
+    if (!r.logprobs) bad("top_logprobs", "needs 'logprobs': true");
+  }
   if (const json* v = field(body, "response_format");
       v && !(v->is_object() && v->contains("type") && (*v)["type"] == "text"))
     bad("response_format", "is not supported yet: only {\"type\": \"text\"}");

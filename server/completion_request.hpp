@@ -37,15 +37,26 @@ class RequestError : public std::runtime_error {
 nlohmann::json parse_json_body(std::string_view body);
 nlohmann::ordered_json parse_ordered_json_body(std::string_view body);
 
+// How many completions one request may ask for: prompts times n.
+inline constexpr size_t kMaxChoices = 64;
+inline constexpr size_t kMaxN = 16;
+
+struct Prompt {
+  std::optional<std::string> text;  // the prompt as text ...
+  std::vector<int32_t> ids;         // ... or as token ids
+};
+
 struct CompletionRequest {
   std::string model;                    // empty when not given
-  std::optional<std::string> text;      // the prompt as text ...
-  std::vector<int32_t> ids;             // ... or as token ids
-  GenerateOptions options;              // max_tokens, sampling, seed, stop, ignore_eos
+  std::vector<Prompt> prompts;          // one or more: each gives n choices
+  size_t n = 1;                         // completions per prompt (seeds seed, seed + 1, ...)
+  GenerateOptions options;              // max_tokens, sampling, seed, stop, ignore_eos; logprobs
   bool seeded = false;                  // a seed was given (otherwise the server draws one)
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
-  bool echo = false;                    // the prompt's text comes before the completion
+  bool echo = false;                    // the prompt's text comes before the completion (and, with
+                                        // logprobs, its tokens' log-probabilities before the completion's)
+  bool logprobs = false;                // `logprobs: N` was given: options.top_logprobs = N
 };
 
 // The defaults of fields a request leaves out.
@@ -60,10 +71,12 @@ CompletionRequest parse_completion_request(const nlohmann::json& body, const Com
 // The body of POST /v1/chat/completions. The messages go to the model's chat
 // template as sent (transformers' apply_chat_template sees them so); a
 // content part other than text is refused. Every field OpenAI defines is
-// honoured or refused naming it: tools, logprobs, response_format other
-// than text, audio, n > 1, stored completions are refused.
+// honoured or refused naming it: tools, response_format other than text,
+// audio, stored completions are refused.
 struct ChatRequest {
   std::string model;
+  size_t n = 1;                           // choices (seeds seed, seed + 1, ...)
+  bool logprobs = false;                  // logprobs: true (and top_logprobs: N in options.top_logprobs)
   nlohmann::ordered_json messages;        // a non-empty array of {"role", "content", ...}
   std::optional<size_t> max_tokens;       // max_completion_tokens or max_tokens; none: up to the context's end
   GenerateOptions options;                // sampling, seed, stop, ignore_eos

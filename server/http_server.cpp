@@ -201,48 +201,146 @@ class ConnectionPool : public httplib::TaskQueue {
   bool stop_ = false, unbounded_ = false;
 };
 
-// One completion's identity and what its response needs, shared by its handler and stream provider.
-struct Completion {
+// Whether bytes are valid UTF-8 (json's strict dump accepts them).
+bool is_utf8(const std::string& bytes) {
+  try {
+    (void)json(bytes).dump();
+    return true;
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
+// A token as the completions API's logprobs name it: its text, or
+// "bytes:\xNN..." when it is not whole UTF-8 characters, as OpenAI writes it.
+std::string legacy_token(const std::string& bytes) {
+  if (is_utf8(bytes)) return bytes;
+  std::string out = "bytes:";
+  char buf[8];
+  for (unsigned char b : bytes) {
+    std::snprintf(buf, sizeof buf, "\\x%02x", b);
+    out += buf;
+  }
+  return out;
+}
+
+// Characters in UTF-8 bytes (lead bytes; a stray continuation byte counts as none).
+size_t characters(std::string_view bytes) {
+  size_t n = 0;
+  for (unsigned char b : bytes) n += (b & 0xC0) != 0x80;
+  return n;
+}
+
+// One choice of a completion: its job, and what its answer has sent so far.
+struct Choice {
   std::shared_ptr<Job> job;
-  std::string id, model, echo;
+  std::vector<int32_t> prompt;
+  std::string echo;  // completions' echo: the prompt's text, before the completion's
+  size_t index = 0;
+  bool opened = false;    // streamed: its first event went out (chat: the role; completions: the echo)
+  bool finished = false;  // streamed: its finish_reason went out
+  size_t chars = 0;       // characters of its tokens' text so far (the legacy text_offset)
+  size_t completion_tokens = 0;
+};
+
+// One request's completions and what their responses need, shared by its handler and stream provider.
+struct Completion {
+  std::string id, model;
   int64_t created = 0;
   bool chat = false;  // a chat completion: chat.completion(.chunk) objects
   bool include_usage = false;
-  bool echoed = false;
+  bool logprobs = false;       // log-probabilities go with each token
+  bool echo_logprobs = false;  // completions with echo: the prompt's tokens too
+  size_t prompt_tokens = 0;    // usage: every prompt's tokens, each prompt once
+  const Tokenizer* tokenizer = nullptr;
+  std::vector<Choice> choices;
 
-  // A streamed piece (chat: a delta; the first one carries the role) or, for
-  // completions, the whole answer.
-  json chunk(const std::string& text, const json& reason, bool first = false) const {
+  // A response object around some choices' pieces.
+  json envelope(json choices, bool streamed) const {
+    const char* object = !chat ? "text_completion" : streamed ? "chat.completion.chunk" : "chat.completion";
+    return {{"id", id}, {"object", object}, {"created", created}, {"model", model}, {"choices", std::move(choices)}};
+  }
+  // A choice's piece: completions' text; chat's delta (streamed; the first
+  // carries the role) or whole message.
+  json piece(const Choice& c, const std::string& text, json logprobs, const json& reason, bool streamed,
+             bool first = false) const {
     if (!chat)
-      return {{"id", id},
-              {"object", "text_completion"},
-              {"created", created},
-              {"model", model},
-              {"choices",
-               json::array({{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason}}})}};
-    json delta = json::object();
-    if (first) delta["role"] = "assistant";
-    if (first || !text.empty()) delta["content"] = text;
-    return {{"id", id},
-            {"object", "chat.completion.chunk"},
-            {"created", created},
-            {"model", model},
-            {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", reason}}})}};
+      return {{"text", text}, {"index", c.index}, {"logprobs", std::move(logprobs)}, {"finish_reason", reason}};
+    json out = {{"index", c.index}};
+    if (streamed) {
+      json delta = json::object();
+      if (first) delta["role"] = "assistant";
+      if (first || !text.empty()) delta["content"] = text;
+      out["delta"] = std::move(delta);
+    } else {
+      out["message"] = {{"role", "assistant"}, {"content", text}};
+    }
+    out["logprobs"] = std::move(logprobs);
+    out["finish_reason"] = reason;
+    return out;
   }
-  // A chat completion's whole answer.
-  json message(const std::string& text, const json& reason) const {
-    return {{"id", id},
-            {"object", "chat.completion"},
-            {"created", created},
-            {"model", model},
-            {"choices", json::array({{{"index", 0},
-                                      {"message", {{"role", "assistant"}, {"content", text}}},
-                                      {"logprobs", nullptr},
-                                      {"finish_reason", reason}}})}};
+
+  // The logprobs of tokens in this API's shape, or null when none were asked
+  // for. Completions: {tokens, token_logprobs, top_logprobs, text_offset},
+  // a prompt's first token with null values; chat: {content: [...]}.
+  json no_logprobs() const {
+    if (!logprobs) return nullptr;
+    if (chat) return {{"content", json::array()}, {"refusal", nullptr}};
+    return {{"tokens", json::array()},
+            {"token_logprobs", json::array()},
+            {"top_logprobs", json::array()},
+            {"text_offset", json::array()}};
   }
-  json usage(const GenerationResult& r) const {
-    const size_t prompt = job->prompt_tokens();
-    return {{"prompt_tokens", prompt}, {"completion_tokens", r.tokens.size()}, {"total_tokens", prompt + r.tokens.size()}};
+  void add_logprobs(json& out, Choice& c, int32_t token, const PositionLogprobs* p) const {
+    const std::string bytes = tokenizer->token_bytes(token);
+    if (chat) {
+      auto entry = [&](int32_t id, float logprob) {
+        const std::string b = tokenizer->token_bytes(id);
+        json raw = json::array();
+        for (unsigned char x : b) raw.push_back(x);
+        return json{{"token", b}, {"logprob", logprob}, {"bytes", std::move(raw)}};
+      };
+      json e = entry(token, p->logprob);
+      e["top_logprobs"] = json::array();
+      for (const TokenLogprob& t : p->top) e["top_logprobs"].push_back(entry(t.token, t.logprob));
+      out["content"].push_back(std::move(e));
+      return;
+    }
+    out["tokens"].push_back(legacy_token(bytes));
+    out["text_offset"].push_back(c.chars);
+    c.chars += characters(bytes);
+    if (!p) {
+      out["token_logprobs"].push_back(nullptr);
+      out["top_logprobs"].push_back(nullptr);
+      return;
+    }
+    out["token_logprobs"].push_back(p->logprob);
+    json top = json::object();
+    for (const TokenLogprob& t : p->top) top.emplace(legacy_token(tokenizer->token_bytes(t.token)), t.logprob);
+    top.emplace(legacy_token(bytes), p->logprob);  // the chosen token is always there (up to N + 1 entries)
+    out["top_logprobs"].push_back(std::move(top));
+  }
+  // The echoed prompt's logprobs: its first token has none.
+  json prompt_logprobs(Choice& c, const std::vector<PositionLogprobs>& given) const {
+    json out = no_logprobs();
+    for (size_t i = 0; i < c.prompt.size(); ++i)
+      add_logprobs(out, c, c.prompt[i], i == 0 || i - 1 >= given.size() ? nullptr : &given[i - 1]);
+    return out;
+  }
+  json generated_logprobs(Choice& c, const std::vector<PositionLogprobs>& given) const {
+    json out = no_logprobs();
+    for (const PositionLogprobs& p : given) add_logprobs(out, c, p.token, &p);
+    return out;
+  }
+
+  json usage() const {
+    size_t completion = 0;
+    for (const Choice& c : choices) completion += c.completion_tokens;
+    return {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion}, {"total_tokens", prompt_tokens + completion}};
+  }
+  void cancel() const {
+    for (const Choice& c : choices)
+      if (c.job) c.job->cancel();
   }
 };
 
@@ -274,8 +372,10 @@ class Service {
   void check_model(const std::string& model) const;
   // Checks the prompt against the model, submits it and answers: the whole
   // completion, or its stream.
-  void run(const httplib::Request& req, httplib::Response& res, std::vector<int32_t> ids, GenerateOptions options,
-           bool seeded, bool stream, std::shared_ptr<Completion> done);
+  // n completions of each prompt (the echoes, when given, come before them).
+  void run(const httplib::Request& req, httplib::Response& res, std::vector<std::vector<int32_t>> prompts,
+           std::vector<std::string> echoes, size_t n, GenerateOptions options, bool seeded, bool stream,
+           std::shared_ptr<Completion> done);
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
   json model_object() const {
@@ -389,19 +489,25 @@ void Service::completions(const httplib::Request& req, httplib::Response& res) {
   const json body = parse_json_body(req.body);
   CompletionRequest r = parse_completion_request(body);
   check_model(r.model);
-  std::vector<int32_t> ids;
-  if (r.text) {
-    if (lm_.tokenizer().kind() == TokenizerKind::None)
-      throw RequestError(400, "this model has no tokenizer: give the prompt as token ids", "prompt");
-    ids = lm_.encode(*r.text);
-  } else {
-    ids = std::move(r.ids);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> echoes;
+  for (Prompt& p : r.prompts) {
+    if (p.text) {
+      if (lm_.tokenizer().kind() == TokenizerKind::None)
+        throw RequestError(400, "this model has no tokenizer: give the prompt as token ids", "prompt");
+      prompts.push_back(lm_.encode(*p.text));
+    } else {
+      prompts.push_back(std::move(p.ids));
+    }
+    if (r.echo) echoes.push_back(p.text ? *p.text : lm_.decode(prompts.back()));
   }
   auto done = std::make_shared<Completion>();
   done->id = random_id("cmpl");
   done->include_usage = r.include_usage;
-  if (r.echo) done->echo = r.text ? *r.text : lm_.decode(ids);
-  run(req, res, std::move(ids), std::move(r.options), r.seeded, r.stream, std::move(done));
+  done->logprobs = r.logprobs;
+  done->echo_logprobs = r.echo && r.logprobs;
+  run(req, res, std::move(prompts), std::move(echoes), r.n, std::move(r.options), r.seeded, r.stream,
+      std::move(done));
 }
 
 void Service::chat_completions(const httplib::Request& req, httplib::Response& res) {
@@ -430,64 +536,106 @@ void Service::chat_completions(const httplib::Request& req, httplib::Response& r
   done->id = random_id("chatcmpl");
   done->chat = true;
   done->include_usage = r.include_usage;
-  run(req, res, std::move(ids), std::move(r.options), r.seeded, r.stream, std::move(done));
+  done->logprobs = r.logprobs;
+  std::vector<std::vector<int32_t>> prompts;
+  prompts.push_back(std::move(ids));
+  run(req, res, std::move(prompts), {}, r.n, std::move(r.options), r.seeded, r.stream, std::move(done));
 }
 
-void Service::run(const httplib::Request& req, httplib::Response& res, std::vector<int32_t> ids,
-                  GenerateOptions options, bool seeded, bool stream, std::shared_ptr<Completion> done) {
+void Service::run(const httplib::Request& req, httplib::Response& res, std::vector<std::vector<int32_t>> prompts,
+                  std::vector<std::string> echoes, size_t n, GenerateOptions options, bool seeded, bool stream,
+                  std::shared_ptr<Completion> done) {
   const ModelConfig& c = lm_.config();
-  for (int32_t id : ids)
-    if (static_cast<uint64_t>(id) >= c.vocab_size)
-      throw RequestError(400, "'prompt' holds token id " + std::to_string(id) + ", outside the vocabulary (0.." +
-                                  std::to_string(c.vocab_size - 1) + ")",
-                         "prompt");
-  if (ids.size() + options.max_new_tokens > c.n_ctx)
+  for (const std::vector<int32_t>& ids : prompts) {
+    for (int32_t id : ids)
+      if (static_cast<uint64_t>(id) >= c.vocab_size)
+        throw RequestError(400, "'prompt' holds token id " + std::to_string(id) + ", outside the vocabulary (0.." +
+                                    std::to_string(c.vocab_size - 1) + ")",
+                           "prompt");
+    if (ids.size() + options.max_new_tokens > c.n_ctx)
+      throw RequestError(400,
+                         "the prompt's " + std::to_string(ids.size()) + " tokens and max_tokens " +
+                             std::to_string(options.max_new_tokens) + " exceed the context length " +
+                             std::to_string(c.n_ctx),
+                         "max_tokens", "invalid_request_error", "context_length_exceeded");
+  }
+  const size_t count = prompts.size() * n;
+  if (count > scheduler_.options().max_queued)
     throw RequestError(400,
-                       "the prompt's " + std::to_string(ids.size()) + " tokens and max_tokens " +
-                           std::to_string(options.max_new_tokens) + " exceed the context length " +
-                           std::to_string(c.n_ctx),
-                       "max_tokens", "invalid_request_error", "context_length_exceeded");
+                       "the request asks for " + std::to_string(count) + " completions; this server queues at most " +
+                           std::to_string(scheduler_.options().max_queued) + " (mmgpt serve --max-queue)",
+                       prompts.size() > 1 ? "prompt" : "n");
   if (!seeded) options.sampling.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   options.kv_dtype = scheduler_.options().kv_dtype;
 
   done->model = options_.model_id;
   done->created = static_cast<int64_t>(std::time(nullptr));
-  done->job = scheduler_.submit(std::move(ids), options);
+  done->tokenizer = &lm_.tokenizer();
+  // Choice p * n + j: prompt p with seed + j, so a prompt's first choice is what it gives alone.
+  std::vector<std::vector<int32_t>> queued;
+  std::vector<GenerateOptions> queued_options;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    done->prompt_tokens += prompts[p].size();
+    for (size_t j = 0; j < n; ++j) {
+      Choice choice;
+      choice.prompt = prompts[p];
+      if (!echoes.empty()) choice.echo = echoes[p];
+      choice.index = done->choices.size();
+      done->choices.push_back(std::move(choice));
+      queued.push_back(prompts[p]);
+      queued_options.push_back(options);
+      queued_options.back().sampling.seed = options.sampling.seed + j;
+    }
+  }
+  std::vector<std::shared_ptr<Job>> jobs = scheduler_.submit_all(std::move(queued), queued_options);
+  for (size_t i = 0; i < jobs.size(); ++i) done->choices[i].job = std::move(jobs[i]);
 
   if (!stream) {
-    // While it runs, a client that closes its connection cancels it (checked every 50 ms).
-    std::string text = done->echo;
+    struct CancelLeft {  // a failed or abandoned request leaves nothing running
+      const Completion& done;
+      ~CancelLeft() { done.cancel(); }
+    } cancel_left{*done};
+    // While they run, a client that closes its connection cancels them (checked every 50 ms).
     std::optional<int> socket;
     bool looked = false, gone = false;
     Clock::time_point next_check = Clock::now() + std::chrono::milliseconds(50);
-    for (;;) {
-      JobUpdate u = done->job->wait(std::chrono::milliseconds(50));
-      if (!u.finished) {
+    json pieces = json::array();
+    for (Choice& choice : done->choices) {
+      JobUpdate u;
+      while (!(u = choice.job->wait(std::chrono::milliseconds(50))).finished) {
         if (gone || Clock::now() < next_check) continue;
         next_check += std::chrono::milliseconds(50);
         if (!looked) socket = connection_socket(req);
         looked = true;
         if (socket && client_closed(*socket)) {
           gone = true;
-          done->job->cancel();
+          done->cancel();
         }
-        continue;
       }
-      if (gone) {
-        res.status = 499;  // as nginx logs it: the client closed the connection; nobody reads this
-        return;
-      }
+      if (gone) continue;
       if (!u.error.empty()) throw RequestError(503, u.error, {}, "unavailable_error");
       if (u.result.reason == StopReason::Callback)
         throw RequestError(503, "the server shut down before the completion finished", {}, "unavailable_error");
-      record(*done->job, u.result, Clock::now());
-      text += u.result.text;
-      json out = done->chat ? done->message(text, finish_reason(u.result.reason))
-                            : done->chunk(text, finish_reason(u.result.reason));
-      out["usage"] = done->usage(u.result);
-      res.set_content(dump(out), "application/json");
+      record(*choice.job, u.result, Clock::now());
+      choice.completion_tokens = u.result.tokens.size();
+      json logprobs = nullptr;
+      if (done->logprobs) {
+        logprobs = done->echo_logprobs ? done->prompt_logprobs(choice, u.result.prompt_logprobs) : done->no_logprobs();
+        const json more = done->generated_logprobs(choice, u.result.logprobs);
+        for (auto& [key, values] : more.items())
+          if (values.is_array()) logprobs[key].insert(logprobs[key].end(), values.begin(), values.end());
+      }
+      pieces.push_back(done->piece(choice, choice.echo + u.result.text, std::move(logprobs),
+                                   finish_reason(u.result.reason), /*streamed=*/false));
+    }
+    if (gone) {
+      res.status = 499;  // as nginx logs it: the client closed the connection; nobody reads this
       return;
     }
+    json out = done->envelope(std::move(pieces), false);
+    out["usage"] = done->usage();
+    res.set_content(dump(out), "application/json");
+    return;
   }
 
   res.set_header("Cache-Control", "no-cache");
@@ -497,44 +645,84 @@ void Service::run(const httplib::Request& req, httplib::Response& res, std::vect
       [this, done](size_t, httplib::DataSink& sink) {
         // Runs on this connection's worker after the handler returned: nothing may throw out of it.
         try {
+          size_t events = 0;
           auto event = [&](const json& j) {
             const std::string s = "data: " + dump(j) + "\n\n";
+            ++events;
             return sink.write(s.data(), s.size());
           };
-          if (!done->echoed) {
-            done->echoed = true;
-            if (done->chat && !event(done->chunk("", nullptr, true))) return false;  // the role, first
-            if (!done->echo.empty() && !event(done->chunk(done->echo, nullptr))) return false;
-          }
-          JobUpdate u = done->job->wait(std::chrono::milliseconds(200));
-          if (!u.text.empty() && !event(done->chunk(u.text, nullptr))) return false;
-          if (u.finished) {
-            if (!u.error.empty() || u.result.reason == StopReason::Callback) {
-              const std::string why = u.error.empty() ? "the server shut down before the completion finished" : u.error;
-              event(json::parse(error_body(why, "unavailable_error")));
-            } else {
-              record(*done->job, u.result, Clock::now());
-              if (!event(done->chunk("", finish_reason(u.result.reason)))) return false;
-              if (done->include_usage) {
-                json usage = done->chunk("", nullptr);
-                usage["choices"] = json::array();
-                usage["usage"] = done->usage(u.result);
-                if (!event(usage)) return false;
-              }
-            }
+          auto send = [&](Choice& choice, const std::string& text, json logprobs, const json& reason,
+                          bool first = false) {
+            return event(done->envelope(json::array({done->piece(choice, text, std::move(logprobs), reason, true, first)}),
+                                        true));
+          };
+          auto end = [&] {
             const char last[] = "data: [DONE]\n\n";
             sink.write(last, sizeof last - 1);
             sink.done();
             return true;
+          };
+          // A choice's update as events; false when the stream is over (the client left, or a job failed).
+          bool failed = false;
+          auto deliver = [&](Choice& choice, JobUpdate& u) {
+            if (!choice.opened && done->echo_logprobs && !u.finished && u.new_tokens == 0) return true;  // its prompt's logprobs come with the first token
+            if (!choice.opened) {
+              choice.opened = true;
+              if (done->chat) {
+                if (!send(choice, "", done->no_logprobs(), nullptr, true)) return false;
+              } else if (done->echo_logprobs) {
+                const std::vector<PositionLogprobs>& given =
+                    u.prompt_logprobs.empty() ? u.result.prompt_logprobs : u.prompt_logprobs;
+                if (!send(choice, choice.echo, done->prompt_logprobs(choice, given), nullptr)) return false;
+              } else if (!choice.echo.empty() && !send(choice, choice.echo, done->no_logprobs(), nullptr)) {
+                return false;
+              }
+            }
+            if ((!u.text.empty() || !u.logprobs.empty()) &&
+                !send(choice, u.text, done->logprobs ? done->generated_logprobs(choice, u.logprobs) : json(nullptr),
+                      nullptr))
+              return false;
+            if (!u.finished) return true;
+            if (!u.error.empty() || u.result.reason == StopReason::Callback) {
+              const std::string why = u.error.empty() ? "the server shut down before the completion finished" : u.error;
+              event(json::parse(error_body(why, "unavailable_error")));
+              failed = true;
+              return false;
+            }
+            record(*choice.job, u.result, Clock::now());
+            choice.completion_tokens = u.result.tokens.size();
+            choice.finished = true;
+            return send(choice, "", done->no_logprobs(), finish_reason(u.result.reason));
+          };
+          // Every choice's news; when none has any, a wait on the first unfinished one.
+          for (Choice& choice : done->choices) {
+            if (choice.finished) continue;
+            JobUpdate u = choice.job->wait(std::chrono::milliseconds(0));
+            if (!deliver(choice, u)) return failed ? end() : false;
           }
-          // Nothing new: a client that has gone away cancels its sequence.
-          return u.text.empty() ? sink.is_writable() : true;
+          if (events == 0)
+            for (Choice& choice : done->choices) {
+              if (choice.finished) continue;
+              JobUpdate u = choice.job->wait(std::chrono::milliseconds(200));
+              if (!deliver(choice, u)) return failed ? end() : false;
+              break;
+            }
+          if (std::all_of(done->choices.begin(), done->choices.end(), [](const Choice& c) { return c.finished; })) {
+            if (done->include_usage) {
+              json usage = done->envelope(json::array(), true);
+              usage["usage"] = done->usage();
+              if (!event(usage)) return false;
+            }
+            return end();
+          }
+          // Nothing new: a client that has gone away cancels its sequences.
+          return events > 0 ? true : sink.is_writable();
         } catch (...) {
           return false;
         }
       },
       [this, done](bool) {
-        done->job->cancel();
+        done->cancel();
         --open_streams_;
       });
 }
@@ -558,9 +746,7 @@ void Service::tokenize(const httplib::Request& req, httplib::Response& res) {
     }
     const std::string bytes = lm_.tokenizer().token_bytes(id);
     json piece = bytes;
-    try {
-      (void)json(bytes).dump();  // valid UTF-8: the piece as text, otherwise its bytes (as llama.cpp does)
-    } catch (const json::exception&) {
+    if (!is_utf8(bytes)) {  // the piece as text, otherwise its bytes (as llama.cpp does)
       piece = json::array();
       for (unsigned char b : bytes) piece.push_back(b);
     }

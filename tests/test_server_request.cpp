@@ -30,7 +30,12 @@ std::string refused_param(const std::string& body) {
 
 TEST_CASE("completion request: defaults, and every field read") {
   const CompletionRequest d = parse(R"({"prompt": "Hi"})");
-  CHECK(*d.text == "Hi");
+  REQUIRE(d.prompts.size() == 1);
+  CHECK(*d.prompts[0].text == "Hi");
+  CHECK(d.n == 1);
+  CHECK_FALSE(d.logprobs);
+  CHECK_FALSE(d.options.logprobs);
+  CHECK_FALSE(d.options.prompt_logprobs);
   CHECK(d.options.max_new_tokens == 16);
   CHECK_FALSE(d.options.sampling.greedy);
   CHECK(d.options.sampling.temperature == doctest::Approx(0.8));
@@ -63,9 +68,27 @@ TEST_CASE("completion request: defaults, and every field read") {
         doctest::Approx(1.2));
   CHECK(parse(R"({"prompt": "a", "stop": "x"})").options.stop == std::vector<std::string>{"x"});
   CHECK(parse(R"({"prompt": "a", "max_tokens": null})").options.max_new_tokens == 16);
-  CHECK(parse(R"({"prompt": [1, 2, 2147483647]})").ids == std::vector<int32_t>{1, 2, 2147483647});
-  CHECK(parse(R"({"prompt": [[5, 6]]})").ids == std::vector<int32_t>{5, 6});
-  CHECK(*parse(R"({"prompt": ["one"]})").text == "one");
+  CHECK(parse(R"({"prompt": [1, 2, 2147483647]})").prompts[0].ids == std::vector<int32_t>{1, 2, 2147483647});
+  CHECK(parse(R"({"prompt": [[5, 6]]})").prompts[0].ids == std::vector<int32_t>{5, 6});
+  CHECK(*parse(R"({"prompt": ["one"]})").prompts[0].text == "one");
+
+  // Several prompts, n, logprobs and echo (lm-evaluation-harness's loglikelihood request).
+  const CompletionRequest h = parse(R"({"model": "m", "prompt": [[1, 2, 3], [4, 5]], "temperature": 0,
+      "max_tokens": 1, "logprobs": 1, "seed": 1234, "echo": true})");
+  REQUIRE(h.prompts.size() == 2);
+  CHECK(h.prompts[1].ids == std::vector<int32_t>{4, 5});
+  CHECK(h.logprobs);
+  CHECK(h.options.logprobs);
+  CHECK(h.options.top_logprobs == 1);
+  CHECK(h.options.prompt_logprobs);
+  const CompletionRequest texts = parse(R"({"prompt": ["a", "b", "c"], "n": 3, "best_of": 3, "logprobs": 0})");
+  CHECK(texts.prompts.size() == 3);
+  CHECK(*texts.prompts[2].text == "c");
+  CHECK(texts.n == 3);
+  CHECK(texts.options.logprobs);
+  CHECK(texts.options.top_logprobs == 0);
+  CHECK_FALSE(texts.options.prompt_logprobs);  // no echo: the prompt is not scored
+  CHECK(parse(R"({"prompt": "a", "logprobs": 20, "max_tokens": 0, "echo": true})").options.max_new_tokens == 0);
 }
 
 TEST_CASE("completion request: wrong types and ranges name their field") {
@@ -77,8 +100,21 @@ TEST_CASE("completion request: wrong types and ranges name their field") {
   CHECK(refused_param(R"({"prompt": [1, -2]})") == "prompt");
   CHECK(refused_param(R"({"prompt": [2147483648]})") == "prompt");
   CHECK(refused_param(R"({"prompt": [1.5]})") == "prompt");
-  CHECK(refused_param(R"({"prompt": ["a", "b"]})") == "prompt");
-  CHECK(refused_param(R"({"prompt": [[1], [2]]})") == "prompt");
+  CHECK(refused_param(R"({"prompt": ["a", ""]})") == "prompt");
+  CHECK(refused_param(R"({"prompt": [[1], []]})") == "prompt");
+  CHECK(refused_param(R"({"prompt": [[1], "a", 3]})") == "prompt");
+  CHECK(refused_param(R"({"prompt": [[1], [2, "x"]]})") == "prompt");
+  CHECK(refused_param(R"({"prompt": [[1], [[2]]]})") == "prompt");
+  std::string many = R"({"prompt": [)";
+  for (int i = 0; i < 65; ++i) many += std::string(i ? "," : "") + "\"p\"";
+  CHECK(refused_param(many + "]}") == "prompt");
+  CHECK(refused_param(R"({"prompt": ["a", "b", "c", "d", "e"], "n": 13})") == "n");
+  CHECK(refused_param(R"({"prompt": "a", "n": 0})") == "n");
+  CHECK(refused_param(R"({"prompt": "a", "n": 17})") == "n");
+  CHECK(refused_param(R"({"prompt": "a", "n": -1})") == "n");
+  CHECK(refused_param(R"({"prompt": "a", "logprobs": 21})") == "logprobs");
+  CHECK(refused_param(R"({"prompt": "a", "logprobs": true})") == "logprobs");
+  CHECK(refused_param(R"({"prompt": "a", "logprobs": -1})") == "logprobs");
   CHECK(refused_param(R"({"prompt": "a", "model": 5})") == "model");
   CHECK(refused_param(R"({"prompt": "a", "max_tokens": -1})") == "max_tokens");
   CHECK(refused_param(R"({"prompt": "a", "max_tokens": 1.0})") == "max_tokens");
@@ -104,9 +140,8 @@ TEST_CASE("completion request: wrong types and ranges name their field") {
   CHECK(refused_param(R"({"prompt": "a", "stream": 1})") == "stream");
   CHECK(refused_param(R"({"prompt": "a", "echo": "no"})") == "echo");
   CHECK(refused_param(R"({"prompt": "a", "ignore_eos": null, "stream_options": 3})") == "stream_options");
-  CHECK(refused_param(R"({"prompt": "a", "n": 2})") == "n");
+  CHECK(refused_param(R"({"prompt": "a", "n": 2, "best_of": 3})") == "best_of");
   CHECK(refused_param(R"({"prompt": "a", "best_of": 3})") == "best_of");
-  CHECK(refused_param(R"({"prompt": "a", "logprobs": 1})") == "logprobs");
   CHECK(refused_param(R"({"prompt": "a", "suffix": "x"})") == "suffix");
   CHECK(refused_param(R"({"prompt": "a", "frequency_penalty": 0.5})") == "frequency_penalty");
   CHECK(refused_param(R"({"prompt": "a", "logit_bias": {"1": 5}})") == "logit_bias");
@@ -170,10 +205,20 @@ TEST_CASE("chat request: messages as sent, in their keys' order; the limits and 
                          "response_format": {"type": "text"}, "modalities": ["text"], "service_tier": "auto",
                          "user": "u", "n": 1)")
                      .c_str()) == "accepted");
-  CHECK(param_of(with(R"("logprobs": true)").c_str()) == "logprobs");
-  CHECK(param_of(with(R"("top_logprobs": 3)").c_str()) == "top_logprobs");
+  CHECK(param_of(with(R"("logprobs": 1)").c_str()) == "logprobs");
+  CHECK(param_of(with(R"("top_logprobs": 3)").c_str()) == "top_logprobs");  // needs logprobs: true
+  CHECK(param_of(with(R"("logprobs": false, "top_logprobs": 3)").c_str()) == "top_logprobs");
+  CHECK(param_of(with(R"("logprobs": true, "top_logprobs": 21)").c_str()) == "top_logprobs");
   CHECK(param_of(with(R"("response_format": {"type": "json_schema"})").c_str()) == "response_format");
-  CHECK(param_of(with(R"("n": 3)").c_str()) == "n");
+  CHECK(param_of(with(R"("n": 17)").c_str()) == "n");
+  CHECK(param_of(with(R"("n": 0)").c_str()) == "n");
+  const ChatRequest lp = parse_chat_request(
+      nlohmann::ordered_json::parse(with(R"("logprobs": true, "top_logprobs": 20, "n": 16)")));
+  CHECK(lp.logprobs);
+  CHECK(lp.options.logprobs);
+  CHECK(lp.options.top_logprobs == 20);
+  CHECK_FALSE(lp.options.prompt_logprobs);
+  CHECK(lp.n == 16);
   CHECK(param_of(with(R"("functions": [])").c_str()) == "functions");
   CHECK(param_of(with(R"("max_tokens": 3, "max_completion_tokens": 4)").c_str()) == "max_tokens");
   CHECK(param_of(with(R"("max_tokens": 3, "max_completion_tokens": 3)").c_str()) == "accepted");

@@ -15,9 +15,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
   try {
     const server::CompletionRequest r = server::parse_completion_request(server::parse_json_body(body));
-    if (r.text ? r.text->empty() : r.ids.empty()) std::abort();
-    for (int32_t id : r.ids)
-      if (id < 0) std::abort();
+    if (r.prompts.empty() || r.prompts.size() * r.n > server::kMaxChoices || r.n == 0) std::abort();
+    for (const server::Prompt& p : r.prompts) {
+      if (p.text ? p.text->empty() : p.ids.empty()) std::abort();
+      for (int32_t id : p.ids)
+        if (id < 0) std::abort();
+    }
+    if (r.options.top_logprobs > kMaxTopLogprobs) std::abort();
     if (r.options.max_new_tokens > (uint64_t{1} << 24)) std::abort();
     Sampler check(r.options.sampling);  // throws mmgpt::Error (a crash here) for options out of range
     (void)check;
@@ -31,6 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const server::ChatRequest r = server::parse_chat_request(server::parse_ordered_json_body(body));
     if (!r.messages.is_array() || r.messages.empty()) std::abort();
     if (r.max_tokens && *r.max_tokens > (uint64_t{1} << 24)) std::abort();
+    if (r.n == 0 || r.n > server::kMaxN || r.options.top_logprobs > kMaxTopLogprobs) std::abort();
     Sampler check(r.options.sampling);
     (void)check;
   } catch (const server::RequestError& e) {

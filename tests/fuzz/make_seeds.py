@@ -214,6 +214,12 @@ def main():
                      "stream_options": {"include_usage": True}, "echo": True, "n": 1, "logprobs": None},
             "ids": {"prompt": [[1, 2, 3]], "max_tokens": 0, "temperature": 0, "stop": "x", "ignore_eos": True},
             "bad": {"prompt": ["a", "b"], "max_tokens": -1, "temperature": "hot", "seed": 1.5},
+            # lm-evaluation-harness's loglikelihood request, and n with a prompt list
+            "harness": {"model": "m", "prompt": [[1, 2, 3], [4, 5]], "temperature": 0, "max_tokens": 1,
+                        "logprobs": 1, "seed": 1234, "echo": True},
+            "choices": {"prompt": ["a", "b", "c"], "n": 4, "best_of": 4, "logprobs": 20, "stream": True},
+            "chat logprobs": {"messages": [{"role": "user", "content": "Hi"}], "logprobs": True, "top_logprobs": 5,
+                              "n": 2},
             # and /v1/chat/completions bodies (the target reads every input both ways)
             "chat": {"model": "m", "messages": [{"role": "system", "content": "Be brief."},
                                                 {"role": "user", "content": [{"type": "text", "text": "Hi"}]},

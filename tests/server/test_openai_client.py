@@ -192,7 +192,7 @@ for i in range(16):
         c = case(prompts[i % 8], 40 + 4 * i, temperature=0.8, top_k=30, top_p=0.9, seed=100 + i)
     many.append(c)
 
-bad = {'max_tokens -1': {**greedy['body'], 'max_tokens': -1}, 'n 2': {**greedy['body'], 'n': 2}}
+bad = {'max_tokens -1': {**greedy['body'], 'max_tokens': -1}, 'n 17': {**greedy['body'], 'n': 17}}
 unknown = {**greedy['body'], 'model': 'no-such-model'}
 server_says = {k: srv.complete(**b) for k, b in [*bad.items(), ('unknown model', unknown)]}
 
@@ -239,7 +239,7 @@ if ok('16 at once', R('16 at once')):
             wrong.append(f'{i} ({"streamed" if i % 2 else "not streamed"}): {r!r}, expected {c["text"]!r} (length)')
     check('16 concurrent clients, each equal to mmgpt generate', not wrong, '; '.join(wrong))
 
-for k in ['max_tokens -1', 'n 2', 'max_tokens -1 streamed', 'unknown model']:
+for k in ['max_tokens -1', 'n 17', 'max_tokens -1 streamed', 'unknown model']:
     status, raw = server_says[k.replace(' streamed', '')]
     message = raw['error']['message'] if isinstance(raw, dict) else f'(no JSON error: {raw!r})'
     want_status, cls = (404, 'NotFoundError') if k == 'unknown model' else (400, 'BadRequestError')
