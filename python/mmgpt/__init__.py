@@ -19,7 +19,7 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 from . import _mmgpt
 from ._mmgpt import Config, Error
@@ -28,9 +28,32 @@ from ._mmgpt import Config, Error
 # checkpoints converted without tokenizer files.
 _mmgpt._set_data_dir(os.path.join(os.path.dirname(__file__), "data"))
 
-__all__ = ["Error", "Config", "Model", "GenerationResult", "PerplexityResult", "TextStream", "load", "convert"]
+__all__ = ["Error", "Config", "Model", "GenerationResult", "TokenLogprob", "ScoreResult", "PerplexityResult",
+           "TextStream", "load", "convert"]
 
 Prompt = Union[str, Sequence[int]]
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A token and its log-probability given the tokens before it (the
+    log-softmax of the model's logits, before any sampling option), with the
+    most likely tokens at that position: `top`, [(token, logprob), ...], most
+    likely first (the lower id first among equal logits)."""
+
+    token: int
+    logprob: float
+    top: List[Tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """How likely a continuation is after a context (Model.score):
+    lm-evaluation-harness's loglikelihood, (logprob, greedy)."""
+
+    logprob: float  # the sum of the continuation tokens' log-probabilities
+    greedy: bool  # every continuation token is the most likely one at its position
+    tokens: List[TokenLogprob]  # each continuation token's
 
 
 @dataclass(frozen=True)
@@ -44,6 +67,7 @@ class GenerationResult:
     stop_reason: str
     text_bytes: bytes = field(repr=False)  # the exact bytes (text decodes them, invalid UTF-8 replaced)
     prompt_tokens: int = 0
+    logprobs: Optional[List[TokenLogprob]] = None  # with logprobs=N: one per generated token
 
 
 @dataclass(frozen=True)
@@ -66,7 +90,17 @@ def _result(d: dict) -> GenerationResult:
         stop_reason=d["stop_reason"],
         text_bytes=raw,
         prompt_tokens=d["prompt_tokens"],
+        logprobs=_logprobs(d["logprobs"]) if "logprobs" in d else None,
     )
+
+
+def _logprobs(native) -> List[TokenLogprob]:
+    return [TokenLogprob(token, logprob, [tuple(t) for t in top]) for token, logprob, top in native]
+
+
+def _top_count(name: str, value) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 20):
+        raise Error(f"{name}: must be an integer in [0, 20] or None, not {value!r}")
 
 
 def _threads(threads: Optional[int]) -> int:
@@ -132,37 +166,71 @@ class Model:
     def generate(self, prompt: Prompt, max_new_tokens: int = 256, *, greedy: bool = False, temperature: float = 0.8,
                  top_k: int = 200, top_p: Optional[float] = None, min_p: Optional[float] = None,
                  repetition_penalty: float = 1.0, seed: Optional[int] = None, stop: Sequence[str] = (),
-                 ignore_eos: bool = False, threads: Optional[int] = None) -> GenerationResult:
+                 ignore_eos: bool = False, threads: Optional[int] = None,
+                 logprobs: Optional[int] = None) -> GenerationResult:
         """A continuation of `prompt` (a str, or a list of token ids): exactly
-        what `mmgpt generate` prints after the prompt for the same options and seed."""
+        what `mmgpt generate` prints after the prompt for the same options and seed.
+        logprobs=N (0 to 20): each generated token's log-probability and the N
+        most likely tokens at its step, in the result's `logprobs` (what the
+        server's completions answer with logprobs N)."""
         return self.generate_batch([prompt], max_new_tokens, greedy=greedy, temperature=temperature, top_k=top_k,
                                    top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, seed=seed,
-                                   stop=stop, ignore_eos=ignore_eos, threads=threads)[0]
+                                   stop=stop, ignore_eos=ignore_eos, threads=threads, logprobs=logprobs)[0]
 
     def generate_batch(self, prompts: Sequence[Prompt], max_new_tokens: int = 256, *, greedy: bool = False,
                        temperature: float = 0.8, top_k: int = 200, top_p: Optional[float] = None,
                        min_p: Optional[float] = None, repetition_penalty: float = 1.0, seed: Optional[int] = None,
                        stop: Sequence[str] = (), ignore_eos: bool = False,
-                       threads: Optional[int] = None) -> List[GenerationResult]:
+                       threads: Optional[int] = None, logprobs: Optional[int] = None) -> List[GenerationResult]:
         """Continuations of several prompts, run together in batched steps;
         each is what generate() gives for that prompt alone."""
         if isinstance(prompts, (str, bytes)):
             raise Error("prompts: give a list of prompts (for one prompt, use generate)")
         opts = _sampling(max_new_tokens, greedy, temperature, top_k, top_p, min_p, repetition_penalty, seed, stop,
                          ignore_eos)
-        return [_result(d) for d in self._m.generate_batch(list(prompts), threads=_threads(threads), **opts)]
+        _top_count("logprobs", logprobs)
+        return [_result(d) for d in self._m.generate_batch(list(prompts), threads=_threads(threads),
+                                                           logprobs=logprobs, **opts)]
 
     def stream(self, prompt: Prompt, max_new_tokens: int = 256, *, greedy: bool = False, temperature: float = 0.8,
                top_k: int = 200, top_p: Optional[float] = None, min_p: Optional[float] = None,
                repetition_penalty: float = 1.0, seed: Optional[int] = None, stop: Sequence[str] = (),
-               ignore_eos: bool = False, threads: Optional[int] = None) -> TextStream:
+               ignore_eos: bool = False, threads: Optional[int] = None,
+               logprobs: Optional[int] = None) -> TextStream:
         """generate(), as an iterator of text pieces while they are made (never
         half a UTF-8 character, never part of a stop string). Joined, they are
         generate()'s text; afterwards the stream's `result` is generate()'s
         GenerationResult. Leaving the loop early stops generation."""
         opts = _sampling(max_new_tokens, greedy, temperature, top_k, top_p, min_p, repetition_penalty, seed, stop,
                          ignore_eos)
-        return TextStream(self._m.stream(prompt, threads=_threads(threads), **opts))
+        _top_count("logprobs", logprobs)
+        return TextStream(self._m.stream(prompt, threads=_threads(threads), logprobs=logprobs, **opts))
+
+    def score(self, context: Prompt, continuation: Prompt, *, top_logprobs: int = 0,
+              threads: Optional[int] = None) -> ScoreResult:
+        """How likely `continuation` is after `context`: lm-evaluation-harness's
+        loglikelihood request. Texts are encoded as the harness encodes a pair
+        (spaces ending the context move to the continuation; the continuation's
+        tokens are those of context + continuation after the context's); token
+        ids are taken as they are. An empty context starts from the BOS the
+        tokenizer adds, else the end-of-text token. The same values as the
+        server's completions with echo and logprobs."""
+        _top_count("top_logprobs", top_logprobs)
+        if isinstance(context, str) != isinstance(continuation, str):
+            raise Error("score: give the context and the continuation both as text or both as token ids")
+        if isinstance(context, str):
+            if not continuation:
+                raise Error("continuation: the text is empty")
+            spaces = len(context) - len(context.rstrip())
+            if spaces:
+                context, continuation = context[:-spaces], context[-spaces:] + continuation
+            whole = self.encode(context + continuation)
+            ctx = self.encode(context) if context else []
+            ctx_ids, cont_ids = ctx, whole[len(ctx):]
+        else:
+            ctx_ids, cont_ids = list(context), list(continuation)
+        d = self._m.score(ctx_ids, cont_ids, top_logprobs, _threads(threads))
+        return ScoreResult(logprob=d["logprob"], greedy=d["greedy"], tokens=_logprobs(d["logprobs"]))
 
     def apply_chat_template(self, messages: Sequence[dict], *, add_generation_prompt: bool = True,
                             chat_template: Optional[str] = None, **template_variables) -> str:

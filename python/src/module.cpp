@@ -96,8 +96,16 @@ constexpr size_t kPrefillChunk = 256;
 
 GenerateOptions generate_options(size_t max_new_tokens, bool greedy, float temperature, uint32_t top_k,
                                  std::optional<float> top_p, std::optional<float> min_p, float repetition_penalty,
-                                 std::optional<uint64_t> seed, std::vector<std::string> stop, bool ignore_eos) {
+                                 std::optional<uint64_t> seed, std::vector<std::string> stop, bool ignore_eos,
+                                 std::optional<size_t> logprobs) {
   GenerateOptions o;
+  if (logprobs) {
+    if (*logprobs > kMaxTopLogprobs)
+      throw Error("logprobs: at most " + std::to_string(kMaxTopLogprobs) + " alternatives per token, got " +
+                  std::to_string(*logprobs));
+    o.logprobs = true;
+    o.top_logprobs = *logprobs;
+  }
   o.max_new_tokens = max_new_tokens;
   o.ignore_eos = ignore_eos;
   o.stop = std::move(stop);
@@ -128,12 +136,24 @@ const char* stop_reason_name(StopReason r) {
   return "length";
 }
 
-py::dict result_dict(const GenerationResult& r) {
+// [(token, logprob, [(token, logprob), ...]), ...]
+py::list logprobs_list(const std::vector<PositionLogprobs>& positions) {
+  py::list out;
+  for (const PositionLogprobs& p : positions) {
+    py::list top;
+    for (const TokenLogprob& t : p.top) top.append(py::make_tuple(t.token, t.logprob));
+    out.append(py::make_tuple(p.token, p.logprob, top));
+  }
+  return out;
+}
+
+py::dict result_dict(const GenerationResult& r, bool with_logprobs) {
   py::dict d;
   d["tokens"] = r.tokens;
   d["text"] = py::bytes(r.text);
   d["stop_reason"] = stop_reason_name(r.reason);
   d["prompt_tokens"] = r.timings.prompt_tokens;
+  if (with_logprobs) d["logprobs"] = logprobs_list(r.logprobs);
   return d;
 }
 
@@ -143,7 +163,7 @@ py::dict result_dict(const GenerationResult& r) {
 class TextStream {
  public:
   TextStream(LanguageModel lm, std::vector<int32_t> prompt, GenerateOptions options, int threads)
-      : lm_(std::move(lm)) {
+      : lm_(std::move(lm)), with_logprobs_(options.logprobs) {
     options.interrupt = [this] { return cancel_.load(); };
     worker_ = std::thread([this, prompt = std::move(prompt), options = std::move(options), threads] {
       try {
@@ -207,7 +227,7 @@ class TextStream {
   py::object result() {
     std::lock_guard lock(mu_);
     if (!done_ || !result_) return py::none();
-    return result_dict(*result_);
+    return result_dict(*result_, with_logprobs_);
   }
 
   void close() {
@@ -220,6 +240,7 @@ class TextStream {
 
  private:
   LanguageModel lm_;
+  bool with_logprobs_;
   std::thread worker_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -396,12 +417,12 @@ PYBIND11_MODULE(_mmgpt, m) {
           [](const LanguageModel& lm, const std::vector<py::object>& prompts, size_t max_new_tokens, bool greedy,
              float temperature, uint32_t top_k, std::optional<float> top_p, std::optional<float> min_p,
              float repetition_penalty, std::optional<uint64_t> seed, std::vector<std::string> stop, bool ignore_eos,
-             int threads) {
+             int threads, std::optional<size_t> logprobs) {
             if (prompts.empty()) throw Error("prompts: no prompt given");
             std::vector<std::vector<int32_t>> ids;
             for (const py::object& p : prompts) ids.push_back(prompt_ids(lm, p));
             GenerateOptions o = generate_options(max_new_tokens, greedy, temperature, top_k, top_p, min_p,
-                                                 repetition_penalty, seed, std::move(stop), ignore_eos);
+                                                 repetition_penalty, seed, std::move(stop), ignore_eos, logprobs);
             Interrupted in;
             // Asked on the calling thread before each step; Ctrl-C: Python's signal handlers run here.
             o.interrupt = [&] {
@@ -411,25 +432,45 @@ PYBIND11_MODULE(_mmgpt, m) {
             std::vector<GenerationResult> results = compute(threads, [&] { return lm.generate_batch(ids, o); });
             if (in.error) throw *in.error;
             py::list out;
-            for (const GenerationResult& r : results) out.append(result_dict(r));
+            for (const GenerationResult& r : results) out.append(result_dict(r, o.logprobs));
             return out;
           },
           py::arg("prompts"), py::arg("max_new_tokens"), py::arg("greedy"), py::arg("temperature"), py::arg("top_k"),
           py::arg("top_p"), py::arg("min_p"), py::arg("repetition_penalty"), py::arg("seed"), py::arg("stop"),
-          py::arg("ignore_eos"), py::arg("threads"))
+          py::arg("ignore_eos"), py::arg("threads"), py::arg("logprobs") = py::none())
       .def(
           "stream",
           [](const LanguageModel& lm, const py::object& prompt, size_t max_new_tokens, bool greedy, float temperature,
              uint32_t top_k, std::optional<float> top_p, std::optional<float> min_p, float repetition_penalty,
-             std::optional<uint64_t> seed, std::vector<std::string> stop, bool ignore_eos, int threads) {
+             std::optional<uint64_t> seed, std::vector<std::string> stop, bool ignore_eos, int threads,
+             std::optional<size_t> logprobs) {
             std::vector<int32_t> ids = prompt_ids(lm, prompt);
             GenerateOptions o = generate_options(max_new_tokens, greedy, temperature, top_k, top_p, min_p,
-                                                 repetition_penalty, seed, std::move(stop), ignore_eos);
+                                                 repetition_penalty, seed, std::move(stop), ignore_eos, logprobs);
             return std::make_unique<TextStream>(lm, std::move(ids), std::move(o), threads);
           },
           py::arg("prompt"), py::arg("max_new_tokens"), py::arg("greedy"), py::arg("temperature"), py::arg("top_k"),
           py::arg("top_p"), py::arg("min_p"), py::arg("repetition_penalty"), py::arg("seed"), py::arg("stop"),
-          py::arg("ignore_eos"), py::arg("threads"))
+          py::arg("ignore_eos"), py::arg("threads"), py::arg("logprobs") = py::none())
+      .def(
+          "score",
+          [](const LanguageModel& lm, const std::vector<int64_t>& context, const std::vector<int64_t>& continuation,
+             size_t top_logprobs, int threads) {
+            std::vector<int32_t> ctx = checked_ids(lm, context, "context");
+            const std::vector<int32_t> cont = checked_ids(lm, continuation, "continuation");
+            if (ctx.empty()) {  // as lm-evaluation-harness: the BOS the tokenizer adds, else the end-of-text token
+              ctx = lm.encode("", true, true);
+              if (ctx.empty() && lm.tokenizer().eos_id() >= 0) ctx = {static_cast<int32_t>(lm.tokenizer().eos_id())};
+              if (ctx.empty()) throw Error("context: empty, and the model has no BOS or end-of-text token to start from");
+            }
+            const ScoreResult r = compute(threads, [&] { return lm.score(ctx, cont, top_logprobs); });
+            py::dict d;
+            d["logprob"] = r.logprob;
+            d["greedy"] = r.greedy;
+            d["logprobs"] = logprobs_list(r.tokens);
+            return d;
+          },
+          py::arg("context"), py::arg("continuation"), py::arg("top_logprobs"), py::arg("threads"))
       .def(
           "perplexity",
           [](const LanguageModel& lm, const py::object& text_or_ids, std::optional<size_t> ctx,

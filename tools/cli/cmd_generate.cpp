@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
 #include <tbb/global_control.h>
 
 #include "core/platform.hpp"
@@ -36,6 +37,8 @@ struct GenerateArgs {
   int threads = 0;
   bool ignore_eos = false, print_ids = false, no_special = false, stats = false;
   bool ids_given = false;  // --ids "" is an empty id list, not "no --ids"
+  std::optional<size_t> logprobs;  // --logprobs N: JSON Lines out, with each token's log-probabilities
+  bool prompt_logprobs = false;
 };
 
 void write_out(std::string_view s) { std::fwrite(s.data(), 1, s.size(), stdout); }
@@ -81,6 +84,49 @@ void print_stats(const LanguageModel& lm, double load_s, double ttft_s, const st
                  f.file_size() / 1048576.0);
 }
 
+// A token's bytes as JSON text: the bytes, or an array of them when they are not valid UTF-8.
+nlohmann::json piece_json(const Tokenizer& tokenizer, int32_t id) {
+  const std::string bytes = tokenizer.token_bytes(id);
+  try {
+    (void)nlohmann::json(bytes).dump();
+    return bytes;
+  } catch (const nlohmann::json::exception&) {
+    nlohmann::json raw = nlohmann::json::array();
+    for (unsigned char b : bytes) raw.push_back(b);
+    return raw;
+  }
+}
+
+nlohmann::ordered_json positions_json(const Tokenizer& tokenizer, const std::vector<PositionLogprobs>& positions) {
+  const bool pieces = tokenizer.kind() != TokenizerKind::None;
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const PositionLogprobs& p : positions) {
+    nlohmann::ordered_json e = {{"token", p.token}};
+    if (pieces) e["piece"] = piece_json(tokenizer, p.token);
+    e["logprob"] = p.logprob;
+    nlohmann::ordered_json top = nlohmann::ordered_json::array();
+    for (const TokenLogprob& t : p.top) {
+      nlohmann::ordered_json alt = {{"token", t.token}};
+      if (pieces) alt["piece"] = piece_json(tokenizer, t.token);
+      alt["logprob"] = t.logprob;
+      top.push_back(std::move(alt));
+    }
+    e["top"] = std::move(top);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::Length: return "length";
+    case StopReason::EndOfText: return "eos";
+    case StopReason::StopString: return "stop";
+    case StopReason::Callback: return "interrupted";
+  }
+  return "length";
+}
+
 void run_generate(const GenerateArgs& a) {
   std::unique_ptr<tbb::global_control> threads;
   if (a.threads > 0)
@@ -123,6 +169,27 @@ void run_generate(const GenerateArgs& a) {
   options.sampling = a.sampling;
   options.sampling.greedy = a.greedy;
   options.sampling.seed = a.seed ? *a.seed : std::random_device{}();
+
+  if (a.logprobs || a.prompt_logprobs) {
+    // One JSON object per prompt (JSON Lines), once generation ends.
+    options.logprobs = a.logprobs.has_value();
+    options.top_logprobs = a.logprobs.value_or(0);
+    options.prompt_logprobs = a.prompt_logprobs;
+    const std::vector<GenerationResult> results = lm.generate_batch(prompts, options);
+    for (size_t i = 0; i < results.size(); ++i) {
+      const GenerationResult& r = results[i];
+      nlohmann::ordered_json line = {{"prompt_tokens", prompts[i].size()}, {"tokens", r.tokens}};
+      if (tokenizer.kind() != TokenizerKind::None) line["text"] = r.text;
+      line["stop_reason"] = stop_reason_name(r.reason);
+      if (options.logprobs) line["logprobs"] = positions_json(tokenizer, r.logprobs);
+      if (options.prompt_logprobs) line["prompt_logprobs"] = positions_json(tokenizer, r.prompt_logprobs);
+      write_out(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+      write_out("\n");
+    }
+    std::fflush(stdout);
+    if (a.stats) print_stats(lm, load_s, 0.0, results);
+    return;
+  }
 
   const bool batch = !a.batch_file.empty();
   if (!batch && !as_ids) {
@@ -206,6 +273,13 @@ void add_generate(CLI::App& app) {
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past the end-of-text token");
   cmd->add_flag("--no-special", a->no_special, "treat <|endoftext|> in a text prompt as plain text");
   cmd->add_flag("--print-ids", a->print_ids, "print only the generated token ids, space-separated, on one line");
+  cmd->add_option("--logprobs", a->logprobs,
+                  "print JSON Lines instead of text, one object per prompt, with each generated token's "
+                  "log-probability and the N most likely tokens at its step (0 <= N <= 20)")
+      ->check(count(0, kMaxTopLogprobs));
+  cmd->add_flag("--prompt-logprobs", a->prompt_logprobs,
+                "print JSON Lines (as --logprobs) with each prompt token's log-probability given the ones before "
+                "it; -n 0 only scores the prompt");
   cmd->add_flag("--stats", a->stats, "print timings, memory and throughput on stderr");
   cmd->callback([a, p, ids, batch]() {
     if (p->count() == 0 && ids->count() == 0 && batch->count() == 0)
