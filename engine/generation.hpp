@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,8 @@
 #include "engine/sampler.hpp"
 
 namespace mmgpt {
+
+class Grammar;  // text/grammar.hpp
 
 struct GenerateOptions {
   size_t max_new_tokens = 256;
@@ -39,6 +42,12 @@ struct GenerateOptions {
   // never taken from a prefix cache, and max_new_tokens may be 0: the prompt
   // is scored and nothing is generated.
   bool prompt_logprobs = false;
+  // Constrained decoding: only tokens the grammar allows are sampled (the
+  // others' logits are -infinity before every sampling option), an end token
+  // only once the output is a whole sentence of it; generation ends when
+  // nothing may follow (text/grammar.hpp; json_schema_grammar() makes one
+  // from a JSON schema). Null: no constraint.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 enum class StopReason { Length, EndOfText, StopString, Callback };

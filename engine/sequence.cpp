@@ -1,6 +1,7 @@
 #include "engine/sequence.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace mmgpt {
 
@@ -13,6 +14,7 @@ GenerationSequence::GenerationSequence(const ModelConfig& config, const Generate
       prompt_logprobs_(options.prompt_logprobs),
       top_logprobs_(options.top_logprobs),
       prompt_size_(prompt.size()),
+      grammar_(options.grammar),
       history_(prompt.begin(), prompt.end()),
       cache_(std::move(cache)),
       sampler_(options.sampling),
@@ -66,7 +68,17 @@ std::optional<GenerationSequence::Sampled> GenerationSequence::advance(std::span
     finish(StopReason::Length);
     return std::nullopt;
   }
-  const int32_t token = sampler_.next(logits, history_);
+  std::span<const float> sampled_from = logits;
+  if (grammar_) {  // only what the grammar allows: the others' logits are -infinity
+    if (!matcher_) matcher_.emplace(grammar_, tokenizer.token_trie(logits.size()));
+    masked_.assign(logits.begin(), logits.end());
+    matcher_->mask(masked_);
+    if (ignore_eos_)  // no end token then: the grammar's end ends the sequence
+      for (int32_t id : tokenizer.token_trie(logits.size())->end_tokens)
+        masked_[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+    sampled_from = masked_;
+  }
+  const int32_t token = sampler_.next(sampled_from, history_);
   if (!ignore_eos_ && tokenizer.is_end(token)) {
     finish(StopReason::EndOfText);
     return Sampled{};
@@ -75,8 +87,19 @@ std::optional<GenerationSequence::Sampled> GenerationSequence::advance(std::span
   history_.push_back(token);
   result_.tokens.push_back(token);
   Sampled out{token, text_.push(tokenizer.token_bytes(token))};
+  bool grammar_done = false;
+  if (matcher_) {
+    const std::string& bytes = tokenizer.token_bytes(token);
+    if (!matcher_->accept(std::span<const char>(bytes.data(), bytes.size())))
+      throw Error("token " + std::to_string(token) + " was sampled outside the grammar");
+    // Nothing may follow, or the output is whole and the vocabulary has no end token to say so.
+    grammar_done = matcher_->finished() ||
+                   (matcher_->complete() && (ignore_eos_ || tokenizer.token_trie(logits.size())->end_tokens.empty()));
+  }
   if (text_.stopped())
     finish(StopReason::StopString);
+  else if (grammar_done)
+    finish(StopReason::EndOfText);
   else if (result_.tokens.size() >= max_new_tokens_)
     finish(StopReason::Length);
   return out;

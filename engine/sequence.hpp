@@ -20,6 +20,7 @@
 #include "engine/generation.hpp"
 #include "engine/kv_cache.hpp"
 #include "engine/sampler.hpp"
+#include "text/grammar.hpp"
 #include "text/text_stream.hpp"
 #include "text/tokenizer.hpp"
 
@@ -84,6 +85,9 @@ class GenerationSequence {
   size_t window_start_ = 0;  // history_ index at cache position 0
   size_t planned_end_ = 0;   // history_ index just past the planned step
   size_t planned_logit_rows_ = 1;
+  std::shared_ptr<const Grammar> grammar_;
+  std::optional<GrammarMatcher> matcher_;  // made on the first sampling step, with the tokenizer's trie
+  std::vector<float> masked_;
   bool done_ = false;
 };
 

@@ -46,6 +46,7 @@ if [ "$all" = 1 ]; then
     libbenchmark-dev doctest-dev
     python3 python3-torch python3-numpy
     python3-jinja2  # the chat templates' reference renderer (Jinja2, as transformers runs it)
+    python3-jsonschema  # the structured-output tests' reference validator
     clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (scripts/fuzz-smoke.sh)
     nodejs
     curl haproxy

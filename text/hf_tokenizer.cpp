@@ -1084,6 +1084,14 @@ bool HfTokenizer::is_end(int32_t id) const {
   return std::binary_search(impl_->end_ids.begin(), impl_->end_ids.end(), id);
 }
 
+std::vector<int32_t> HfTokenizer::special_ids() const {
+  std::vector<int32_t> ids;
+  for (const AddedToken& a : impl_->added)
+    if (a.special) ids.push_back(a.id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
 const std::string& HfTokenizer::token_bytes(int32_t id) const {
   static const std::string empty;
   const Impl& m = *impl_;

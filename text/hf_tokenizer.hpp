@@ -88,6 +88,8 @@ class HfTokenizer {
   const std::string& chat_json() const;
   // Whether `id` is one of the tokens that end a turn (besides the end token).
   bool is_end(int32_t id) const;
+  // The special added tokens' ids, sorted.
+  std::vector<int32_t> special_ids() const;
 
  private:
   struct Impl;

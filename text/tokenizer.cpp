@@ -1,9 +1,12 @@
 #include "text/tokenizer.hpp"
-#include "text/utf8.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <mutex>
 
 #include "text/bpe.hpp"
+#include "text/grammar.hpp"
+#include "text/utf8.hpp"
 #include "text/hf_tokenizer.hpp"
 #include "formats/bpe_table.hpp"
 #include "formats/error.hpp"
@@ -60,6 +63,20 @@ Tokenizer::Tokenizer(const StoredTokenizer& stored, const StoredBpeTables& table
 bool Tokenizer::is_end(int32_t id) const { return (eos_id_ >= 0 && id == eos_id_) || (hf_ && hf_->is_end(id)); }
 
 std::string Tokenizer::chat_json() const { return hf_ ? hf_->chat_json() : std::string(); }
+
+std::vector<int32_t> Tokenizer::special_ids() const {
+  std::vector<int32_t> ids = hf_ ? hf_->special_ids() : std::vector<int32_t>{};
+  if (eos_id_ >= 0) ids.push_back(static_cast<int32_t>(eos_id_));
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+std::shared_ptr<const TokenTrie> Tokenizer::token_trie(size_t vocab) const {
+  std::lock_guard lock(trie_->mutex);
+  if (!trie_->trie || trie_->trie->vocab != vocab) trie_->trie = TokenTrie::build(*this, vocab);
+  return trie_->trie;
+}
 
 size_t Tokenizer::size() const { return hf_ ? hf_->size() : token_bytes_.size(); }
 

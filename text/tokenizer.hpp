@@ -7,6 +7,7 @@
 // BPE (a tokenizer.json): Hugging Face's tokenizer, exactly (text/hf_tokenizer.hpp).
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@
 namespace mmgpt {
 class BpeModel;
 class HfTokenizer;
+struct TokenTrie;
 }
 
 namespace mmgpt {
@@ -46,6 +48,12 @@ class Tokenizer {
   // any end-of-turn token of its generation_config.json.
   bool is_end(int32_t id) const;
   bool can_encode() const { return kind_ != TokenizerKind::None; }
+  // The special tokens' ids, sorted: control tokens that are not text (the
+  // end-of-text token, a tokenizer.json's special added tokens).
+  std::vector<int32_t> special_ids() const;
+  // The vocabulary's first `vocab` ids as a byte trie (text/grammar.hpp), for
+  // constrained decoding: built on first use, then shared by every copy.
+  std::shared_ptr<const TokenTrie> token_trie(size_t vocab) const;
 
   // Char: throws mmgpt::Error naming the character (and its byte offset) that
   // is not in the vocabulary. GPT-2 BPE: with allow_special, each
@@ -78,6 +86,11 @@ class Tokenizer {
   std::string special_;                  // the end-of-text token's text, or empty
   std::shared_ptr<const HfTokenizer> hf_;  // Bpe only
   std::shared_ptr<const void> keep_alive_;  // owns the strings hf_ was built from (Bpe from a file)
+  struct TrieCache {
+    std::mutex mutex;
+    std::shared_ptr<const TokenTrie> trie;
+  };
+  std::shared_ptr<TrieCache> trie_ = std::make_shared<TrieCache>();
 };
 
 }  // namespace mmgpt

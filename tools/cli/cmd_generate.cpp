@@ -16,7 +16,10 @@
 #include "core/platform.hpp"
 #include "engine/mmgpt.hpp"
 #include "kernels/kernels.hpp"
+#include "text/grammar.hpp"
+#include "text/json_schema.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/cli/input_file.hpp"
 #include "tools/cli/token_ids.hpp"
 #include "tools/cli/validate.hpp"
 
@@ -39,6 +42,8 @@ struct GenerateArgs {
   bool ids_given = false;  // --ids "" is an empty id list, not "no --ids"
   std::optional<size_t> logprobs;  // --logprobs N: JSON Lines out, with each token's log-probabilities
   bool prompt_logprobs = false;
+  std::string json_schema, grammar;  // files: constrained decoding
+  bool json_object = false;
 };
 
 void write_out(std::string_view s) { std::fwrite(s.data(), 1, s.size(), stdout); }
@@ -169,6 +174,13 @@ void run_generate(const GenerateArgs& a) {
   options.sampling = a.sampling;
   options.sampling.greedy = a.greedy;
   options.sampling.seed = a.seed ? *a.seed : std::random_device{}();
+  if (!a.json_schema.empty())
+    options.grammar = Grammar::parse(json_schema_grammar(read_input_file(a.json_schema, "JSON schema file"), a.json_schema),
+                                     a.json_schema + " (as a grammar)");
+  else if (!a.grammar.empty())
+    options.grammar = Grammar::parse(read_input_file(a.grammar, "grammar file"), a.grammar);
+  else if (a.json_object)
+    options.grammar = Grammar::parse(json_object_grammar(), "the JSON object grammar");
 
   if (a.logprobs || a.prompt_logprobs) {
     // One JSON object per prompt (JSON Lines), once generation ends.
@@ -280,6 +292,14 @@ void add_generate(CLI::App& app) {
   cmd->add_flag("--prompt-logprobs", a->prompt_logprobs,
                 "print JSON Lines (as --logprobs) with each prompt token's log-probability given the ones before "
                 "it; -n 0 only scores the prompt");
+  auto* schema = cmd->add_option("--json-schema", a->json_schema,
+                                 "constrain the output to JSON that FILE's JSON schema accepts")
+                     ->check(non_empty("path"));
+  auto* grammar = cmd->add_option("--grammar", a->grammar, "constrain the output to FILE's GBNF grammar")
+                      ->check(non_empty("path"));
+  auto* json_object = cmd->add_flag("--json-object", a->json_object, "constrain the output to a JSON object");
+  schema->excludes(grammar)->excludes(json_object);
+  grammar->excludes(json_object);
   cmd->add_flag("--stats", a->stats, "print timings, memory and throughput on stderr");
   cmd->callback([a, p, ids, batch]() {
     if (p->count() == 0 && ids->count() == 0 && batch->count() == 0)
