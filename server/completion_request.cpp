@@ -3,13 +3,17 @@
 #include <cmath>
 #include <limits>
 
+#include "formats/error.hpp"
+#include "text/json_schema.hpp"
+
 namespace mmgpt::server {
 
 using nlohmann::json;
 
 namespace {
 
-constexpr int kMaxDepth = 8;  // the deepest valid request is an array of arrays inside the object
+// Deep enough for a JSON schema's nesting (text/json_schema.hpp allows 64 levels of schemas).
+constexpr int kMaxDepth = 160;
 constexpr size_t kMaxStops = 16;
 
 [[noreturn]] void bad(const std::string& field, const std::string& what) {
@@ -148,6 +152,49 @@ std::string parse_model(const json& body) {
   return v->get<std::string>();
 }
 
+// response_format ({"type": "text" | "json_object" | "json_schema", ...}) and
+// llama.cpp's grammar (GBNF text): at most one of them.
+OutputConstraint parse_constraint(const nlohmann::ordered_json& body) {
+  OutputConstraint c;
+  const auto rf = body.find("response_format");
+  const auto gr = body.find("grammar");
+  const bool has_rf = rf != body.end() && !rf->is_null(), has_gr = gr != body.end() && !gr->is_null();
+  if (has_gr) {
+    if (!gr->is_string() || gr->get<std::string>().empty()) bad("grammar", "must be a non-empty GBNF grammar");
+    if (has_rf && !((*rf).is_object() && (*rf).contains("type") && (*rf)["type"] == "text"))
+      bad("grammar", "and 'response_format' both constrain the output: give one");
+    c.gbnf = gr->get<std::string>();
+    c.param = "grammar";
+    return c;
+  }
+  if (!has_rf) return c;
+  if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+    bad("response_format", "must be an object with a string 'type'");
+  const std::string type = (*rf)["type"].get<std::string>();
+  if (type == "text") return c;
+  c.param = "response_format";
+  if (type == "json_object") {
+    c.gbnf = json_object_grammar();
+    return c;
+  }
+  if (type != "json_schema")
+    bad("response_format.type", "must be \"text\", \"json_object\" or \"json_schema\", not \"" + type + "\"");
+  const auto js = rf->find("json_schema");
+  if (js == rf->end() || !js->is_object()) bad("response_format.json_schema", "must be an object holding 'schema'");
+  const auto schema = js->find("schema");
+  if (schema == js->end() || schema->is_null())
+    bad("response_format.json_schema.schema", "is required");
+  if (const auto strict = js->find("strict"); strict != js->end() && !strict->is_null() && !strict->is_boolean())
+    bad("response_format.json_schema.strict", "must be true or false");
+  c.param = "response_format.json_schema.schema";
+  try {
+    c.gbnf = json_schema_grammar(schema->dump(), "the schema");
+  } catch (const Error& e) {
+    throw RequestError(400, std::string("'response_format.json_schema.schema': ") + e.what(), c.param);
+  }
+  return c;
+}
+
 }  // namespace
 
 json parse_json_body(std::string_view body) { return parse_body<json>(body); }
@@ -156,7 +203,12 @@ nlohmann::ordered_json parse_ordered_json_body(std::string_view body) {
 }
 
 CompletionRequest parse_completion_request(const json& body, const CompletionDefaults& defaults) {
-  if (!body.is_object()) throw RequestError(400, "the request body must be a JSON object");
+  return parse_completion_request(nlohmann::ordered_json(body), defaults);
+}
+
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& ordered, const CompletionDefaults& defaults) {
+  if (!ordered.is_object()) throw RequestError(400, "the request body must be a JSON object");
+  const json body = ordered;  // the fields' checks; a schema keeps its keys' order
   CompletionRequest r;
   r.model = parse_model(body);
 
@@ -205,6 +257,7 @@ CompletionRequest parse_completion_request(const json& body, const CompletionDef
   if (field(body, "echo")) r.echo = get_bool(body, "echo");
   r.options.prompt_logprobs = r.echo && r.logprobs;
   parse_stream(body, r.stream, r.include_usage);
+  r.constraint = parse_constraint(ordered);
   return r;
 }
 
@@ -247,9 +300,6 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& ordered, const Comp
     r.options.top_logprobs = get_count(body, "top_logprobs", kMaxTopLogprobs);
     if (!r.logprobs) bad("top_logprobs", "needs 'logprobs': true");
   }
-  if (const json* v = field(body, "response_format");
-      v && !(v->is_object() && v->contains("type") && (*v)["type"] == "text"))
-    bad("response_format", "is not supported yet: only {\"type\": \"text\"}");
   if (const json* v = field(body, "tools"); v && !(v->is_array() && v->empty()))
     bad("tools", "is not supported: this server does not call tools");
   if (const json* v = field(body, "tool_choice"); v && !(v->is_string() && v->get<std::string>() == "none"))
@@ -283,6 +333,7 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& ordered, const Comp
         bad("chat_template_kwargs." + name, "is set by the request itself");
     r.template_kwargs = *v;
   }
+  r.constraint = parse_constraint(ordered);
   return r;
 }
 

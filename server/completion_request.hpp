@@ -37,6 +37,14 @@ class RequestError : public std::runtime_error {
 nlohmann::json parse_json_body(std::string_view body);
 nlohmann::ordered_json parse_ordered_json_body(std::string_view body);
 
+// Structured output asked for: response_format json_object / json_schema,
+// or llama.cpp's `grammar` (GBNF). `gbnf` is the grammar to constrain
+// decoding with (text/grammar.hpp); empty for none.
+struct OutputConstraint {
+  std::string gbnf;
+  std::string param;  // the field it came from, for errors
+};
+
 // How many completions one request may ask for: prompts times n.
 inline constexpr size_t kMaxChoices = 64;
 inline constexpr size_t kMaxN = 16;
@@ -57,6 +65,7 @@ struct CompletionRequest {
   bool echo = false;                    // the prompt's text comes before the completion (and, with
                                         // logprobs, its tokens' log-probabilities before the completion's)
   bool logprobs = false;                // `logprobs: N` was given: options.top_logprobs = N
+  OutputConstraint constraint;          // response_format or grammar (vLLM's and llama.cpp's extensions here)
 };
 
 // The defaults of fields a request leaves out.
@@ -66,13 +75,14 @@ struct CompletionDefaults {
 };
 
 // Checks every field's type and range; throws RequestError naming the field.
+// The ordered form keeps a JSON schema's properties in the order sent.
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, const CompletionDefaults& defaults = {});
 CompletionRequest parse_completion_request(const nlohmann::json& body, const CompletionDefaults& defaults = {});
 
 // The body of POST /v1/chat/completions. The messages go to the model's chat
 // template as sent (transformers' apply_chat_template sees them so); a
 // content part other than text is refused. Every field OpenAI defines is
-// honoured or refused naming it: tools, response_format other than text,
-// audio, stored completions are refused.
+// honoured or refused naming it: tools, audio, stored completions are refused.
 struct ChatRequest {
   std::string model;
   size_t n = 1;                           // choices (seeds seed, seed + 1, ...)
@@ -85,6 +95,7 @@ struct ChatRequest {
   bool include_usage = false;
   bool add_generation_prompt = true;      // vLLM's extension: false to continue the last message
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // vLLM's chat_template_kwargs
+  OutputConstraint constraint;            // response_format, or llama.cpp's grammar
 };
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const CompletionDefaults& defaults = {});
 

@@ -34,6 +34,7 @@
 #include "formats/error.hpp"
 #include "server/completion_request.hpp"
 #include "text/chat_format.hpp"
+#include "text/grammar.hpp"
 #include "server/metrics.hpp"
 
 namespace mmgpt::server {
@@ -382,6 +383,12 @@ class Service {
     return {{"id", options_.model_id}, {"object", "model"}, {"created", created_}, {"owned_by", "mmgpt"}};
   }
   void record(const Job& job, const GenerationResult& r, Clock::time_point end);
+  // The compiled grammar of a request's constraint (null for none). The
+  // latest few are kept by their text, so requests with the same schema share
+  // the parse states and token masks their matchers learn.
+  std::shared_ptr<const Grammar> grammar_for(const OutputConstraint& c);
+  std::mutex grammars_mutex_;
+  std::deque<std::pair<std::string, std::shared_ptr<const Grammar>>> grammars_;  // most recent last
 
   const ServeOptions& options_;
   LanguageModel lm_;
@@ -392,6 +399,31 @@ class Service {
   std::atomic<int> open_streams_{0};  // streamed responses still being written
   const int64_t created_ = static_cast<int64_t>(std::time(nullptr));
 };
+
+std::shared_ptr<const Grammar> Service::grammar_for(const OutputConstraint& c) {
+  if (c.gbnf.empty()) return nullptr;
+  {
+    std::lock_guard lock(grammars_mutex_);
+    for (auto it = grammars_.begin(); it != grammars_.end(); ++it)
+      if (it->first == c.gbnf) {
+        auto found = *it;
+        grammars_.erase(it);
+        grammars_.push_back(found);
+        return found.second;
+      }
+  }
+  std::shared_ptr<const Grammar> g;
+  try {
+    g = Grammar::parse(c.gbnf, c.param == "grammar" ? "the grammar" : "the schema's grammar");
+  } catch (const Error& e) {
+    throw RequestError(400, "'" + c.param + "': " + e.what(), c.param);
+  }
+  std::lock_guard lock(grammars_mutex_);
+  grammars_.emplace_back(c.gbnf, g);
+  constexpr size_t kKept = 16;
+  while (grammars_.size() > kKept) grammars_.pop_front();
+  return g;
+}
 
 void Service::record(const Job& job, const GenerationResult& r, Clock::time_point end) {
   metrics_.count_tokens(job.prompt_tokens(), r.tokens.size());
@@ -486,9 +518,9 @@ void Service::check_model(const std::string& model) const {
 
 void Service::completions(const httplib::Request& req, httplib::Response& res) {
   if (stopping_) throw SchedulerFull("the server is shutting down");
-  const json body = parse_json_body(req.body);
-  CompletionRequest r = parse_completion_request(body);
+  CompletionRequest r = parse_completion_request(parse_ordered_json_body(req.body));
   check_model(r.model);
+  r.options.grammar = grammar_for(r.constraint);
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> echoes;
   for (Prompt& p : r.prompts) {
@@ -514,6 +546,7 @@ void Service::chat_completions(const httplib::Request& req, httplib::Response& r
   if (stopping_) throw SchedulerFull("the server is shutting down");
   ChatRequest r = parse_chat_request(parse_ordered_json_body(req.body));
   check_model(r.model);
+  r.options.grammar = grammar_for(r.constraint);
   if (!chat_)
     throw RequestError(400,
                        "this model has no chat template: its tokenizer came without one (start the server with "

@@ -209,7 +209,29 @@ TEST_CASE("chat request: messages as sent, in their keys' order; the limits and 
   CHECK(param_of(with(R"("top_logprobs": 3)").c_str()) == "top_logprobs");  // needs logprobs: true
   CHECK(param_of(with(R"("logprobs": false, "top_logprobs": 3)").c_str()) == "top_logprobs");
   CHECK(param_of(with(R"("logprobs": true, "top_logprobs": 21)").c_str()) == "top_logprobs");
-  CHECK(param_of(with(R"("response_format": {"type": "json_schema"})").c_str()) == "response_format");
+  CHECK(param_of(with(R"("response_format": {"type": "json_schema"})").c_str()) == "response_format.json_schema");
+  CHECK(param_of(with(R"("response_format": {"type": "yaml"})").c_str()) == "response_format.type");
+  CHECK(param_of(with(R"("response_format": "json")").c_str()) == "response_format");
+  CHECK(param_of(with(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})").c_str()) ==
+        "response_format.json_schema.schema");
+  CHECK(param_of(with(R"("response_format": {"type": "json_schema", "json_schema": {"schema":
+                         {"type": "string", "pattern": "a"}}})").c_str()) == "response_format.json_schema.schema");
+  CHECK(param_of(with(R"("grammar": "root ::= [a]", "response_format": {"type": "json_object"})").c_str()) ==
+        "grammar");
+  CHECK(param_of(with(R"("grammar": 3)").c_str()) == "grammar");
+  // Accepted: the grammar of each form, a schema's properties in the order sent.
+  const ChatRequest js = parse_chat_request(nlohmann::ordered_json::parse(with(
+      R"("response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true,
+         "schema": {"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "string"}},
+                    "required": ["zeta", "alpha"], "additionalProperties": false}}})")));
+  CHECK(js.constraint.param == "response_format.json_schema.schema");
+  CHECK(js.constraint.gbnf.find("zeta") < js.constraint.gbnf.find("alpha"));
+  CHECK(parse_chat_request(nlohmann::ordered_json::parse(with(R"("response_format": {"type": "json_object"})")))
+            .constraint.gbnf.find("root ::= json-object") == 0);
+  CHECK(parse_chat_request(nlohmann::ordered_json::parse(with(R"("response_format": {"type": "text"})")))
+            .constraint.gbnf.empty());
+  CHECK(parse(R"({"prompt": "a", "grammar": "root ::= [0-9]+"})").constraint.gbnf == "root ::= [0-9]+");
+  CHECK(parse(R"({"prompt": "a", "response_format": {"type": "json_object"}})").constraint.param == "response_format");
   CHECK(param_of(with(R"("n": 17)").c_str()) == "n");
   CHECK(param_of(with(R"("n": 0)").c_str()) == "n");
   const ChatRequest lp = parse_chat_request(

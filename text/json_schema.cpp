@@ -34,7 +34,9 @@ json-null ::= "null"
 json-value ::= json-object | json-array | json-string | json-number | json-boolean | json-null
 json-object ::= "{" ws (json-string ws ":" ws json-value ws ("," ws json-string ws ":" ws json-value ws)*)? "}"
 json-array ::= "[" ws (json-value ws ("," ws json-value ws)*)? "]"
-json-date ::= [0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01])
+json-year ::= [1-9] [0-9]{3} | "0" [1-9] [0-9]{2} | "00" [1-9] [0-9] | "000" [1-9]
+json-leap-year ::= [0-9]{2} ("0" [48] | [2468] [048] | [13579] [26]) | ("0" [48] | [2468] [048] | [13579] [26]) "00"
+json-date ::= json-year "-" ("0" [13578] | "1" [02]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | json-year "-" ("0" [469] | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | json-year "-02-" ("0" [1-9] | "1" [0-9] | "2" [0-8]) | json-leap-year "-02-29"
 json-time ::= ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])
 json-uuid ::= [0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12}
 )";

@@ -11,7 +11,9 @@
 //    map's values; with properties, extra keys are never written, which every
 //    schema allows);
 //  - array: items, prefixItems (with items false or absent), minItems, maxItems;
-//  - string: minLength, maxLength, format date, time, date-time or uuid;
+//  - string: minLength, maxLength, format date, time, date-time (RFC 3339's:
+//    days as the month has them, 29 February in leap years; years 0001-9999)
+//    or uuid;
 //  - integer: minimum, maximum, exclusiveMinimum, exclusiveMaximum;
 //  - enum, const (any JSON values), anyOf and oneOf (as alternatives: a
 //    oneOf's branches should not overlap), allOf of one schema;
