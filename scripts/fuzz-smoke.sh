@@ -15,7 +15,7 @@ seconds="${1:-30}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MMGPT_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 targets=(fuzz_mmgpt_file fuzz_pickle fuzz_zip fuzz_torch_checkpoint fuzz_safetensors
-         fuzz_bpe_files fuzz_meta_pkl fuzz_gpt2_bpe fuzz_chat_template fuzz_tokenizer_json fuzz_tiktoken fuzz_token_ids fuzz_completion_request fuzz_hf_config
+         fuzz_bpe_files fuzz_meta_pkl fuzz_gpt2_bpe fuzz_chat_template fuzz_tokenizer_json fuzz_tiktoken fuzz_grammar fuzz_token_ids fuzz_completion_request fuzz_hf_config
          fuzz_shard_index)
 
 command -v clang++ >/dev/null || { echo "fuzz-smoke: clang++ not found (scripts/setup.sh installs it)" >&2; exit 1; }

@@ -98,6 +98,34 @@ def _logprobs(native) -> List[TokenLogprob]:
     return [TokenLogprob(token, logprob, [tuple(t) for t in top]) for token, logprob, top in native]
 
 
+def _grammar(response_format, grammar) -> Optional[str]:
+    """The GBNF text constraining the output: from OpenAI's response_format
+    ({"type": "json_object"} or {"type": "json_schema", "json_schema":
+    {"schema": {...}}}; {"type": "text"} is none) or a grammar given as is."""
+    if grammar is not None:
+        if response_format is not None and response_format != {"type": "text"}:
+            raise Error("give response_format or grammar, not both")
+        if not isinstance(grammar, str) or not grammar:
+            raise Error(f"grammar: must be GBNF text, not {grammar!r}")
+        return grammar
+    if response_format is None:
+        return None
+    if not isinstance(response_format, dict) or not isinstance(response_format.get("type"), str):
+        raise Error(f"response_format: must be a dict with a 'type', not {response_format!r}")
+    kind = response_format["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return _mmgpt.json_object_grammar()
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if schema is None:
+            raise Error("response_format: a json_schema needs {'json_schema': {'schema': ...}}")
+        return _mmgpt.json_schema_grammar(schema if isinstance(schema, str) else json.dumps(schema))
+    raise Error(f"response_format: type must be 'text', 'json_object' or 'json_schema', not {kind!r}")
+
+
 def _top_count(name: str, value) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 20):
         raise Error(f"{name}: must be an integer in [0, 20] or None, not {value!r}")
@@ -167,21 +195,28 @@ class Model:
                  top_k: int = 200, top_p: Optional[float] = None, min_p: Optional[float] = None,
                  repetition_penalty: float = 1.0, seed: Optional[int] = None, stop: Sequence[str] = (),
                  ignore_eos: bool = False, threads: Optional[int] = None,
-                 logprobs: Optional[int] = None) -> GenerationResult:
+                 logprobs: Optional[int] = None, response_format: Optional[dict] = None,
+                 grammar: Optional[str] = None) -> GenerationResult:
         """A continuation of `prompt` (a str, or a list of token ids): exactly
         what `mmgpt generate` prints after the prompt for the same options and seed.
         logprobs=N (0 to 20): each generated token's log-probability and the N
         most likely tokens at its step, in the result's `logprobs` (what the
-        server's completions answer with logprobs N)."""
+        server's completions answer with logprobs N).
+        response_format (OpenAI's: {"type": "json_object"} or {"type":
+        "json_schema", "json_schema": {"schema": {...}}}) or grammar (GBNF
+        text) constrains the output to what they accept."""
         return self.generate_batch([prompt], max_new_tokens, greedy=greedy, temperature=temperature, top_k=top_k,
                                    top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, seed=seed,
-                                   stop=stop, ignore_eos=ignore_eos, threads=threads, logprobs=logprobs)[0]
+                                   stop=stop, ignore_eos=ignore_eos, threads=threads, logprobs=logprobs,
+                                   response_format=response_format, grammar=grammar)[0]
 
     def generate_batch(self, prompts: Sequence[Prompt], max_new_tokens: int = 256, *, greedy: bool = False,
                        temperature: float = 0.8, top_k: int = 200, top_p: Optional[float] = None,
                        min_p: Optional[float] = None, repetition_penalty: float = 1.0, seed: Optional[int] = None,
                        stop: Sequence[str] = (), ignore_eos: bool = False,
-                       threads: Optional[int] = None, logprobs: Optional[int] = None) -> List[GenerationResult]:
+                       threads: Optional[int] = None, logprobs: Optional[int] = None,
+                       response_format: Optional[dict] = None,
+                       grammar: Optional[str] = None) -> List[GenerationResult]:
         """Continuations of several prompts, run together in batched steps;
         each is what generate() gives for that prompt alone."""
         if isinstance(prompts, (str, bytes)):
@@ -190,13 +225,15 @@ class Model:
                          ignore_eos)
         _top_count("logprobs", logprobs)
         return [_result(d) for d in self._m.generate_batch(list(prompts), threads=_threads(threads),
-                                                           logprobs=logprobs, **opts)]
+                                                           logprobs=logprobs,
+                                                           grammar=_grammar(response_format, grammar), **opts)]
 
     def stream(self, prompt: Prompt, max_new_tokens: int = 256, *, greedy: bool = False, temperature: float = 0.8,
                top_k: int = 200, top_p: Optional[float] = None, min_p: Optional[float] = None,
                repetition_penalty: float = 1.0, seed: Optional[int] = None, stop: Sequence[str] = (),
                ignore_eos: bool = False, threads: Optional[int] = None,
-               logprobs: Optional[int] = None) -> TextStream:
+               logprobs: Optional[int] = None, response_format: Optional[dict] = None,
+               grammar: Optional[str] = None) -> TextStream:
         """generate(), as an iterator of text pieces while they are made (never
         half a UTF-8 character, never part of a stop string). Joined, they are
         generate()'s text; afterwards the stream's `result` is generate()'s
@@ -204,7 +241,8 @@ class Model:
         opts = _sampling(max_new_tokens, greedy, temperature, top_k, top_p, min_p, repetition_penalty, seed, stop,
                          ignore_eos)
         _top_count("logprobs", logprobs)
-        return TextStream(self._m.stream(prompt, threads=_threads(threads), logprobs=logprobs, **opts))
+        return TextStream(self._m.stream(prompt, threads=_threads(threads), logprobs=logprobs,
+                                         grammar=_grammar(response_format, grammar), **opts))
 
     def score(self, context: Prompt, continuation: Prompt, *, top_logprobs: int = 0,
               threads: Optional[int] = None) -> ScoreResult:

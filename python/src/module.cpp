@@ -27,6 +27,8 @@
 #include "formats/pickle_value.hpp"
 #include "formats/source_element.hpp"
 #include "text/chat_format.hpp"
+#include "text/grammar.hpp"
+#include "text/json_schema.hpp"
 #include "tools/convert/converter.hpp"
 
 namespace py = pybind11;
@@ -97,8 +99,9 @@ constexpr size_t kPrefillChunk = 256;
 GenerateOptions generate_options(size_t max_new_tokens, bool greedy, float temperature, uint32_t top_k,
                                  std::optional<float> top_p, std::optional<float> min_p, float repetition_penalty,
                                  std::optional<uint64_t> seed, std::vector<std::string> stop, bool ignore_eos,
-                                 std::optional<size_t> logprobs) {
+                                 std::optional<size_t> logprobs, const std::optional<std::string>& grammar) {
   GenerateOptions o;
+  if (grammar) o.grammar = Grammar::parse(*grammar, "grammar");
   if (logprobs) {
     if (*logprobs > kMaxTopLogprobs)
       throw Error("logprobs: at most " + std::to_string(kMaxTopLogprobs) + " alternatives per token, got " +
@@ -417,12 +420,13 @@ PYBIND11_MODULE(_mmgpt, m) {
           [](const LanguageModel& lm, const std::vector<py::object>& prompts, size_t max_new_tokens, bool greedy,
              float temperature, uint32_t top_k, std::optional<float> top_p, std::optional<float> min_p,
              float repetition_penalty, std::optional<uint64_t> seed, std::vector<std::string> stop, bool ignore_eos,
-             int threads, std::optional<size_t> logprobs) {
+             int threads, std::optional<size_t> logprobs, std::optional<std::string> grammar) {
             if (prompts.empty()) throw Error("prompts: no prompt given");
             std::vector<std::vector<int32_t>> ids;
             for (const py::object& p : prompts) ids.push_back(prompt_ids(lm, p));
             GenerateOptions o = generate_options(max_new_tokens, greedy, temperature, top_k, top_p, min_p,
-                                                 repetition_penalty, seed, std::move(stop), ignore_eos, logprobs);
+                                                 repetition_penalty, seed, std::move(stop), ignore_eos, logprobs,
+                                                 grammar);
             Interrupted in;
             // Asked on the calling thread before each step; Ctrl-C: Python's signal handlers run here.
             o.interrupt = [&] {
@@ -437,21 +441,24 @@ PYBIND11_MODULE(_mmgpt, m) {
           },
           py::arg("prompts"), py::arg("max_new_tokens"), py::arg("greedy"), py::arg("temperature"), py::arg("top_k"),
           py::arg("top_p"), py::arg("min_p"), py::arg("repetition_penalty"), py::arg("seed"), py::arg("stop"),
-          py::arg("ignore_eos"), py::arg("threads"), py::arg("logprobs") = py::none())
+          py::arg("ignore_eos"), py::arg("threads"), py::arg("logprobs") = py::none(),
+          py::arg("grammar") = py::none())
       .def(
           "stream",
           [](const LanguageModel& lm, const py::object& prompt, size_t max_new_tokens, bool greedy, float temperature,
              uint32_t top_k, std::optional<float> top_p, std::optional<float> min_p, float repetition_penalty,
              std::optional<uint64_t> seed, std::vector<std::string> stop, bool ignore_eos, int threads,
-             std::optional<size_t> logprobs) {
+             std::optional<size_t> logprobs, std::optional<std::string> grammar) {
             std::vector<int32_t> ids = prompt_ids(lm, prompt);
             GenerateOptions o = generate_options(max_new_tokens, greedy, temperature, top_k, top_p, min_p,
-                                                 repetition_penalty, seed, std::move(stop), ignore_eos, logprobs);
+                                                 repetition_penalty, seed, std::move(stop), ignore_eos, logprobs,
+                                                 grammar);
             return std::make_unique<TextStream>(lm, std::move(ids), std::move(o), threads);
           },
           py::arg("prompt"), py::arg("max_new_tokens"), py::arg("greedy"), py::arg("temperature"), py::arg("top_k"),
           py::arg("top_p"), py::arg("min_p"), py::arg("repetition_penalty"), py::arg("seed"), py::arg("stop"),
-          py::arg("ignore_eos"), py::arg("threads"), py::arg("logprobs") = py::none())
+          py::arg("ignore_eos"), py::arg("threads"), py::arg("logprobs") = py::none(),
+          py::arg("grammar") = py::none())
       .def(
           "score",
           [](const LanguageModel& lm, const std::vector<int64_t>& context, const std::vector<int64_t>& continuation,
@@ -515,6 +522,11 @@ PYBIND11_MODULE(_mmgpt, m) {
           py::arg("window_end") = SIZE_MAX);
 
   m.def("_set_data_dir", &set_bundled_data_dir, py::arg("dir"));
+  m.def(
+      "json_schema_grammar",
+      [](const std::string& schema_json) { return json_schema_grammar(schema_json, "response_format's schema"); },
+      py::arg("schema_json"));
+  m.def("json_object_grammar", &json_object_grammar);
   // convert(src, ...) for a path; convert_object for a checkpoint in memory.
   auto options = [](std::string out, std::string layout, int n_head, std::string dtype, std::string dtype_head,
                     std::string tokenizer) {

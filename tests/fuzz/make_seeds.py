@@ -232,6 +232,26 @@ def main():
         for name, b in bodies.items():
             put(out, "fuzz_completion_request", name, json.dumps(b))
 
+        # Structured output (see fuzz_grammar.cpp): a kind byte (even: a JSON
+        # schema, odd: GBNF), the definition, a NUL, an output to match.
+        grammar_seeds = {
+            "schema-object": (0, json.dumps({"type": "object", "properties": {
+                "name": {"type": "string", "maxLength": 8}, "n": {"type": "integer", "minimum": -5, "maximum": 300},
+                "tags": {"type": "array", "items": {"enum": ["a", 1, None]}, "maxItems": 3},
+                "when": {"type": "string", "format": "date-time"}}, "required": ["name"]}),
+                              '{"name": "x", "n": 17, "tags": ["a", 1]}'),
+            "schema-ref": (0, json.dumps({"$defs": {"n": {"type": "object", "properties": {
+                "next": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]}}, "required": ["next"]}},
+                "$ref": "#/$defs/n"}), '{"next": {"next": null}}'),
+            "schema-tuple": (0, json.dumps({"type": "array", "prefixItems": [{"const": True}, {"format": "uuid"}],
+                                            "items": False}), '[true, "123e4567-e89b-12d3-a456-426614174000"]'),
+            "gbnf": (1, 'root ::= "#" [0-9a-f]{6} | "rgb(" num ("," num){2} ")"\nnum ::= [0-9]{1,3}\n'
+                        'word ::= [^\\x00-\\x1f"]+ # a comment', "rgb(1,20,255)"),
+            "gbnf-nested": (1, 'root ::= "(" root ")" | [a-z\u00e9\U0001F600]* | .', "((\u00e9))"),
+        }
+        for name, (kind, definition, output) in grammar_seeds.items():
+            put(out, "fuzz_grammar", name, bytes([kind]) + definition.encode() + b"\0" + output.encode())
+
         # Chat templates (see fuzz_chat_template.cpp): the real ones the tokenizer
         # packages ship (scripts/setup.sh installs them), and small ones that
         # reach every statement, filter family and whitespace rule.
