@@ -108,6 +108,36 @@ except subprocess.TimeoutExpired:
 check('Ctrl-C stops a reply, not the chat', p.returncode == 0 and first_bytes and b'[stopped]' in err and
       out.count(b'\n') >= 2, (p.returncode, err[-300:]))
 
+# A reply that is not whole UTF-8 (GPT-2's byte tokens, cut by -n): the
+# conversation goes on, the next turn's template seeing U+FFFD for those bytes.
+gpt2 = os.path.join(W, 'tiny-gpt2.mmgpt')
+rc, _, err = run('convert', os.path.join(ROOT, 'data', 'models', 'tiny-gpt2-hf'), '-o', gpt2)
+assert rc == 0, err
+# Where does turn 1 first end inside a character? generate --logprobs names each token's bytes.
+prompt = rendered([{'role': 'user', 'content': 'one'}])
+cut = None
+for seed in range(1, 40):
+    rc, out, err = run('generate', '-m', gpt2, '-p', prompt, '-n', '400', '--seed', str(seed), '--logprobs', '0',
+                       '--temperature', '2')
+    assert rc == 0, err
+    pieces = [e['piece'].encode() if isinstance(e['piece'], str) else bytes(e['piece'])
+              for e in json.loads(out)['logprobs']]
+    for k in range(1, len(pieces) + 1):
+        try:
+            b''.join(pieces[:k]).decode('utf-8')
+        except UnicodeDecodeError:
+            cut = k
+            break
+    if cut:
+        break
+check('a seed whose turn 1 ends inside a character', cut is not None)
+if cut:
+    p = subprocess.run([MM, 'chat', '-m', gpt2, '--chat-template', template, '-n', str(cut), '--seed', str(seed),
+                        '--temperature', '2'], input=b'one\ntwo\n', capture_output=True, timeout=120)
+    check('the turn after a reply cut inside a character is answered, not refused',
+          p.returncode == 0 and p.stdout.count(b'\n') == 2 and b'not valid UTF-8' not in p.stderr and
+          p.stdout.startswith(b''.join(pieces[:cut])), (p.stdout, p.stderr[-300:]))
+
 # No template: refused, naming the option.
 rc, _, err = run('chat', '-m', model, '--messages', path)
 check('no template', rc != 0 and 'no chat template' in err and '--chat-template' in err, err)

@@ -23,6 +23,7 @@
 #include "engine/mmgpt.hpp"
 #include "engine/scheduler.hpp"
 #include "text/chat_format.hpp"
+#include "text/utf8.hpp"
 #include "tools/cli/commands.hpp"
 #include "tools/cli/input_file.hpp"
 #include "tools/cli/validate.hpp"
@@ -174,7 +175,9 @@ void run_chat(const ChatArgs& a) {
     if (line.empty()) continue;
     chat.messages().push_back({{"role", "user"}, {"content", line}});
     try {
-      const std::string reply = chat.reply();
+      // The reply as the next turn's template sees it: bytes that are not
+      // UTF-8 (a reply cut inside a character, say) become U+FFFD there.
+      const std::string reply = utf8::replace_invalid(chat.reply());
       chat.messages().push_back({{"role", "assistant"}, {"content", reply}});
     } catch (const Error& e) {
       chat.messages().erase(chat.messages().end() - 1);  // the turn did not happen
