@@ -26,6 +26,7 @@ JobUpdate Job::wait(std::chrono::milliseconds timeout) {
     u.finished = true;
     u.result = std::move(result_);
     u.error = error_;
+    u.request_error = request_error_;
   }
   return u;
 }
@@ -53,11 +54,12 @@ void Job::push(std::string_view text, size_t tokens, const PositionLogprobs* log
   changed_.notify_all();
 }
 
-void Job::finish(GenerationResult result, std::string error) {
+void Job::finish(GenerationResult result, std::string error, bool request_error) {
   {
     std::lock_guard lock(mutex_);
     result_ = std::move(result);
     error_ = std::move(error);
+    request_error_ = request_error;
     finished_ = true;
   }
   changed_.notify_all();
@@ -66,6 +68,7 @@ void Job::finish(GenerationResult result, std::string error) {
 struct Scheduler::Running {
   std::shared_ptr<Job> job;
   std::optional<GenerationSequence> seq;
+  std::string error;  // the request could not go on (its grammar allows no token, say)
 };
 
 bool Job::cancelled() const {
@@ -205,7 +208,7 @@ void Scheduler::admit(std::unique_lock<std::mutex>&) {
 void Scheduler::retire(Running& r) {
   GenerationSequence& s = *r.seq;
   const std::string rest = s.flush();
-  if (!rest.empty() && s.result().reason != StopReason::Callback) r.job->push(rest, 0);
+  if (!rest.empty() && s.result().reason != StopReason::Callback && r.error.empty()) r.job->push(rest, 0);
   GenerationResult result = s.result();
   // Keep the cache, with the prefix it holds, while running and kept caches
   // number at most max_running + prefix_cache; the oldest kept one goes first.
@@ -215,7 +218,7 @@ void Scheduler::retire(Running& r) {
       std::count_if(running_.begin(), running_.end(), [](const auto& x) { return !x->seq->done(); }));
   const size_t room = options_.max_running + options_.prefix_cache - live;
   while (prefix_.size() > room) prefix_.erase(prefix_.begin());
-  r.job->finish(std::move(result), {});
+  r.job->finish(std::move(result), r.error, !r.error.empty());
 }
 
 void Scheduler::drop_queue() {
@@ -283,7 +286,14 @@ bool Scheduler::step() {
       continue;
     }
     if (s.result().tokens.empty()) stats_.prompt_tokens_run += steps[k].ids.size();
-    const std::optional<GenerationSequence::Sampled> made = s.advance(rows, lm_.tokenizer());
+    std::optional<GenerationSequence::Sampled> made;
+    try {
+      made = s.advance(rows, lm_.tokenizer());
+    } catch (const std::exception& e) {  // this request cannot go on; the others do
+      r.error = e.what();
+      s.finish(StopReason::Callback);
+      continue;
+    }
     if (made && made->token >= 0) {
       const GenerationResult& so_far = s.result();
       r.job->push(made->text, 1, so_far.logprobs.empty() ? nullptr : &so_far.logprobs.back(),

@@ -53,6 +53,7 @@ struct JobUpdate {
   bool finished = false;  // then `result` is set, and no more updates come
   GenerationResult result;
   std::string error;  // set when the engine failed the request (finished is then true too)
+  bool request_error = false;  // ... because of the request itself (its grammar allows no token), not the engine
   // With GenerateOptions::logprobs: those of the tokens made since the last
   // update. With prompt_logprobs: the prompt's, in the update that brings
   // the first token (or, when none is made, in result).
@@ -80,7 +81,7 @@ class Job {
       : prompt_(std::move(prompt)), options_(options), submitted_(SteadyClock::now()) {}
   void push(std::string_view text, size_t tokens, const PositionLogprobs* logprobs = nullptr,
             const std::vector<PositionLogprobs>* prompt_logprobs = nullptr);
-  void finish(GenerationResult result, std::string error);
+  void finish(GenerationResult result, std::string error, bool request_error = false);
 
   const std::vector<int32_t> prompt_;
   const GenerateOptions options_;
@@ -91,7 +92,7 @@ class Job {
   std::string text_;
   size_t tokens_ = 0;
   std::vector<PositionLogprobs> logprobs_, prompt_logprobs_;
-  bool finished_ = false, taken_ = false, cancelled_ = false;
+  bool finished_ = false, taken_ = false, cancelled_ = false, request_error_ = false;
   SteadyClock::time_point first_token_{};
   GenerationResult result_;
   std::string error_;

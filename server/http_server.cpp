@@ -253,6 +253,7 @@ struct Completion {
   bool logprobs = false;       // log-probabilities go with each token
   bool echo_logprobs = false;  // completions with echo: the prompt's tokens too
   size_t prompt_tokens = 0;    // usage: every prompt's tokens, each prompt once
+  std::string constraint_param;  // the field the output's grammar came from, for errors
   const Tokenizer* tokenizer = nullptr;
   std::vector<Choice> choices;
 
@@ -538,6 +539,7 @@ void Service::completions(const httplib::Request& req, httplib::Response& res) {
   done->include_usage = r.include_usage;
   done->logprobs = r.logprobs;
   done->echo_logprobs = r.echo && r.logprobs;
+  done->constraint_param = r.constraint.param;
   run(req, res, std::move(prompts), std::move(echoes), r.n, std::move(r.options), r.seeded, r.stream,
       std::move(done));
 }
@@ -570,6 +572,7 @@ void Service::chat_completions(const httplib::Request& req, httplib::Response& r
   done->chat = true;
   done->include_usage = r.include_usage;
   done->logprobs = r.logprobs;
+  done->constraint_param = r.constraint.param;
   std::vector<std::vector<int32_t>> prompts;
   prompts.push_back(std::move(ids));
   run(req, res, std::move(prompts), {}, r.n, std::move(r.options), r.seeded, r.stream, std::move(done));
@@ -600,6 +603,15 @@ void Service::run(const httplib::Request& req, httplib::Response& res, std::vect
                        prompts.size() > 1 ? "prompt" : "n");
   if (!seeded) options.sampling.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   options.kv_dtype = scheduler_.options().kv_dtype;
+  if (options.grammar) {  // a grammar no token of this vocabulary can begin is refused now, not mid-run
+    GrammarMatcher first(options.grammar, lm_.tokenizer().token_trie(c.vocab_size));
+    std::vector<float> logits(c.vocab_size, 0.0f);
+    try {
+      first.mask(logits);
+    } catch (const Error& e) {
+      throw RequestError(400, std::string("'") + done->constraint_param + "': " + e.what(), done->constraint_param);
+    }
+  }
 
   done->model = options_.model_id;
   done->created = static_cast<int64_t>(std::time(nullptr));
@@ -646,6 +658,7 @@ void Service::run(const httplib::Request& req, httplib::Response& res, std::vect
         }
       }
       if (gone) continue;
+      if (!u.error.empty() && u.request_error) throw RequestError(400, u.error);
       if (!u.error.empty()) throw RequestError(503, u.error, {}, "unavailable_error");
       if (u.result.reason == StopReason::Callback)
         throw RequestError(503, "the server shut down before the completion finished", {}, "unavailable_error");
@@ -718,7 +731,7 @@ void Service::run(const httplib::Request& req, httplib::Response& res, std::vect
             if (!u.finished) return true;
             if (!u.error.empty() || u.result.reason == StopReason::Callback) {
               const std::string why = u.error.empty() ? "the server shut down before the completion finished" : u.error;
-              event(json::parse(error_body(why, "unavailable_error")));
+              event(json::parse(error_body(why, u.request_error ? "invalid_request_error" : "unavailable_error")));
               failed = true;
               return false;
             }

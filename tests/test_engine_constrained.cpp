@@ -115,6 +115,25 @@ TEST_CASE("constrained generation: the end, an impossible grammar, and logprobs 
   // Bytes no token spells: a clear error.
   o.grammar = Grammar::parse(R"(root ::= "~")");
   CHECK_THROWS_WITH_AS(lm.generate(lm.encode("a"), o), doctest::Contains("allows no token"), Error);
+  // Through the scheduler: that request fails with the error, the one beside it runs on.
+  {
+    Scheduler scheduler(lm, SchedulerOptions{});
+    GenerateOptions plain;
+    plain.max_new_tokens = 30;
+    plain.ignore_eos = true;
+    auto good = scheduler.submit(lm.encode("abc"), plain);
+    auto bad = scheduler.submit(lm.encode("abc"), o);
+    auto wait = [](Job& job) {
+      for (;;)
+        if (JobUpdate u = job.wait(1000ms); u.finished) return u;
+    };
+    const JobUpdate b = wait(*bad);
+    CHECK(b.request_error);
+    CHECK(b.error.find("allows no token") != std::string::npos);
+    const JobUpdate g = wait(*good);
+    CHECK(g.error.empty());
+    CHECK(g.result.tokens == lm.generate(lm.encode("abc"), plain).tokens);
+  }
   // Log-probabilities are the model's, not the masked distribution's.
   o.ignore_eos = false;
   o.grammar = Grammar::parse(R"(root ::= "z"+)");

@@ -118,7 +118,8 @@ try:
          'messages[0].content[0].type', 'reads text'),
         ('tools', {'tools': [{'type': 'function', 'function': {'name': 'f'}}]}, 'tools', 'does not call tools'),
         ('top_logprobs without logprobs', {'top_logprobs': 2}, 'top_logprobs', "needs 'logprobs': true"),
-        ('json mode', {'response_format': {'type': 'json_object'}}, 'response_format', 'not supported'),
+        ('json mode where no token spells "{"', {'response_format': {'type': 'json_object'}}, 'response_format',
+         'allows no token of this vocabulary'),
         ('n 17', {'n': 17}, 'n', 'at most 16'),
         ('audio', {'audio': {'voice': 'alloy'}}, 'audio', 'not supported'),
         ('stored', {'store': True}, 'store', 'not stored'),
@@ -129,6 +130,16 @@ try:
         err = r.get('error', {}) if isinstance(r, dict) else {}
         check(f'refused: {case}', status == 400 and err.get('param') == param and message in err.get('message', ''),
               (status, r))
+    # Huge message arrays: rendered and refused for the context quickly, or refused for the body's size.
+    import time
+    t0 = time.monotonic()
+    status, r = srv.json('POST', '/v1/chat/completions', {'messages': [{'role': 'user', 'content': 'hi'}] * 20000})
+    check('20,000 messages: 400 for the context, within seconds', status == 400 and
+          r['error']['code'] == 'context_length_exceeded' and time.monotonic() - t0 < 20, (status, r))
+    status, _, _ = srv.request('POST', '/v1/chat/completions',
+                               {'messages': [{'role': 'user', 'content': 'hi'}] * 100000})
+    check('100,000 messages: 413, the body is over --max-body', status == 413, status)
+    check('the server still answers after them', srv.alive())
     status, r = srv.json('POST', '/v1/chat/completions', {'messages': CONVERSATION, 'model': 'nope'})
     check('an unknown model: 404', status == 404 and r['error']['code'] == 'model_not_found', r)
 
