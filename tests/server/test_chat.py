@@ -160,6 +160,20 @@ try:
 finally:
     check('the server stops cleanly', srv.stop() == 0)
 
+# A template that blows up: its output limit answers 400 quickly; the server stays up.
+blow = os.path.join(W, 'blow.jinja')
+with open(blow, 'w') as f:
+    f.write("{% for i in range(100000) %}{% for j in range(100000) %}{{ messages[0]['content'] * 1000 }}"
+            "{% endfor %}{% endfor %}")
+big = Server(DEMO, '--chat-template', blow, name='chat-blow')
+try:
+    status, r = big.json('POST', '/v1/chat/completions', {'messages': [{'role': 'user', 'content': 'hi'}]})
+    check('a template that blows up: 400 naming its limit', status == 400 and 'output limit' in r['error']['message'],
+          (status, r))
+    check('... and the server goes on', big.alive())
+finally:
+    big.stop()
+
 # Without a template: a 400 that says why.
 plain = Server(DEMO, name='chat-plain')
 try:
