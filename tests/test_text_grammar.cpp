@@ -172,7 +172,8 @@ TEST_CASE("JSON schema: integer ranges hold exactly the integers in them") {
     int64_t a = d(rng), b = d(rng);
     ranges.push_back({std::min(a, b), std::max(a, b)});
   }
-  for (auto [lo, hi] : ranges) {
+  for (const auto& range : ranges) {
+    const int64_t lo = range.first, hi = range.second;  // named, not bound: doctest's CAPTURE takes them in a lambda
     CAPTURE(lo);
     CAPTURE(hi);
     const auto g = schema("{\"type\": \"integer\", \"minimum\": " + std::to_string(lo) + ", \"maximum\": " +
