@@ -759,14 +759,24 @@ bool GrammarMatcher::accept(std::span<const char> bytes) {
 void GrammarMatcher::mask(std::span<float> logits) {
   std::lock_guard lock(ctx_->mutex);
   const std::vector<uint64_t>& bits = ctx_->mask(state_);
+  constexpr float kOff = -std::numeric_limits<float>::infinity();
   bool any = false;
   const size_t n = std::min(logits.size(), ctx_->trie->vocab);
-  for (size_t t = 0; t < n; ++t) {
-    const bool allowed = (bits[t >> 6] >> (t & 63)) & 1;
-    if (!allowed) logits[t] = -std::numeric_limits<float>::infinity();
-    any = any || allowed;
+  // A word of 64 tokens at a time: most words are all allowed or all not.
+  for (size_t w = 0; w * 64 < n; ++w) {
+    const uint64_t word = bits[w];
+    const size_t begin = w * 64, end = std::min(n, begin + 64);
+    any = any || word != 0;
+    if (word == ~uint64_t{0} && end - begin == 64) continue;
+    if (word == 0) {
+      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(begin), logits.begin() + static_cast<std::ptrdiff_t>(end),
+                kOff);
+      continue;
+    }
+    for (size_t t = begin; t < end; ++t)
+      if (!((word >> (t - begin)) & 1)) logits[t] = kOff;
   }
-  for (size_t t = n; t < logits.size(); ++t) logits[t] = -std::numeric_limits<float>::infinity();
+  std::fill(logits.begin() + static_cast<std::ptrdiff_t>(n), logits.end(), kOff);
   if (!any)
     throw Error("the output's grammar allows no token of this vocabulary here (it needs bytes no token spells)");
 }
