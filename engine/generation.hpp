@@ -52,6 +52,17 @@ struct GenerateOptions {
 
 enum class StopReason { Length, EndOfText, StopString, Callback };
 
+// How the command line's JSON and the Python package name a stop reason.
+inline const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::Length: return "length";
+    case StopReason::EndOfText: return "eos";
+    case StopReason::StopString: return "stop";
+    case StopReason::Callback: return "interrupted";
+  }
+  return "length";
+}
+
 // One generated token, as the callback sees it.
 struct TokenEvent {
   size_t sequence = 0;    // index of the prompt in a batch (0 for a single prompt)

@@ -129,15 +129,6 @@ GenerateOptions generate_options(size_t max_new_tokens, bool greedy, float tempe
   return o;
 }
 
-const char* stop_reason_name(StopReason r) {
-  switch (r) {
-    case StopReason::Length: return "length";
-    case StopReason::EndOfText: return "eos";
-    case StopReason::StopString: return "stop";
-    case StopReason::Callback: return "interrupted";
-  }
-  return "length";
-}
 
 // [(token, logprob, [(token, logprob), ...]), ...]
 py::list logprobs_list(const std::vector<PositionLogprobs>& positions) {

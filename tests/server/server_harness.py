@@ -187,3 +187,28 @@ def body_for(prompt, n, greedy=False, temperature=None, top_k=None, top_p=None, 
     if stop:
         b['stop'] = list(stop)
     return b
+
+
+def openai_client(server, ops, timeout_ms=30000):
+    """Runs openai_client.mjs (the official OpenAI npm client) on these ops
+    against the server: {op name: result}; {} after a failed run, which is
+    checked as a failure. Needs node and tests/server/openai/node_modules
+    (scripts/setup.sh installs both); a test that calls it without them fails."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    modules = os.path.join(here, 'openai', 'node_modules')
+    node = os.environ.get('MMGPT_NODE') or shutil.which('node')
+    if not node or not os.path.isfile(os.path.join(modules, 'openai', 'package.json')):
+        sys.exit('FAIL: node and tests/server/openai/node_modules are needed: run scripts/setup.sh')
+    script = os.path.join(W, 'openai_client.mjs')
+    if not os.path.exists(script):
+        shutil.copy(os.path.join(here, 'openai_client.mjs'), script)
+    if not os.path.exists(os.path.join(W, 'node_modules')):
+        os.symlink(modules, os.path.join(W, 'node_modules'))
+    spec = os.path.join(W, 'client-spec.json')
+    with open(spec, 'w') as f:
+        json.dump({'baseURL': f'http://{server.host}:{server.port}/v1', 'timeoutMs': timeout_ms, 'ops': ops}, f)
+    p = subprocess.run([node, script, spec], cwd=W, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        check('openai_client.mjs', False, p.stderr[-500:])
+        return {}
+    return json.loads(p.stdout)

@@ -12,25 +12,14 @@ Every field OpenAI defines that the server does not honour is refused naming it.
 """
 import json
 import os
-import shutil
-import subprocess
 import sys
 
-from server_harness import ROOT, W, Server, check, demo_model, finish, generate_cli, run
+from server_harness import ROOT, W, Server, check, demo_model, finish, generate_cli, openai_client, run
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'tokenizer'))
 from hf_models import tiny_llama_dir  # noqa: E402
 from tiktoken_files import NANOCHAT_PATTERN, NANOCHAT_SPECIALS, write_encoding_pickle  # noqa: E402
 
-MODULES = os.path.join(HERE, 'openai', 'node_modules')
-NODE = os.environ.get('MMGPT_NODE') or shutil.which('node')
-if not NODE or not os.path.isfile(os.path.join(MODULES, 'openai', 'package.json')):
-    sys.exit('FAIL: node and tests/server/openai/node_modules are needed: run scripts/setup.sh')
-SCRIPT = os.path.join(W, 'openai_client.mjs')
-shutil.copy(os.path.join(HERE, 'openai_client.mjs'), SCRIPT)
-if not os.path.exists(os.path.join(W, 'node_modules')):
-    os.symlink(MODULES, os.path.join(W, 'node_modules'))
 
 TEMPLATE = os.path.join(W, 'chat.jinja')
 with open(TEMPLATE, 'w') as f:
@@ -49,16 +38,6 @@ def rendered(model_args, messages, gen=True, **variables):
     assert rc == 0, err
     return out
 
-
-def openai_client(server, ops):
-    spec = os.path.join(W, 'chat-spec.json')
-    with open(spec, 'w') as f:
-        json.dump({'baseURL': f'http://{server.host}:{server.port}/v1', 'timeoutMs': 30000, 'ops': ops}, f)
-    p = subprocess.run([NODE, SCRIPT, spec], cwd=W, capture_output=True, text=True, timeout=120)
-    if p.returncode != 0:
-        check('openai_client.mjs', False, p.stderr[-500:])
-        return {}
-    return json.loads(p.stdout)
 
 
 CONVERSATION = [{'role': 'system', 'content': 'You speak as Shakespeare.'},

@@ -18,23 +18,11 @@ byte-level BPE, so tokens that are not whole characters are seen).
 """
 import json
 import os
-import shutil
-import subprocess
-import sys
 
 import numpy as np
 
-from server_harness import ROOT, W, Server, check, demo_model, finish, generate_cli, gpt2_model, run
+from server_harness import W, Server, check, demo_model, finish, generate_cli, gpt2_model, openai_client, run
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MODULES = os.path.join(HERE, 'openai', 'node_modules')
-NODE = os.environ.get('MMGPT_NODE') or shutil.which('node')
-if not NODE or not os.path.isfile(os.path.join(MODULES, 'openai', 'package.json')):
-    sys.exit('FAIL: node and tests/server/openai/node_modules are needed: run scripts/setup.sh')
-SCRIPT = os.path.join(W, 'openai_client.mjs')
-shutil.copy(os.path.join(HERE, 'openai_client.mjs'), SCRIPT)
-if not os.path.exists(os.path.join(W, 'node_modules')):
-    os.symlink(MODULES, os.path.join(W, 'node_modules'))
 
 # |server - reference| <= TOLERANCE * (1 + |reference|), about two float32 roundings: the server sums the
 # exponentials in double and rounds the result to float32 once.
@@ -63,16 +51,6 @@ def close(got, want):
     worst[0] = max(worst[0], err)
     return err <= TOLERANCE
 
-
-def openai_client(server, ops):
-    spec = os.path.join(W, 'spec.json')
-    with open(spec, 'w') as f:
-        json.dump({'baseURL': f'http://{server.host}:{server.port}/v1', 'timeoutMs': 30000, 'ops': ops}, f)
-    p = subprocess.run([NODE, SCRIPT, spec], cwd=W, capture_output=True, text=True, timeout=120)
-    if p.returncode != 0:
-        check('openai_client.mjs', False, p.stderr[-500:])
-        return {}
-    return json.loads(p.stdout)
 
 
 def check_legacy(name, model, prompt_ids, lp, generated, top_n, echo=False):

@@ -15,23 +15,11 @@ the 400s for what a schema cannot say, $ref loops and schemas too deep.
 import json
 import os
 import re
-import shutil
-import subprocess
-import sys
 
 import jsonschema
 
-from server_harness import MM, W, Server, check, finish, gpt2_model, run
+from server_harness import W, Server, check, finish, gpt2_model, openai_client, run
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MODULES = os.path.join(HERE, 'openai', 'node_modules')
-NODE = os.environ.get('MMGPT_NODE') or shutil.which('node')
-if not NODE or not os.path.isfile(os.path.join(MODULES, 'openai', 'package.json')):
-    sys.exit('FAIL: node and tests/server/openai/node_modules are needed: run scripts/setup.sh')
-SCRIPT = os.path.join(W, 'openai_client.mjs')
-shutil.copy(os.path.join(HERE, 'openai_client.mjs'), SCRIPT)
-if not os.path.exists(os.path.join(W, 'node_modules')):
-    os.symlink(MODULES, os.path.join(W, 'node_modules'))
 
 SCHEMAS = {
     'person': {
@@ -91,16 +79,6 @@ def valid(text, schema):
     except (ValueError, jsonschema.ValidationError) as e:
         return False, str(e)[:300]
 
-
-def openai_client(server, ops):
-    spec = os.path.join(W, 'spec.json')
-    with open(spec, 'w') as f:
-        json.dump({'baseURL': f'http://{server.host}:{server.port}/v1', 'timeoutMs': 60000, 'ops': ops}, f)
-    p = subprocess.run([NODE, SCRIPT, spec], cwd=W, capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        check('openai_client.mjs', False, p.stderr[-500:])
-        return {}
-    return json.loads(p.stdout)
 
 
 GPT2 = gpt2_model()

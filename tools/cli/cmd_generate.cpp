@@ -122,15 +122,6 @@ nlohmann::ordered_json positions_json(const Tokenizer& tokenizer, const std::vec
   return out;
 }
 
-const char* stop_reason_name(StopReason r) {
-  switch (r) {
-    case StopReason::Length: return "length";
-    case StopReason::EndOfText: return "eos";
-    case StopReason::StopString: return "stop";
-    case StopReason::Callback: return "interrupted";
-  }
-  return "length";
-}
 
 void run_generate(const GenerateArgs& a) {
   std::unique_ptr<tbb::global_control> threads;
