@@ -283,12 +283,14 @@ class Parser {
     }
     if (c == '[' || c == '.') return char_class();
     if (c == '(') {
+      if (++groups_ > kMaxGroupDepth) fail("groups nest more than " + std::to_string(kMaxGroupDepth) + " deep");
       ++pos_;
       skip_space(true);
       std::vector<Seq> alts = alternatives(true);
       skip_space(true);
       if (pos_ >= s_.size() || s_[pos_] != ')') fail("expected ')'");
       ++pos_;
+      --groups_;
       if (alts.size() == 1) return alts[0];
       return {{Grammar::Element::Ref, b_.anonymous(std::move(alts), "group")}};
     }
@@ -411,9 +413,11 @@ class Parser {
     return out;
   }
 
+  static constexpr size_t kMaxGroupDepth = 64;  // the parser recurses per group: bounded
   std::string_view s_;
   Builder& b_;
   size_t pos_ = 0;
+  size_t groups_ = 0;
 };
 
 // Refuses a rule that can reach itself before consuming a byte: the matcher's

@@ -21,7 +21,7 @@
 // (text/json_schema.hpp).
 //
 // Bounds: a grammar of at most kMaxGrammarElements elements after repetitions
-// are expanded; a rule that can reach itself without consuming a byte (left
+// are expanded, groups nested at most 64 deep; a rule that can reach itself without consuming a byte (left
 // recursion) is refused when the grammar is built; at run time nesting deeper
 // than kMaxGrammarDepth rule calls is cut (a deeper path is not taken).
 #include <cstddef>
@@ -39,7 +39,7 @@ namespace mmgpt {
 class Tokenizer;
 struct TokenTrie;
 
-inline constexpr size_t kMaxGrammarElements = size_t{1} << 20;
+inline constexpr size_t kMaxGrammarElements = size_t{1} << 18;
 inline constexpr size_t kMaxGrammarDepth = 256;
 
 class Grammar {
