@@ -70,12 +70,14 @@ std::optional<GenerationSequence::Sampled> GenerationSequence::advance(std::span
   }
   std::span<const float> sampled_from = logits;
   if (grammar_) {  // only what the grammar allows: the others' logits are -infinity
-    if (!matcher_) matcher_.emplace(grammar_, tokenizer.token_trie(logits.size()));
+    if (!matcher_) {
+      trie_ = tokenizer.token_trie(logits.size());
+      matcher_.emplace(grammar_, trie_);
+    }
     masked_.assign(logits.begin(), logits.end());
     matcher_->mask(masked_);
     if (ignore_eos_)  // no end token then: the grammar's end ends the sequence
-      for (int32_t id : tokenizer.token_trie(logits.size())->end_tokens)
-        masked_[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+      for (int32_t id : trie_->end_tokens) masked_[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
     sampled_from = masked_;
   }
   const int32_t token = sampler_.next(sampled_from, history_);
@@ -94,7 +96,7 @@ std::optional<GenerationSequence::Sampled> GenerationSequence::advance(std::span
       throw Error("token " + std::to_string(token) + " was sampled outside the grammar");
     // Nothing may follow, or the output is whole and the vocabulary has no end token to say so.
     grammar_done = matcher_->finished() ||
-                   (matcher_->complete() && (ignore_eos_ || tokenizer.token_trie(logits.size())->end_tokens.empty()));
+                   (matcher_->complete() && (ignore_eos_ || trie_->end_tokens.empty()));
   }
   if (text_.stopped())
     finish(StopReason::StopString);

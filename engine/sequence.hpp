@@ -86,7 +86,8 @@ class GenerationSequence {
   size_t planned_end_ = 0;   // history_ index just past the planned step
   size_t planned_logit_rows_ = 1;
   std::shared_ptr<const Grammar> grammar_;
-  std::optional<GrammarMatcher> matcher_;  // made on the first sampling step, with the tokenizer's trie
+  std::shared_ptr<const TokenTrie> trie_;  // the tokenizer's, taken on the first sampling step
+  std::optional<GrammarMatcher> matcher_;  // made then too
   std::vector<float> masked_;
   bool done_ = false;
 };
