@@ -7,6 +7,12 @@
 
 namespace mmgpt {
 
+void check_top_logprobs(size_t n) {
+  if (n > kMaxTopLogprobs)
+    throw Error("at most " + std::to_string(kMaxTopLogprobs) + " top log-probabilities per token, got " +
+                std::to_string(n));
+}
+
 PositionLogprobs position_logprobs(std::span<const float> logits, int32_t token, size_t top) {
   if (token < 0 || static_cast<size_t>(token) >= logits.size())
     throw Error("token id " + std::to_string(token) + " is outside the logits row");

@@ -11,6 +11,10 @@ namespace mmgpt {
 
 // The most alternatives a request may ask for at each position (OpenAI's limit).
 inline constexpr size_t kMaxTopLogprobs = 20;
+// Throws mmgpt::Error for a count above it.
+void check_top_logprobs(size_t n);
+// The most rows of logits a step scoring a prompt asks for (rows x vocab floats).
+inline constexpr size_t kScoredRowsPerStep = 64;
 
 struct TokenLogprob {
   int32_t token = 0;

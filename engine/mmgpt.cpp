@@ -45,9 +45,7 @@ ScoreResult LanguageModel::score(std::span<const int32_t> context, std::span<con
   if (continuation.size() > n_ctx)
     throw Error("the continuation's " + std::to_string(continuation.size()) +
                 " tokens exceed the context length " + std::to_string(n_ctx));
-  if (top_logprobs > kMaxTopLogprobs)
-    throw Error("at most " + std::to_string(kMaxTopLogprobs) + " top log-probabilities per token, got " +
-                std::to_string(top_logprobs));
+  check_top_logprobs(top_logprobs);
   std::vector<int32_t> all(context.begin(), context.end());
   all.insert(all.end(), continuation.begin(), continuation.end());
   for (int32_t id : all)
@@ -61,10 +59,9 @@ ScoreResult LanguageModel::score(std::span<const int32_t> context, std::span<con
   KVCache cache(config());
   ScoreResult out;
   const size_t vocab = config().vocab_size;
-  constexpr size_t kChunk = 64;  // bounds the logits of a step (rows x vocab floats)
   for (size_t a = start; a < end;) {
     // Context rows run without logits; continuation rows in chunks with theirs.
-    const size_t b = a < first_scored ? first_scored : std::min(end, a + kChunk);
+    const size_t b = a < first_scored ? first_scored : std::min(end, a + kScoredRowsPerStep);
     const size_t rows = a < first_scored ? 1 : b - a;
     std::span<const float> logits =
         executor.run(std::span<const int32_t>(all).subspan(a, b - a), cache, rows);

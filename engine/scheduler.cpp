@@ -111,9 +111,7 @@ void Scheduler::check(const std::vector<int32_t>& prompt, const GenerateOptions&
   if (options.kv_dtype != options_.kv_dtype) throw Error("a request's KV dtype must be the scheduler's");
   Sampler sampler(options.sampling);  // throws for options out of range
   (void)sampler;
-  if (options.top_logprobs > kMaxTopLogprobs)
-    throw Error("at most " + std::to_string(kMaxTopLogprobs) + " top log-probabilities per token, got " +
-                std::to_string(options.top_logprobs));
+  check_top_logprobs(options.top_logprobs);
 }
 
 std::shared_ptr<Job> Scheduler::submit(std::vector<int32_t> prompt, const GenerateOptions& options) {

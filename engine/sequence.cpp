@@ -25,9 +25,7 @@ GenerationSequence::GenerationSequence(const ModelConfig& config, const Generate
                 std::to_string(n_ctx_));
   if (cached_tokens >= prompt.size())
     throw Error("a cached prefix must leave at least one prompt token to run");
-  if (top_logprobs_ > kMaxTopLogprobs)
-    throw Error("at most " + std::to_string(kMaxTopLogprobs) + " top log-probabilities per token, got " +
-                std::to_string(top_logprobs_));
+  check_top_logprobs(top_logprobs_);
   if (prompt_logprobs_ && cached_tokens > 0) throw Error("the prompt's log-probabilities need the whole prompt run");
   cache_.set_length(cached_tokens);
   result_.timings.prompt_tokens = prompt.size();
@@ -44,7 +42,7 @@ SequenceStep GenerationSequence::next_step(size_t max_rows) {
   }
   const size_t begin = window_start_ + cache_.length();
   const bool scored = prompt_logprobs_ && begin < prompt_size_;
-  if (scored) max_rows = std::min(max_rows, kPromptLogitRows);
+  if (scored) max_rows = std::min(max_rows, kScoredRowsPerStep);
   const size_t rows = std::min(pending, std::max<size_t>(max_rows, 1));
   planned_end_ = begin + rows;
   planned_logit_rows_ = scored ? rows : 1;

@@ -36,7 +36,7 @@ class GenerationSequence {
   // The rows of this sequence's next step: at most max_rows prompt tokens not
   // yet in the cache, or the last generated token. With prompt_logprobs, a
   // prompt step asks for the logits of all its rows (at most
-  // kPromptLogitRows of them).
+  // kScoredRowsPerStep of them).
   SequenceStep next_step(size_t max_rows = SIZE_MAX);
   // Whether the step planned by next_step() reaches the end of the known
   // tokens, so that its logits pick the next token.
@@ -67,8 +67,6 @@ class GenerationSequence {
   const std::vector<int32_t>& tokens() const { return history_; }
   size_t cached_prefix() const { return window_start_ == 0 ? cache_.length() : 0; }
   KVCache take_cache() { return std::move(cache_); }
-
-  static constexpr size_t kPromptLogitRows = 64;  // bounds a prompt step's logits (rows x vocab floats)
 
  private:
   size_t n_ctx_;

@@ -329,8 +329,8 @@ struct Completion {
       add_logprobs(out, c, c.prompt[i], i == 0 || i - 1 >= given.size() ? nullptr : &given[i - 1]);
     return out;
   }
-  json generated_logprobs(Choice& c, const std::vector<PositionLogprobs>& given) const {
-    json out = no_logprobs();
+  // Generated tokens' logprobs, appended to `out` (an object no_logprobs() began).
+  json generated_logprobs(Choice& c, const std::vector<PositionLogprobs>& given, json out) const {
     for (const PositionLogprobs& p : given) add_logprobs(out, c, p.token, &p);
     return out;
   }
@@ -666,10 +666,9 @@ void Service::run(const httplib::Request& req, httplib::Response& res, std::vect
       choice.completion_tokens = u.result.tokens.size();
       json logprobs = nullptr;
       if (done->logprobs) {
-        logprobs = done->echo_logprobs ? done->prompt_logprobs(choice, u.result.prompt_logprobs) : done->no_logprobs();
-        const json more = done->generated_logprobs(choice, u.result.logprobs);
-        for (auto& [key, values] : more.items())
-          if (values.is_array()) logprobs[key].insert(logprobs[key].end(), values.begin(), values.end());
+        logprobs = done->generated_logprobs(
+            choice, u.result.logprobs,
+            done->echo_logprobs ? done->prompt_logprobs(choice, u.result.prompt_logprobs) : done->no_logprobs());
       }
       pieces.push_back(done->piece(choice, choice.echo + u.result.text, std::move(logprobs),
                                    finish_reason(u.result.reason), /*streamed=*/false));
@@ -725,7 +724,7 @@ void Service::run(const httplib::Request& req, httplib::Response& res, std::vect
               }
             }
             if ((!u.text.empty() || !u.logprobs.empty()) &&
-                !send(choice, u.text, done->logprobs ? done->generated_logprobs(choice, u.logprobs) : json(nullptr),
+                !send(choice, u.text, done->logprobs ? done->generated_logprobs(choice, u.logprobs, done->no_logprobs()) : json(nullptr),
                       nullptr))
               return false;
             if (!u.finished) return true;

@@ -254,7 +254,7 @@ class Parser {
       if (pos_ >= s_.size()) break;
       const char c = s_[pos_];
       if (c == '|' || c == ')' || c == '\n') break;
-      Seq item = primary(nested);
+      Seq item = primary();
       skip_space(nested);
       if (pos_ < s_.size() && (s_[pos_] == '*' || s_[pos_] == '+' || s_[pos_] == '?' || s_[pos_] == '{'))
         item = repeat(std::move(item));
@@ -264,8 +264,7 @@ class Parser {
     return seq;
   }
 
-  Seq primary(bool nested) {
-    (void)nested;
+  Seq primary() {
     const char c = s_[pos_];
     if (c == '"') {
       ++pos_;

@@ -147,7 +147,7 @@ class Compiler {
     std::string name;
     for (char c : hint)
       if (std::isalnum(static_cast<unsigned char>(c)) || c == '-') name += c;
-    if (name.empty() || name.size() > 24) name = name.substr(0, 24);
+    name = name.substr(0, 24);
     name = "s" + std::to_string(rule_count_) + (name.empty() ? "" : "-" + name);
     rules_ << name << " ::= " << body << "\n";
     return name;

@@ -166,8 +166,9 @@ try:
     streamed = ''.join(c['choices'][0]['delta'].get('content') or '' for c in chunks if c['choices'])
     check('client: streamed, the same answer', streamed == whole, (streamed, whole))
     jo = res.get('json_object', {}).get('response', {}).get('choices', [{}])[0]
-    check('client: json_object', jo.get('finish_reason') != 'stop' or isinstance(json.loads(jo['message']['content']),
-                                                                                 dict), jo)
+    check('client: json_object answered (an object, when it stops)',
+          jo.get('finish_reason') == 'length' or
+          (jo.get('finish_reason') == 'stop' and isinstance(json.loads(jo['message']['content']), dict)), jo)
     err = res.get('refused', {}).get('error', {})
     check('client: an unsupported keyword is a BadRequestError naming it',
           'BadRequestError' in err.get('kinds', []) and "'pattern' is not supported" in err.get('message', ''), err)
