@@ -2,13 +2,16 @@
 // threads (N = the CPUs this process may run on), from anonymous huge-page memory and
 // from a page-cache-backed file mapping, peak fp32 FMA throughput and peak
 // int8 dot-product throughput (the quantized kernels' instructions) per core
-// and on all cores. Every other figure in bench/ is read against these.
+// and on all cores, and where the CPU has AMX tiles the peaks of TDPBF16PS
+// and TDPBSSD (the tile kernels' instructions; "AMX: not available on this
+// CPU" on stderr otherwise). Every other figure in bench/ is read against these.
 //
 //   bench_limits                          # 1 GiB buffers
 //   MMGPT_BENCH_BW_MIB=256 bench_limits   # smaller buffers (keep well past the LLC)
 //
 // Counters: GB=x/s (1e9 bytes read per second, mean), best_GB/s; GFLOP/s (2 flops per FMA, mean),
-// the best rate and its per-thread share; the int8 probe counts 2 ops per byte product.
+// the best rate and its per-thread share; the int8 probes (VNNI / AVX2 and AMX's TDPBSSD)
+// count 2 ops per byte product, TDPBF16PS 2 flops per bf16 product.
 // Google Benchmark repeats each case; ask for --benchmark_repetitions=5 to see spread.
 #include <algorithm>
 #include <chrono>
@@ -98,10 +101,29 @@ int main(int argc, char** argv) {
         bench_peak(s, t, "GOP/s", lim::int8_dot_path().isa,
                    [](unsigned n) { return lim::int8_dot_peak_gops(n, 0.1, 1); });
       });
+    if (lim::amx_support().bf16_usable())
+      reg("amx_peak/bf16" + th, [t](benchmark::State& s) {
+        bench_peak(s, t, "GFLOP/s", "amx tdpbf16ps", [](unsigned n) { return lim::amx_bf16_peak_gflops(n, 0.1, 1); });
+      });
+    if (lim::amx_support().int8_usable())
+      reg("amx_peak/int8" + th, [t](benchmark::State& s) {
+        bench_peak(s, t, "GOP/s", "amx tdpbssd", [](unsigned n) { return lim::amx_int8_peak_gops(n, 0.1, 1); });
+      });
     if (n == 1) break;
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // To stderr, with Google Benchmark's own context: stdout stays the report
+  // (--benchmark_format=json reads whole).
+  const lim::AmxSupport& amx = lim::amx_support();
+  if (!amx.tile || (!amx.int8 && !amx.bf16))
+    std::fprintf(stderr, "AMX: not available on this CPU\n");
+  else if (!amx.os_state)
+    std::fprintf(stderr, "AMX: the CPU has tiles, but the OS does not enable their state (XCR0 bits 17, 18)\n");
+  else if (!amx.permitted)
+    std::fprintf(stderr, "AMX: the CPU has tiles, but the kernel refused this process their state (arch_prctl)\n");
+  else if (!amx.int8 || !amx.bf16)
+    std::fprintf(stderr, "AMX: this CPU has %s tile products only\n", amx.int8 ? "int8" : "bf16");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

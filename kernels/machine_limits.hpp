@@ -1,7 +1,8 @@
 #pragma once
 // The machine's own limits, measured in the process that reports figures
 // against them: read bandwidth from memory (buffers far past the last-level
-// cache), peak fp32 FMA throughput and peak int8 dot-product throughput.
+// cache), peak fp32 FMA throughput, peak int8 dot-product throughput and,
+// where the CPU has AMX tiles, the peak of the tile products.
 // Header-only so that the Google
 // Benchmark programs in bench/ and `mmgpt bench` (tools/cli) share one
 // measurement without a library of their own.
@@ -19,6 +20,10 @@
 // compiled per ISA with target attributes and chosen at run time, so this
 // header needs no ISA flags and runs on any x86-64 (and falls back to plain
 // C++ elsewhere).
+//
+// AMX peak (x86-64 with AMX-TILE, Linux): TDPBF16PS / TDPBSSD on four
+// independent accumulator tiles, each thread with its own tile configuration;
+// 0 where the CPU or OS has no usable tiles (amx_support says which part).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -38,8 +43,12 @@
 #include "core/platform.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define MMGPT_LIMITS_X86 1
+#endif
+#if defined(__linux__)
+#include <sys/syscall.h>
 #endif
 
 namespace mmgpt::limits {
@@ -453,6 +462,156 @@ inline double int8_dot_peak_gops(unsigned threads, double seconds = 0.2, int pas
   const Int8DotPath path = int8_dot_path();
   if (!path.run) return 0;
   return detail::peak_rate(path.run, 2.0 * path.products * path.chains, threads, seconds, passes);
+}
+
+// AMX (Intel Advanced Matrix Extensions) peaks: TDPBF16PS and TDPBSSD on
+// tiles held in the tile registers, no loads in the loop (the tile kernels'
+// compute ceiling, as the FMA and int8 probes are the vector kernels').
+// Detected here on its own (CPUID, XCR0, Linux's permission), so the probes
+// do not depend on the kernels' dispatch; 0 where the CPU, the OS or this
+// build cannot run them. x86-64 only: the tile instructions exist nowhere else.
+// (The target attribute "amx-*" needs GCC 11 or Clang 12.)
+#if defined(MMGPT_LIMITS_X86) && defined(__x86_64__) && \
+    (defined(__clang__) ? __clang_major__ >= 12 : (defined(__GNUC__) && __GNUC__ >= 11))
+#define MMGPT_LIMITS_AMX 1
+#endif
+
+struct AmxSupport {
+  bool tile = false, int8 = false, bf16 = false;  // CPUID leaf 7 EDX bits 24, 25, 22
+  bool os_state = false;                          // XCR0 bits 17 and 18: the OS saves the tile state
+  bool permitted = false;                         // Linux granted this process the tile data state
+  bool int8_usable() const { return tile && int8 && os_state && permitted; }
+  bool bf16_usable() const { return tile && bf16 && os_state && permitted; }
+};
+
+namespace detail {
+
+#ifdef MMGPT_LIMITS_AMX
+// Linux grants the tile data state per process, for all its threads, on
+// request (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); a tile
+// instruction before that raises SIGILL. Asked once (later calls return the
+// first answer); core/platform.hpp's request is not used, so the probes stand
+// on their own. Elsewhere (no known way to ask): false.
+inline bool amx_permission() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  static const bool granted = ::syscall(SYS_arch_prctl, 0x1023 /*ARCH_REQ_XCOMP_PERM*/, 18 /*XFEATURE_XTILEDATA*/) == 0;
+  return granted;
+#else
+  return false;
+#endif
+}
+
+inline AmxSupport detect_amx() {
+  AmxSupport s;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return s;
+  s.tile = (edx & (1u << 24)) != 0, s.int8 = (edx & (1u << 25)) != 0, s.bf16 = (edx & (1u << 22)) != 0;
+  if (!s.tile) return s;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & (1u << 27)) == 0) return s;  // no OSXSAVE: no XGETBV
+  unsigned lo = 0, hi = 0;
+  asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  s.os_state = (lo & ((1u << 17) | (1u << 18))) == ((1u << 17) | (1u << 18));
+  if (s.os_state && (s.int8 || s.bf16)) s.permitted = amx_permission();
+  return s;
+}
+
+// LDTILECFG's 64-byte operand, palette 1: byte 0 the palette, bytes 16..31
+// the bytes per row of tiles 0..7 (uint16 each), bytes 48..55 their rows;
+// every other byte zero.
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved0[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(AmxTileConfig) == 64);
+
+// Each call configures the tiles on its own thread (the configuration is per
+// thread), runs `iters` iterations of four independent tile products (C tiles
+// 0..3 from A tiles 4, 5 and B tiles 6, 7: with TDPB*'s latency of a few
+// times its issue interval, four accumulators keep the tile unit busy), and
+// releases the tiles. Every tile is 16 rows of 64 bytes: A 16 x 32 bf16 or
+// 16 x 64 int8, B 16 row pairs/quads x 16 columns, C 16 x 16 f32 or int32.
+// One asm statement per operation: GCC's _tile_* intrinsics want literal tile
+// numbers, and GCC 12's _tile_loadconfig declares only 8 bytes of its operand.
+template <bool Int8>  // TDPBSSD, else TDPBF16PS
+__attribute__((target("amx-tile,amx-int8,amx-bf16"))) inline int32_t amx_tiles(uint64_t iters) {
+  if (!amx_permission()) return 0;  // each thread's first tile instruction needs the process's grant
+  AmxTileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  // A and B: bf16 0x3c00 (1/128), so the f32 sums stay finite and normal over
+  // any run; int8 3 and 1.
+  alignas(64) uint16_t src[16 * 32];
+  alignas(64) int32_t out[16 * 16];
+  for (uint16_t& x : src) x = Int8 ? 0x0103 : 0x3c00;
+  const uint64_t stride = 64;
+  asm volatile("ldtilecfg %0" : : "m"(cfg));
+  asm volatile(
+      "tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3\n\t"
+      "tileloadd (%0,%1,1), %%tmm4\n\ttileloadd (%0,%1,1), %%tmm5\n\t"
+      "tileloadd (%0,%1,1), %%tmm6\n\ttileloadd (%0,%1,1), %%tmm7"
+      :
+      : "r"(src), "r"(stride)
+      : "memory");
+  for (uint64_t i = 0; i < iters; ++i) {
+    if constexpr (Int8)
+      asm volatile(
+          "tdpbssd %%tmm6, %%tmm4, %%tmm0\n\ttdpbssd %%tmm7, %%tmm4, %%tmm1\n\t"
+          "tdpbssd %%tmm6, %%tmm5, %%tmm2\n\ttdpbssd %%tmm7, %%tmm5, %%tmm3" ::);
+    else
+      asm volatile(
+          "tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\ttdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
+          "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\ttdpbf16ps %%tmm7, %%tmm5, %%tmm3" ::);
+  }
+  asm volatile("tilestored %%tmm0, (%0,%1,1)\n\ttilerelease" : : "r"(out), "r"(stride) : "memory");
+  return out[0] ^ out[255];
+}
+#endif
+
+}  // namespace detail
+
+// What this CPU and OS offer of AMX (detected once; asks Linux for the tile
+// state the first time, as the kernels do). All false off x86-64.
+inline const AmxSupport& amx_support() {
+#ifdef MMGPT_LIMITS_AMX
+  static const AmxSupport s = detail::detect_amx();
+#else
+  static const AmxSupport s;
+#endif
+  return s;
+}
+
+// Tile products per loop iteration of the AMX probes, and work per product:
+// TDPBF16PS 2 * 16 * 16 * 32 flops (16 x 16 outputs, 32 bf16 products each),
+// TDPBSSD 2 * 16 * 16 * 64 ops (64 byte products each).
+inline constexpr double kAmxProductsPerIter = 4;
+inline constexpr double kAmxBf16FlopsPerProduct = 2.0 * 16 * 16 * 32;
+inline constexpr double kAmxInt8OpsPerProduct = 2.0 * 16 * 16 * 64;
+
+// Peak TDPBF16PS rate in 1e9 flops a second with `threads` threads; best of
+// `passes`. 0 where AMX-BF16 is not usable here.
+inline double amx_bf16_peak_gflops(unsigned threads, double seconds = 0.2, int passes = 3) {
+#ifdef MMGPT_LIMITS_AMX
+  if (amx_support().bf16_usable())
+    return detail::peak_rate(detail::amx_tiles<false>, kAmxProductsPerIter * kAmxBf16FlopsPerProduct, threads, seconds,
+                             passes);
+#endif
+  (void)threads, (void)seconds, (void)passes;
+  return 0;
+}
+
+// Peak TDPBSSD rate in 1e9 ops a second (2 per byte product, as
+// int8_dot_peak_gops counts) with `threads` threads; best of `passes`. 0
+// where AMX-INT8 is not usable here.
+inline double amx_int8_peak_gops(unsigned threads, double seconds = 0.2, int passes = 3) {
+#ifdef MMGPT_LIMITS_AMX
+  if (amx_support().int8_usable())
+    return detail::peak_rate(detail::amx_tiles<true>, kAmxProductsPerIter * kAmxInt8OpsPerProduct, threads, seconds,
+                             passes);
+#endif
+  (void)threads, (void)seconds, (void)passes;
+  return 0;
 }
 
 // Buffer size for probes: MMGPT_BENCH_BW_MIB (default 1024 MiB), far past any LLC.

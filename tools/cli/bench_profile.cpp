@@ -30,10 +30,12 @@ struct StepRecord {
 
 // The work of one op in a step: flops (multiply-adds count 2) and the bytes it
 // must move at least once. `compute`: read against a compute peak (a matmul
-// or attention over many rows), else against the read bandwidth.
+// or attention over many rows), else against the read bandwidth. int8 / bf16:
+// a matmul of quantized / bf16 weights (read against the AMX peak where the
+// tiles run it).
 struct Work {
   double flops = 0, bytes = 0;
-  bool compute = false, int8 = false;
+  bool compute = false, int8 = false, bf16 = false;
 };
 
 Work op_work(const Graph& g, const Op& op, const StepRecord& s, const ModelConfig& c, WeightType kv) {
@@ -50,6 +52,7 @@ Work op_work(const Graph& g, const Op& op, const StepRecord& s, const ModelConfi
       w.bytes = wbytes + 4.0 * double(rows) * (in + out);
       w.compute = rows >= 16;
       w.int8 = is_quantized(op.w_type);
+      w.bf16 = op.w_type == WeightType::BF16;
       break;
     }
     case OpKind::Attention:
@@ -79,7 +82,7 @@ void print_table(std::FILE* out, const char* title, const std::vector<const Step
   struct Row {
     size_t calls = 0;
     double seconds = 0, flops = 0, bytes = 0;
-    bool compute = false, int8 = false;
+    bool compute = false, int8 = false, bf16 = false;
   };
   std::map<std::string, Row> by_kind;
   double wall = 0, in_ops = 0;
@@ -98,7 +101,7 @@ void print_table(std::FILE* out, const char* title, const std::vector<const Step
       if (op.kind == OpKind::MatMul) kind.append(" ").append(weight_type_name(op.w_type));
       Row& r = by_kind[kind];
       r.calls++, r.seconds += sec, r.flops += w.flops, r.bytes += w.bytes;
-      r.compute = r.compute || w.compute, r.int8 = r.int8 || w.int8;
+      r.compute = r.compute || w.compute, r.int8 = r.int8 || w.int8, r.bf16 = r.bf16 || w.bf16;
       in_ops += sec;
     }
   }
@@ -113,8 +116,17 @@ void print_table(std::FILE* out, const char* title, const std::vector<const Step
     const double gflops = r.seconds > 0 ? r.flops / r.seconds * 1e-9 : 0;
     const double gbps = r.seconds > 0 ? r.bytes / r.seconds * 1e-9 : 0;
     const bool rated = r.flops > 0 || r.bytes > 0;
-    const char* limit = !rated ? "-" : r.compute ? (r.int8 ? "int8 dot peak" : "fp32 FMA peak") : "read bandwidth";
-    const double cap = r.compute ? (r.int8 ? lim.int8_gops : lim.fma_gflops) : lim.read_gbps;
+    const bool amx_int8 = r.compute && r.int8 && lim.amx_int8_gops > 0;
+    const bool amx_bf16 = r.compute && r.bf16 && lim.amx_bf16_gflops > 0;
+    const char* limit = !rated      ? "-"
+                        : amx_int8  ? "AMX int8 peak"
+                        : amx_bf16  ? "AMX bf16 peak"
+                        : r.compute ? (r.int8 ? "int8 dot peak" : "fp32 FMA peak")
+                                    : "read bandwidth";
+    const double cap = amx_int8    ? lim.amx_int8_gops
+                       : amx_bf16  ? lim.amx_bf16_gflops
+                       : r.compute ? (r.int8 ? lim.int8_gops : lim.fma_gflops)
+                                   : lim.read_gbps;
     const double frac = cap > 0 ? (r.compute ? gflops : gbps) / cap : 0;
     std::fprintf(out, "| %s | %.0f | %.3f | %.1f%% | %s | %s | %s | %s |\n", kind.c_str(), double(r.calls) / n,
                  r.seconds / n * 1e3, wall > 0 ? r.seconds / wall * 100 : 0.0,

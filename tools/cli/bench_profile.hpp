@@ -22,6 +22,11 @@ struct ProfileLimits {
   double fma_gflops = 0;  // fp32 FMA peak, these threads
   double int8_gops = 0;   // int8 dot-product peak, these threads (0: no probe)
   double read_gbps = 0;   // read bandwidth, these threads
+  // AMX tile peaks, these threads, where the matmuls of that weight type run
+  // on tiles (kernels::quant_isa_name() "amx-int8", bf16_isa_name()
+  // "amx-bf16"); 0: not in use, those matmuls are read against the vector peaks.
+  double amx_int8_gops = 0;    // TDPBSSD: quantized weights
+  double amx_bf16_gflops = 0;  // TDPBF16PS: bf16 weights
 };
 
 // Runs the prompts (one sequence each, together) and then `decode_steps`

@@ -37,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/platform.hpp"
+#include "core/weight_type.hpp"
 #include "engine/executor.hpp"
 #include "engine/mmgpt.hpp"
 #include "engine/sampler.hpp"
@@ -123,6 +124,7 @@ struct Result {
   double kv_bytes_per_step = 0, frac_of_bw_with_kv = 0;  // KV cache reads, mean over the decode steps
   Spread model_bw;                                       // GB/s streaming the mapped model file, probed before each run
   double prefill_gflops = 0, frac_of_peak = 0;
+  double frac_of_amx_peak = -1;  // of the AMX peak of the model's main weight type; < 0: AMX not in use
 };
 
 // One timed run: prefill then decode, b sequences together.
@@ -175,12 +177,33 @@ void run_bench(const BenchArgs& a) {
     if (!std::filesystem::is_directory(dir)) throw Error("--trace " + a.trace + ": no directory " + dir.string());
     if (std::filesystem::is_directory(a.trace)) throw Error("--trace " + a.trace + ": is a directory");
   }
-  std::map<unsigned, double> peak, int8_peak;  // fp32 FMA and int8 dot-product peaks, per thread count
+  // AMX: where the kernels run a weight type of this model on tiles, its
+  // matmuls are read against the tile peak (--profile), and so is the
+  // prefill where most of the matrices' elements are of that type (--json's
+  // prefill_frac_of_amx_peak). The kernels name themselves "amx-int8" (every
+  // quantized type) and "amx-bf16".
+  uint64_t matrix_elems = 0, quant_elems = 0, bf16_elems = 0;
+  for (const TensorView& t : lm.model().file().tensors())
+    if (t.shape.size() == 2) {
+      matrix_elems += t.numel();
+      if (is_quantized(t.dtype)) quant_elems += t.numel();
+      if (t.dtype == WeightType::BF16) bf16_elems += t.numel();
+    }
+  const bool amx_int8 = kernels::quant_isa_name() == "amx-int8" && quant_elems > 0;
+  const bool amx_bf16 = kernels::bf16_isa_name() == "amx-bf16" && bf16_elems > 0;
+  const bool prefill_on_int8 = amx_int8 && 2 * quant_elems > matrix_elems;
+  const bool prefill_on_bf16 = !prefill_on_int8 && amx_bf16 && 2 * bf16_elems > matrix_elems;
+  const char* prefill_amx = prefill_on_int8 ? "amx-int8" : prefill_on_bf16 ? "amx-bf16" : nullptr;
+  std::map<unsigned, double> peak, int8_peak;               // fp32 FMA and int8 dot-product peaks, per thread count
+  std::map<unsigned, double> amx_int8_peak, amx_bf16_peak;  // tile peaks, per thread count, where in use
   for (unsigned t : a.threads)
     if (!peak.count(t)) {
       peak[t] = limits::fma_peak_gflops(t);
       if (a.profile) int8_peak[t] = limits::int8_dot_peak_gops(t);
+      if (amx_int8) amx_int8_peak[t] = limits::amx_int8_peak_gops(t);
+      if (amx_bf16) amx_bf16_peak[t] = limits::amx_bf16_peak_gflops(t);
     }
+  auto at = [](const std::map<unsigned, double>& m, unsigned t) { return m.count(t) ? m.at(t) : 0.0; };
   bool traced = false;
   const ModelConfig& config = lm.config();
   const uint64_t step_bytes = decode_weight_bytes(lm.model());
@@ -235,7 +258,8 @@ void run_bench(const BenchArgs& a) {
           }
         }
         if (a.profile || (!a.trace.empty() && !traced)) {
-          const ProfileLimits lim{peak.at(threads), a.profile ? int8_peak.at(threads) : 0.0, bw.at(threads)};
+          ProfileLimits lim{peak.at(threads), a.profile ? int8_peak.at(threads) : 0.0, bw.at(threads)};
+          lim.amx_int8_gops = at(amx_int8_peak, threads), lim.amx_bf16_gflops = at(amx_bf16_peak, threads);
           profile_run(exec, caches, prompts, std::min(n, kProfileDecodeSteps), threads, lim,
                       a.profile ? (a.json ? stderr : stdout) : nullptr, traced ? std::string() : a.trace);
           traced = true;
@@ -247,6 +271,10 @@ void run_bench(const BenchArgs& a) {
         res.model_bw = spread(mbw);
         res.prefill_gflops = prefill_flops(config, p) * double(b) / (double(b * p) / res.prefill_tps.median) * 1e-9;
         res.frac_of_peak = res.prefill_gflops / peak.at(threads);
+        if (prefill_amx) {
+          const double amx = at(prefill_on_int8 ? amx_int8_peak : amx_bf16_peak, threads);
+          if (amx > 0) res.frac_of_amx_peak = res.prefill_gflops / amx;
+        }
         if (n > 0) {
           const double steps_per_s = res.decode_tps.median / double(b);
           res.decode_gbps = double(step_bytes) * steps_per_s * 1e-9;
@@ -293,6 +321,10 @@ void run_bench(const BenchArgs& a) {
     probe["statistic"] = "best of 3 passes";
     for (auto& [t, g] : bw) probe["gbps_by_threads"][std::to_string(t)] = g;
     for (auto& [t, g] : peak) j["fma_peak_gflops_by_threads"][std::to_string(t)] = g;
+    // Only where the model's weights run on tiles (absent otherwise).
+    for (auto& [t, g] : amx_int8_peak) j["amx_int8_peak_gops_by_threads"][std::to_string(t)] = g;
+    for (auto& [t, g] : amx_bf16_peak) j["amx_bf16_peak_gflops_by_threads"][std::to_string(t)] = g;
+    if (prefill_amx) j["prefill_amx_peak_isa"] = prefill_amx;
     j["read_bandwidth_probe"] = probe;
     auto spread_json = [](const Spread& s) {
       return nlohmann::json{{"median", s.median}, {"min", s.min}, {"max", s.max}, {"samples", s.samples}};
@@ -310,6 +342,7 @@ void run_bench(const BenchArgs& a) {
                        {"model_read_bw_from_memory", limits::kCanEvictCaches},
                        {"prefill_gflops", r.prefill_gflops},
                        {"prefill_frac_of_fma_peak", r.frac_of_peak}};
+      if (r.frac_of_amx_peak >= 0) e["prefill_frac_of_amx_peak"] = r.frac_of_amx_peak;
       if (r.decode > 0) {
         e["decode_tok_s"] = spread_json(r.decode_tps);
         e["decode_weight_gbps"] = r.decode_gbps;
@@ -340,6 +373,17 @@ void run_bench(const BenchArgs& a) {
   for (auto& [t, g] : bw) std::printf(" %u thread%s %.1f GB/s;", t, t == 1 ? "" : "s", g);
   std::printf("\nfp32 FMA peak (%s, measured now):", limits::best_fma_path().isa);
   for (auto& [t, g] : peak) std::printf(" %u thread%s %.1f GFLOP/s;", t, t == 1 ? "" : "s", g);
+  if (!amx_int8_peak.empty()) std::printf("\nAMX int8 peak (tdpbssd, measured now):");
+  for (auto& [t, g] : amx_int8_peak) std::printf(" %u thread%s %.1f GOP/s;", t, t == 1 ? "" : "s", g);
+  if (!amx_bf16_peak.empty()) std::printf("\nAMX bf16 peak (tdpbf16ps, measured now):");
+  for (auto& [t, g] : amx_bf16_peak) std::printf(" %u thread%s %.1f GFLOP/s;", t, t == 1 ? "" : "s", g);
+  if (prefill_amx) {
+    std::printf("\nprefill's fraction of the %s peak:", prefill_amx);
+    for (const Result& r : results)
+      if (r.frac_of_amx_peak >= 0)
+        std::printf(" %u thread%s batch %zu pp%zu %.3f;", r.threads, r.threads == 1 ? "" : "s", r.batch, r.prompt,
+                    r.frac_of_amx_peak);
+  }
   std::printf(
       "\nfigures: median (min-max) over the runs; bw GB/s: streaming the mapped model file before each run%s;"
       " frac of bw: median of each run's decode GB/s / its bw;\n"
