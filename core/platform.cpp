@@ -18,6 +18,7 @@
 #if !defined(MMGPT_POSIX_FALLBACKS) && defined(__linux__)
 #define MMGPT_OS_LINUX 1
 #include <sys/auxv.h>
+#include <sys/syscall.h>
 #if defined(__aarch64__)
 #include <asm/hwcap.h>
 #endif
@@ -312,6 +313,16 @@ std::optional<bool> x86_avx512_enabled() {
          sysctl_flag("hw.optional.avx512dq") && sysctl_flag("hw.optional.avx512vl");
 #else
   return std::nullopt;
+#endif
+}
+
+bool x86_request_amx_tiles() {
+#if MMGPT_OS_LINUX && defined(__x86_64__) && defined(SYS_arch_prctl)
+  // uapi asm/prctl.h: ARCH_REQ_XCOMP_PERM 0x1023; asm/fpu/types.h: XFEATURE_XTILEDATA 18.
+  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return ::syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
 #endif
 }
 

@@ -75,5 +75,11 @@ bool arm_has_bf16();
 // x86: whether the system saves AVX-512 state, where CPUID cannot tell (macOS
 // enables it on first use, so XCR0 says no until then); empty: ask CPUID.
 std::optional<bool> x86_avx512_enabled();
+// x86-64 Linux: asks the kernel for the AMX tile data state
+// (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)), which Linux grants
+// per process, for every thread, and requires before the first tile
+// instruction (else SIGILL). True if granted (or already granted); false
+// where refused or on other systems. Idempotent.
+bool x86_request_amx_tiles();
 
 }  // namespace mmgpt::platform

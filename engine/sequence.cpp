@@ -14,11 +14,11 @@ GenerationSequence::GenerationSequence(const ModelConfig& config, const Generate
       prompt_logprobs_(options.prompt_logprobs),
       top_logprobs_(options.top_logprobs),
       prompt_size_(prompt.size()),
-      grammar_(options.grammar),
       history_(prompt.begin(), prompt.end()),
       cache_(std::move(cache)),
       sampler_(options.sampling),
-      text_(options.stop) {
+      text_(options.stop),
+      grammar_(options.grammar) {
   if (prompt.empty()) throw Error("the prompt is empty: generation needs a token");
   if (prompt.size() > n_ctx_)
     throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context length " +

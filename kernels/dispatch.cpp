@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -53,29 +54,40 @@ Bf16DotSetting bf16dot_setting() {
   return setting;
 }
 
-// Whether the default set takes the bf16 dot product where the CPU has one.
-bool bf16dot_by_default() {
+// Whether an instruction set's bf16 dot product runs on tiles here.
+bool bf16_tiles(const Isa& isa) { return isa.bf16_tiles != nullptr && isa.bf16_tiles(); }
+
+// Whether the default set of `isa` takes the bf16 dot product where the CPU
+// has one: the vendor's default, or tiles (AMX-BF16), unless MMGPT_BF16DOT says.
+bool bf16dot_by_default(const Isa& isa) {
   const Bf16DotSetting s = bf16dot_setting();
-  return s == Bf16DotSetting::On || (s == Bf16DotSetting::Auto && bf16dot_for_vendor(cpu_vendor()));
+  return s == Bf16DotSetting::On ||
+         (s == Bf16DotSetting::Auto && (bf16dot_for_vendor(cpu_vendor()) || bf16_tiles(isa)));
+}
+
+const Isa* find_isa(std::string_view name) {
+  size_t n = 0;
+  const Isa* const* list = isas(n);
+  for (size_t i = 0; i < n; ++i)
+    if (name == list[i]->name) return list[i];
+  return nullptr;
 }
 
 // The set of the instruction set `name` if it is built into this binary and
 // the CPU runs it; null otherwise. bf16dot: with the bf16 dot product where
-// the CPU has it, unless MMGPT_BF16DOT=0.
-const KernelSet* runnable_set(std::string_view name, bool bf16dot) {
+// the CPU has it, unless MMGPT_BF16DOT=0; null: as by default.
+const KernelSet* runnable_set(std::string_view name, std::optional<bool> bf16dot) {
   if (name == "scalar") return &scalar_kernel_set();
-  size_t n = 0;
-  const Isa* const* list = isas(n);
-  for (size_t i = 0; i < n; ++i)
-    if (name == list[i]->name) return list[i]->set(bf16dot && bf16dot_setting() != Bf16DotSetting::Off);
-  return nullptr;
+  const Isa* isa = find_isa(name);
+  if (isa == nullptr) return nullptr;
+  return isa->set(bf16dot.value_or(bf16dot_by_default(*isa)) && bf16dot_setting() != Bf16DotSetting::Off);
 }
 
 const KernelSet* best_set() {
   size_t n = 0;
   const Isa* const* list = isas(n);
   for (size_t i = 0; i < n; ++i)
-    if (const KernelSet* s = list[i]->set(bf16dot_by_default())) return s;
+    if (const KernelSet* s = list[i]->set(bf16dot_by_default(*list[i]))) return s;
   return &scalar_kernel_set();
 }
 
@@ -86,7 +98,7 @@ const KernelSet* initial_set() {
   const KernelSet* best = best_set();
   const char* env = std::getenv("MMGPT_ISA");
   if (env == nullptr || *env == '\0') return best;
-  if (const KernelSet* s = runnable_set(env, bf16dot_by_default())) return s;
+  if (const KernelSet* s = runnable_set(env, std::nullopt)) return s;
   std::fprintf(stderr,
                "mmgpt: warning: MMGPT_ISA=%s is not an instruction set this CPU and build can run "
                "(scalar, avx2, avx512, neon); using %s\n",
@@ -140,7 +152,23 @@ DecodePrefetchState& decode_prefetch_state() {
   return state;
 }
 
+// MMGPT_AMX (registry.hpp): another value is ignored with a warning, as MMGPT_ISA's.
+enum class AmxSetting { Auto, Off };
+AmxSetting amx_setting() {
+  static const AmxSetting setting = [] {
+    const char* env = std::getenv("MMGPT_AMX");
+    if (env == nullptr || *env == '\0' || std::string_view(env) == "auto" || std::string_view(env) == "1")
+      return AmxSetting::Auto;
+    if (std::string_view(env) == "0") return AmxSetting::Off;
+    std::fprintf(stderr, "mmgpt: warning: MMGPT_AMX=%s is not a setting (auto, 0, 1); using auto\n", env);
+    return AmxSetting::Auto;
+  }();
+  return setting;
+}
+
 }  // namespace
+
+bool amx_allowed() { return amx_setting() == AmxSetting::Auto; }
 
 const KernelSet& active_set() { return *current().load(std::memory_order_acquire); }
 
@@ -217,11 +245,34 @@ std::string describe_bf16() {
     case detail::Bf16DotSetting::On: return name + " (MMGPT_BF16DOT=1)";
     case detail::Bf16DotSetting::Auto: break;
   }
+  if (name == "amx-bf16") return name + " (tiles from 16 rows, TDPBF16PS's arithmetic at every M)";
   const detail::KernelSet* with_dot = detail::runnable_set(isa_name(), true);
   const bool cpu_has_dot =
       with_dot && with_dot->matmul[static_cast<size_t>(WeightType::BF16)]->x == detail::XForm::Bf16Rows;
   const bool widened_by_table = name == "f32" && cpu_has_dot && !bf16dot_for_vendor(cpu_vendor());
   return name + (widened_by_table ? " (widened: this CPU's default)" : "");
+}
+
+std::string describe_amx() {
+#if defined(__x86_64__) || defined(_M_X64)
+  const bool int8 = detail::x86::has_amx_int8(), bf16 = detail::x86::has_amx_bf16();
+  if (!int8 && !bf16) return "not available (this CPU or system has no AMX tiles)";
+  if (!detail::amx_allowed()) return "off (MMGPT_AMX=0)";
+  std::string used;
+  if (quant_isa_name() == "amx-int8") used = "int8";
+  if (bf16_isa_name() == "amx-bf16") used += used.empty() ? "bf16" : ", bf16";
+  std::string s = used.empty() ? "available, not in use" : "in use (" + used + ")";
+  if (bf16 && bf16_isa_name() != "amx-bf16") {
+    const detail::KernelSet* with_dot = detail::runnable_set(isa_name(), true);
+    const bool tiles = with_dot && std::string_view(with_dot->matmul[static_cast<size_t>(WeightType::BF16)]->name) ==
+                                       "amx-bf16";
+    s += tiles ? "; bf16 tiles not in use (MMGPT_BF16DOT=0, or another instruction set forced)"
+               : "; bf16 tiles unused: TDPBF16PS does not give its reference's bits on this CPU";
+  }
+  return s;
+#else
+  return "not available (not x86-64)";
+#endif
 }
 
 // Non-temporal on AMD (and Hygon, the same cores) and off x86; T0 on Intel

@@ -27,10 +27,10 @@ std::string_view isa_name();
 // The instruction sets built into this binary, most preferred first, then
 // "scalar": e.g. "avx512, avx2, scalar". isa_name() is the one in use.
 std::string built_isas();
-// Name of the quantized kernels in use: "avx512-vnni", "avx2", "neon-dotprod", "neon" or "scalar".
+// Name of the quantized kernels in use: "amx-int8", "avx512vnni", "avx2", "neon-dotprod", "neon" or "scalar".
 std::string_view quant_isa_name();
-// Name of the kernels that multiply bf16 weights: "avx512bf16" or "neon_bf16"
-// (the bf16 dot product, activations rounded to bf16) or "f32" (weights
+// Name of the kernels that multiply bf16 weights: "amx-bf16", "avx512bf16" or
+// "neon_bf16" (the bf16 dot product, activations rounded to bf16) or "f32" (weights
 // widened to f32, the f32 kernels of isa_name()). The dot product is taken
 // where the CPU has one and bf16dot_for_vendor says it pays; MMGPT_BF16DOT=0
 // or 1 overrides that.
@@ -40,6 +40,9 @@ std::string_view bf16_isa_name();
 bool bf16dot_for_vendor(std::string_view vendor);
 // bf16_isa_name() and why, e.g. "f32 (widened: this CPU's default)".
 std::string describe_bf16();
+// Whether the AMX tiles are used and why, e.g. "in use (int8, bf16)",
+// "off (MMGPT_AMX=0)", "not available (...)".
+std::string describe_amx();
 // Forces an instantiation (for tests and benchmarks); false if the CPU cannot
 // run it. bf16dot false: without the bf16 dot product (as MMGPT_BF16DOT=0).
 bool force_isa(std::string_view name, bool bf16dot = true);

@@ -47,9 +47,6 @@
 #include <immintrin.h>
 #define MMGPT_LIMITS_X86 1
 #endif
-#if defined(__linux__)
-#include <sys/syscall.h>
-#endif
 
 namespace mmgpt::limits {
 
@@ -488,17 +485,11 @@ namespace detail {
 
 #ifdef MMGPT_LIMITS_AMX
 // Linux grants the tile data state per process, for all its threads, on
-// request (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); a tile
-// instruction before that raises SIGILL. Asked once (later calls return the
-// first answer); core/platform.hpp's request is not used, so the probes stand
-// on their own. Elsewhere (no known way to ask): false.
+// request (core/platform.hpp); a tile instruction before that raises SIGILL.
+// Asked once (later calls return the first answer).
 inline bool amx_permission() {
-#if defined(__linux__) && defined(SYS_arch_prctl)
-  static const bool granted = ::syscall(SYS_arch_prctl, 0x1023 /*ARCH_REQ_XCOMP_PERM*/, 18 /*XFEATURE_XTILEDATA*/) == 0;
+  static const bool granted = platform::x86_request_amx_tiles();
   return granted;
-#else
-  return false;
-#endif
 }
 
 inline AmxSupport detect_amx() {

@@ -96,6 +96,10 @@ const MatmulKernels& scalar_matmul_kernels();       // f32, bf16, f16 (widened)
 const QuantKernels& scalar_quant_kernels();         // q8_0, q4_0
 const MatmulKernels& scalar_bf16dot_kernels();      // bf16, VDPBF16PS's arithmetic
 const MatmulKernels& scalar_arm_bf16dot_kernels();  // bf16, BFDOT's arithmetic
+const MatmulKernels& scalar_tdpbf16ps_kernels();    // bf16, AMX TDPBF16PS's arithmetic
+// TDPBF16PS's chunk: the pairs of k one instruction sums in its two chains
+// (a 64-byte tile row), in the reference and the AMX-BF16 kernels.
+inline constexpr size_t kTdpbf16psChunkPairs = 16;
 
 // An instruction set: one folder (kernels/<arch>/<isa>/), whose set.cpp
 // defines its Isa. dispatch.cpp lists them in order of preference.
@@ -108,7 +112,13 @@ struct Isa {
   // Appends every quantized and bf16 dot-product set of the folder that
   // this CPU runs (for the tests, which compare each with its reference).
   void (*runnable)(std::vector<const QuantKernels*>& quant, std::vector<const MatmulKernels*>& bf16dot);
+  // Whether its bf16 dot product runs on matrix tiles on this CPU (AMX-BF16),
+  // where it pays whatever the vendor table says; null: never.
+  bool (*bf16_tiles)() = nullptr;
 };
+// MMGPT_AMX: "0" keeps the AMX tiles unused; unset, "auto" or "1" uses them
+// where the CPU has them (dispatch.cpp; read once).
+bool amx_allowed();
 #if defined(__x86_64__) || defined(_M_X64)
 const Isa& avx2_isa();
 const Isa& avx512_isa();

@@ -171,6 +171,7 @@ inline std::vector<float> bf16dot_expected(const float* x, const uint16_t* wp, c
   bf16dot_panels(*ref, xr.data(), wp, bias, v.data(), M, K, N, 0, mmgpt::panel_count(N), {});
   if (e.act == k::Activation::GeluErf) k::gelu_erf(v.data(), v.size());
   if (e.act == k::Activation::GeluTanh) k::gelu_tanh(v.data(), v.size());
+  if (e.act == k::Activation::ReluSquared) k::scalar::relu_squared(v.data(), v.size());  // exact everywhere
   for (size_t i = 0; i < v.size(); ++i) y[i] = e.accumulate ? y[i] + v[i] : v[i];
   return y;
 }

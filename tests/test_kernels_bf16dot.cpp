@@ -1,12 +1,16 @@
 // The bf16 dot-product matmul (bf16 weights times activations rounded to
-// bf16), in two arithmetics: VDPBF16PS's (kernels/scalar/bf16dot.cpp defines
-// it, x86/avx512/bf16dot.cpp runs it where the CPU has AVX512_BF16) and Arm
-// BFDOT's (scalar/bf16dot_arm.cpp, arm/neon/bf16dot.cpp where the CPU has
-// BF16; run here under qemu-aarch64 by scripts/test-aarch64.sh):
+// bf16), in three arithmetics: VDPBF16PS's (kernels/scalar/bf16dot.cpp defines
+// it, x86/avx512/bf16dot.cpp runs it where the CPU has AVX512_BF16), AMX
+// TDPBF16PS's (scalar/bf16dot.cpp too; x86/avx512/amx.cpp runs it on tiles
+// where the CPU has AMX-BF16, on FMAs on any AVX-512 VNNI CPU, and
+// amx_tile_emulated.hpp on emulated tiles everywhere) and Arm BFDOT's
+// (scalar/bf16dot_arm.cpp, arm/neon/bf16dot.cpp where the CPU has BF16; run
+// here under qemu-aarch64 by scripts/test-aarch64.sh):
 // - the rounding of x: nearest even, NaN stays NaN, f32 subnormals to zero;
 // - each reference's step is its instruction's (VDPBF16PS: odd element of a
-//   pair first, round to nearest; BFDOT: the pair summed first, round to odd;
-//   both DAZ inputs, FTZ results), on cases built so that each rule shows;
+//   pair first, round to nearest; TDPBF16PS: an even and an odd chain per 16
+//   pairs, then their sum; BFDOT: the pair summed first, round to odd; all
+//   DAZ inputs, FTZ results), on cases built so that each rule shows;
 //   every kernel set the CPU runs with that arithmetic gives the same (so the
 //   instruction does too);
 // - every set equals its reference bit for bit on awkward shapes, split panel
@@ -29,6 +33,7 @@
 
 #include "core/half.hpp"
 #include "kernels/parallel.hpp"
+#include "amx_tile_emulated.hpp"
 #include "kernels_testing.hpp"
 
 namespace k = mmgpt::kernels;
@@ -81,6 +86,13 @@ std::vector<float> special_floats(size_t n, uint32_t seed) {
     f = std::bit_cast<float>(u);
   }
   return v;
+}
+
+// The sets the CPU runs, then the AMX tiles over emulated operations.
+std::vector<const kd::MatmulKernels*> bf16_sets() {
+  auto sets = kd::runnable_bf16dot_kernels();
+  sets.push_back(&kd::emulated_amx_bf16_kernels());
+  return sets;
 }
 
 const std::vector<size_t> kKs = {1, 2, 3, 31, 33, 95, 257, 768};
@@ -144,7 +156,7 @@ void check_step_cases(const std::vector<StepCase>& cases, const kd::MatmulKernel
     const size_t K = c.x.size();
     const auto xr = round_rows(c.x, 1, K);
     const auto wp = pack_bf16(c.w, 1, K);
-    for (const kd::MatmulKernels* set : kd::runnable_bf16dot_kernels()) {
+    for (const kd::MatmulKernels* set : bf16_sets()) {
       if (&kt::bf16dot_reference_of(*set) != &ref) continue;
       CAPTURE(std::string(set->name));
       float y = 99.0f;
@@ -190,6 +202,89 @@ TEST_CASE("the reference's step is VDPBF16PS's as the SDM defines it, and every 
   check_step_cases(both_arithmetics(), kd::scalar_bf16dot_kernels());
 }
 
+TEST_CASE("the TDPBF16PS reference's arithmetic is AMX's as the SDM defines it, and every kernel set agrees") {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> chunk_x(34, 0.0f), chunk_w(34, 0.0f);
+  // Pair 0's even product 2^24 in the first chunk of 16 pairs; pair 16 (the
+  // second chunk) sums 1 + 1 = 2 on its own, so 2^24 + 2. In one chunk the
+  // even chain would round 2^24 + 1 to 2^24 (a tie), and then + 1 again: 2^24.
+  chunk_x[0] = chunk_w[0] = 4096.0f;
+  chunk_x[32] = chunk_w[32] = chunk_x[33] = chunk_w[33] = 1.0f;
+  check_step_cases(
+      {
+          // Products 1, 2^24, 1, -2^24: even chain 1 + 1 = 2, odd 2^24 - 2^24 = 0: 2.
+          // VDPBF16PS's single chain, odd first, gives 1; BFDOT's 3.
+          {"an even and an odd chain", {1.0f, 4096.0f, 1.0f, -4096.0f}, {1.0f, 4096.0f, 1.0f, 4096.0f}, 2.0f},
+          {"a chain per 16 pairs", chunk_x, chunk_w, 16777218.0f},
+          // A subnormal bf16 weight (2^-133) reads as zero, though its product with 2^100 is normal.
+          {"DAZ on the weights", {0x1p100f}, {std::bit_cast<float>(0x00010000u)}, 0.0f},
+          // -2^-140 in the even chain is flushed to -0; the odd chain adds 0 * 0 (the pad): -0 + +0 = +0.
+          {"FTZ in a chain", {-0x1p-70f}, {0x1p-70f}, 0.0f},
+          // Even 1.5 * 2^-126, odd -2^-126: their sum 2^-127 is subnormal, flushed to +0.
+          {"FTZ of the chains' sum", {0x1.8p-63f, -0x1p-63f}, {0x1p-63f, 0x1p-63f}, 0.0f},
+          {"overflow to infinity", {0x1p100f, 0x1p100f}, {0x1p100f, 0x1p100f}, inf},
+      },
+      kd::scalar_tdpbf16ps_kernels());
+  check_step_cases(both_arithmetics(), kd::scalar_tdpbf16ps_kernels());
+}
+
+TEST_CASE("AMX-BF16 tiles: every shape from a tile's rows up equals the TDPBF16PS reference bit for bit") {
+  // Tiles of 16 rows where K is a multiple of 32 (their chunk), the last
+  // M % 16 rows and other K on FMAs; two panel ranges, one starting at an
+  // odd panel (a pair split between threads); random and special values.
+  std::vector<const kd::MatmulKernels*> sets;
+  for (const kd::MatmulKernels* s : bf16_sets())
+    if (&kt::bf16dot_reference_of(*s) == &kd::scalar_tdpbf16ps_kernels() && s->reference) sets.push_back(s);
+  for (const kd::MatmulKernels* s : sets) MESSAGE("TDPBF16PS-arithmetic kernels compared here: " << std::string(s->name));
+  const Epilogue epilogues[] = {{Activation::None, false}, {Activation::None, true}, {Activation::ReluSquared, false}};
+  size_t compared = 0;
+  for (bool special : {false, true})
+    for (size_t K : {size_t{31}, size_t{32}, size_t{64}, size_t{96}, size_t{768}})
+      for (size_t N : {size_t{1}, size_t{17}, size_t{50}}) {
+        const uint32_t seed = static_cast<uint32_t>(K * 7 + N + special);
+        const auto w = special ? special_floats(N * K, seed) : kt::random_floats(N * K, -1.0f, 1.0f, seed);
+        const auto wp = pack_bf16(w, N, K);
+        const auto bias = kt::random_floats(N, -1.0f, 1.0f, seed + 1);
+        for (size_t M : {size_t{16}, size_t{17}, size_t{32}, size_t{47}, size_t{80}}) {
+          const auto x =
+              special ? special_floats(M * K, seed + 2 + M) : kt::random_floats(M * K, -2.0f, 2.0f, seed + 2 + M);
+          const auto xr = round_rows(x, M, K);
+          const auto y0 = kt::random_floats(M * N, -1.0f, 1.0f, seed + 3);
+          for (const Epilogue& e : epilogues) {
+            const float* b = e.accumulate ? nullptr : bias.data();
+            const auto want = kt::bf16dot_expected(x.data(), wp.data(), b, y0, M, K, N, e, &kd::scalar_tdpbf16ps_kernels());
+            for (const kd::MatmulKernels* set : sets) {
+              std::vector<float> got = y0;
+              const size_t split = mmgpt::panel_count(N) > 2 ? 1 : 0;
+              kt::bf16dot_panels(*set, xr.data(), wp.data(), b, got.data(), M, K, N, 0, split, e);
+              kt::bf16dot_panels(*set, xr.data(), wp.data(), b, got.data(), M, K, N, split, mmgpt::panel_count(N), e);
+              ++compared;
+              CAPTURE(std::string(set->name));
+              CAPTURE(special);
+              CAPTURE(M);
+              CAPTURE(K);
+              CAPTURE(N);
+              CAPTURE(int(e.act));
+              CHECK(count_differ(got, want) == 0);
+            }
+          }
+        }
+      }
+  MESSAGE(compared << " products compared");
+}
+
+TEST_CASE("AMX-BF16: used only where TDPBF16PS gives its reference's bits") {
+  // Where the CPU has AMX-BF16, a probe product (x86/avx512/amx.cpp) decides
+  // whether the tiles are used: the SDM's description of TDPBF16PS's
+  // roundings has not been checked on hardware by this project. Either way
+  // the kernels in use give their reference's bits (the cases above); this
+  // says which way this CPU went.
+  const std::string amx = k::describe_amx();
+  MESSAGE("AMX tiles: " << amx);
+  WARN_MESSAGE(amx.find("does not give its reference's bits") == std::string::npos,
+               "TDPBF16PS differs from the SDM's arithmetic on this CPU: bf16 stays off the tiles");
+}
+
 TEST_CASE("the Arm reference's step is BFDOT's as the Arm ARM defines it, and every kernel set agrees") {
   const float inf = std::numeric_limits<float>::infinity();
   check_step_cases(
@@ -217,7 +312,7 @@ TEST_CASE("the Arm reference's step is BFDOT's as the Arm ARM defines it, and ev
 }
 
 TEST_CASE("every bf16 dot-product set equals the reference bit for bit, every shape and epilogue") {
-  const auto sets = kd::runnable_bf16dot_kernels();
+  const auto sets = bf16_sets();
   for (const kd::MatmulKernels* s : sets) MESSAGE("bf16 dot-product kernels runnable here: " << std::string(s->name));
   const Epilogue epilogues[] = {{Activation::None, false},     {Activation::None, true},
                                 {Activation::GeluErf, false},  {Activation::GeluErf, true},
@@ -299,7 +394,10 @@ TEST_CASE("each reference against the exact product of the rounded values, and o
     const kd::MatmulKernels* set;
     double per_k;  // bound on the roundings per k, in units of u sum |p|
   };
-  for (const Ref ref : {Ref{&kd::scalar_bf16dot_kernels(), 1.0}, Ref{&kd::scalar_arm_bf16dot_kernels(), 2.0}})
+  // TDPBF16PS's chunked sum: a product passes at most 16 chain roundings, the
+  // chains' sum and one per chunk after it, fewer than K + 1 in all.
+  for (const Ref ref : {Ref{&kd::scalar_bf16dot_kernels(), 1.0}, Ref{&kd::scalar_tdpbf16ps_kernels(), 1.0},
+                        Ref{&kd::scalar_arm_bf16dot_kernels(), 2.0}})
     for (size_t K : {size_t{1}, size_t{33}, size_t{257}, size_t{768}, size_t{3072}}) {
       CAPTURE(std::string(ref.set->name));
       CAPTURE(K);

@@ -116,7 +116,9 @@ TEST_CASE("results are bit-identical for any thread count") {
   check_isa("scalar");
 }
 
-TEST_CASE("bf16 weights: the dot product by default on AMD and off x86, widened on Intel and other x86 vendors") {
+TEST_CASE(
+    "bf16 weights: the dot product by default on AMD, off x86 and on AMX-BF16 tiles, widened on Intel and other x86 "
+    "vendors otherwise") {
   CHECK(k::bf16dot_for_vendor("AuthenticAMD"));
   CHECK(k::bf16dot_for_vendor("HygonGenuine"));
   CHECK(k::bf16dot_for_vendor(""));  // no CPUID (Arm): BFDOT
@@ -128,8 +130,9 @@ TEST_CASE("bf16 weights: the dot product by default on AMD and off x86, widened 
   kt::IsaGuard guard;
   REQUIRE(k::force_isa(isa, true));
   const bool cpu_has_dot = k::bf16_isa_name() != "f32";
+  const bool tiles = k::bf16_isa_name() == "amx-bf16";  // taken whatever the vendor
   if (std::getenv("MMGPT_BF16DOT") == nullptr && std::getenv("MMGPT_ISA") == nullptr)
-    CHECK((bf16 != "f32") == (cpu_has_dot && k::bf16dot_for_vendor(k::cpu_vendor())));
+    CHECK((bf16 != "f32") == (cpu_has_dot && (tiles || k::bf16dot_for_vendor(k::cpu_vendor()))));
   REQUIRE(k::force_isa(isa, false));
   CHECK(k::bf16_isa_name() == "f32");  // widened when asked, on every CPU
 }

@@ -8,6 +8,9 @@
 //   quantized activations and products, on awkward shapes, with every epilogue;
 //   so does the x86 sets' matmul (simd/quant_tile.hpp) over operations
 //   emulated lane by lane (quant_tile_emulated.hpp), on any host;
+// - the AMX tile kernels (simd/amx_tile.hpp) over emulated tiles
+//   (amx_tile_emulated.hpp) on any host, and over the real ones where the CPU
+//   has AMX-INT8, from a tile's rows up, also split over row blocks;
 // - the scalar reference is the exact block sum it claims to be, and its error
 //   against the f32 product is within the bound that quantizing both sides
 //   implies;
@@ -25,6 +28,7 @@
 #include "core/half.hpp"
 #include "kernels/registry.hpp"
 #include "kernels_testing.hpp"
+#include "amx_tile_emulated.hpp"
 #include "quant_tile_emulated.hpp"
 
 namespace k = mmgpt::kernels;
@@ -72,6 +76,15 @@ Quantized quantize_with(const kd::QuantKernels& qk, const std::vector<float>& x,
 std::vector<const kd::QuantKernels*> quant_sets() {
   auto sets = kd::runnable_quant_kernels();
   for (const kd::QuantKernels* e : kd::emulated_quant_kernels()) sets.push_back(e);
+  sets.push_back(&kd::emulated_amx_int8_kernels());
+  return sets;
+}
+
+// The AMX tile sets: emulated, and the CPU's where it has AMX-INT8.
+std::vector<const kd::QuantKernels*> amx_sets() {
+  std::vector<const kd::QuantKernels*> sets{&kd::emulated_amx_int8_kernels()};
+  for (const kd::QuantKernels* q : kd::runnable_quant_kernels())
+    if (std::string(q->matmul.name) == "amx-int8") sets.push_back(q);
   return sets;
 }
 
@@ -432,6 +445,91 @@ TEST_CASE("decode of a row longer than 1024 blocks") {
         CAPTURE(std::string(k::decode_prefetch_name(hint)));
         CHECK(std::memcmp(got.data(), want.data(), N * 4) == 0);
       }
+    }
+  }
+}
+
+TEST_CASE("AMX tiles: every shape from a tile's rows up equals the reference bit for bit, every epilogue") {
+  // Products of 16 rows and more run on tiles of 16 rows, their last M % 16
+  // rows on the vector kernels; K of any number of blocks (one, odd, the last
+  // partial); N of any number of panels (the last partial); two panel ranges.
+  const auto sets = amx_sets();
+  for (const kd::QuantKernels* s : sets) MESSAGE("AMX-INT8 kernels compared here: " << std::string(s->matmul.name));
+  const Epilogue epilogues[] = {
+      {Activation::None, false}, {Activation::None, true}, {Activation::GeluTanh, false}, {Activation::ReluSquared, true}};
+  int compared = 0;
+  for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0})
+    for (size_t K : {size_t{1}, size_t{32}, size_t{33}, size_t{95}, size_t{257}, size_t{768}})
+      for (size_t N : {size_t{1}, size_t{16}, size_t{17}, size_t{50}}) {
+        const auto w = awkward_weights(N, K, static_cast<uint32_t>(K + 5 * N));
+        std::vector<uint8_t> p(mmgpt::packed_weight_bytes(t, N, K));
+        mmgpt::quantize_panels(w.data(), N, K, t, p.data());
+        const auto bias = kt::random_floats(N, -1.0f, 1.0f, 3);
+        for (size_t M : {size_t{15}, size_t{16}, size_t{17}, size_t{32}, size_t{45}, size_t{70}}) {
+          const auto x = kt::random_floats(M * K, -2.0f, 2.0f, static_cast<uint32_t>(M * 3 + K + N));
+          const Quantized xq = quantize_with(kd::scalar_quant_kernels(), x, M, K);
+          const auto y0 = kt::random_floats(M * N, -1.0f, 1.0f, 9);
+          std::vector<float> pre(M * N);
+          kt::quant_gemm(kd::scalar_quant_kernels(), t)(xq.rows(), p.data(), bias.data(), pre.data(), M, K, N, 0,
+                                                        mmgpt::panel_count(N), {});
+          for (const Epilogue& e : epilogues) {
+            const float* b = e.accumulate ? nullptr : bias.data();
+            std::vector<float> want = y0;
+            kt::quant_gemm(kd::scalar_quant_kernels(), t)(xq.rows(), p.data(), b, want.data(), M, K, N, 0,
+                                                          mmgpt::panel_count(N), e);
+            for (const kd::QuantKernels* qk : sets) {
+              auto gemm = kt::quant_gemm(*qk, t);
+              std::vector<float> got = y0;
+              const size_t split = mmgpt::panel_count(N) / 2;
+              gemm(xq.rows(), p.data(), b, got.data(), M, K, N, 0, split, e);
+              gemm(xq.rows(), p.data(), b, got.data(), M, K, N, split, mmgpt::panel_count(N), e);
+              ++compared;
+              size_t bad = 0;
+              for (size_t i = 0; i < got.size(); ++i) {
+                if (e.act == Activation::GeluTanh) {  // the fused vector GELU, as above
+                  const double tol = 8 * kt::ulp(want[i]) + std::fabs(double(pre[i])) * 0x1p-21;
+                  bad += !(std::fabs(double(got[i]) - want[i]) <= tol);
+                } else {
+                  bad += std::memcmp(&got[i], &want[i], 4) != 0;
+                }
+              }
+              CAPTURE(std::string(qk->matmul.name));
+              CAPTURE(std::string(type_name(t)));
+              CAPTURE(M);
+              CAPTURE(K);
+              CAPTURE(N);
+              CAPTURE(int(e.act));
+              CHECK(bad == 0);
+            }
+          }
+        }
+      }
+  MESSAGE(compared << " AMX products compared with the reference");
+}
+
+TEST_CASE("AMX tiles: rows in several row blocks, and a NaN row, equal the reference") {
+  // K = 3072 holds 160 rows in a row block (amx_tile.hpp's budget): 350 rows
+  // are three blocks, the last partial, then 14 rows on the vector kernels.
+  const size_t M = 350, K = 3072, N = 17;
+  for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0}) {
+    const auto w = awkward_weights(N, K, 21);
+    std::vector<uint8_t> p(mmgpt::packed_weight_bytes(t, N, K));
+    mmgpt::quantize_panels(w.data(), N, K, t, p.data());
+    auto x = kt::random_floats(M * K, -2.0f, 2.0f, 22);
+    x[40 * K + 100] = std::numeric_limits<float>::quiet_NaN();  // row 40: NaN sums; the others untouched
+    const Quantized xq = quantize_with(kd::scalar_quant_kernels(), x, M, K);
+    std::vector<float> want(M * N);
+    kt::quant_gemm(kd::scalar_quant_kernels(), t)(xq.rows(), p.data(), nullptr, want.data(), M, K, N, 0,
+                                                  mmgpt::panel_count(N), {});
+    for (const kd::QuantKernels* qk : amx_sets()) {
+      std::vector<float> got(M * N);
+      kt::quant_gemm(*qk, t)(xq.rows(), p.data(), nullptr, got.data(), M, K, N, 0, mmgpt::panel_count(N), {});
+      CAPTURE(std::string(qk->matmul.name));
+      CAPTURE(std::string(type_name(t)));
+      size_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        bad += i / N == 40 ? !std::isnan(got[i]) : std::memcmp(&got[i], &want[i], 4) != 0;
+      CHECK(bad == 0);
     }
   }
 }

@@ -50,6 +50,38 @@ bool has_avx512bf16() {
   return (eax & (1u << 5)) != 0;
 }
 
+namespace {
+
+// CPUID leaf 7 EDX: AMX-BF16 bit 22, AMX-TILE bit 24, AMX-INT8 bit 25; the
+// tile state usable: XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA), read with
+// XGETBV where CPUID leaf 1 reports OSXSAVE (ECX bit 27); and the
+// process's permission (core/platform.hpp).
+struct Amx {
+  bool int8 = false, bf16 = false;
+};
+Amx detect_amx() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return {};
+  const bool tile = (edx & (1u << 24)) != 0, int8 = (edx & (1u << 25)) != 0, bf16 = (edx & (1u << 22)) != 0;
+  if (!tile || !(int8 || bf16)) return {};
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & (1u << 27)) == 0) return {};
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  constexpr unsigned kTileState = (1u << 17) | (1u << 18);
+  if ((lo & kTileState) != kTileState) return {};
+  if (!platform::x86_request_amx_tiles()) return {};
+  return {int8, bf16};
+}
+const Amx& amx() {
+  static const Amx a = detect_amx();
+  return a;
+}
+
+}  // namespace
+
+bool has_amx_int8() { return amx().int8; }
+bool has_amx_bf16() { return amx().bf16; }
+
 std::string vendor() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return {};

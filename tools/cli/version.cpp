@@ -22,7 +22,8 @@ std::string version_text() {
   s += "kernels   built in: " + kernels::built_isas() + "\n";
   s += "          in use: " + std::string(kernels::isa_name()) + ", quantized " +
        std::string(kernels::quant_isa_name()) + ", bf16 " + kernels::describe_bf16() + ", decode prefetch " +
-       kernels::describe_decode_prefetch();
+       kernels::describe_decode_prefetch() + "\n";
+  s += "          AMX tiles: " + kernels::describe_amx();
   return s;
 }
 
