@@ -255,9 +255,10 @@ std::string describe_bf16() {
 
 std::string describe_amx() {
 #if defined(__x86_64__) || defined(_M_X64)
+  const bool allowed = detail::amx_allowed();  // read (and a bad value said) first, as in every process
   const bool int8 = detail::x86::has_amx_int8(), bf16 = detail::x86::has_amx_bf16();
   if (!int8 && !bf16) return "not available (this CPU or system has no AMX tiles)";
-  if (!detail::amx_allowed()) return "off (MMGPT_AMX=0)";
+  if (!allowed) return "off (MMGPT_AMX=0)";
   std::string used;
   if (quant_isa_name() == "amx-int8") used = "int8";
   if (bf16_isa_name() == "amx-bf16") used += used.empty() ? "bf16" : ", bf16";

@@ -79,8 +79,8 @@ struct alignas(64) TileConfig {
 static_assert(sizeof(TileConfig) == 64);
 
 constexpr size_t kTileRows = 16, kTileBytes = 64;
-// Rows of activations a row block holds while panels sweep it (a tile's
-// worth of 32 rows at least).
+// Bytes of activations in a row block, which the panels sweep while it
+// stays in L2 (at least one tile's rows whatever K).
 constexpr size_t kActivationL2Budget = 512 * 1024;
 
 inline void set_tile(TileConfig& c, int t, size_t rows, size_t colsb) {

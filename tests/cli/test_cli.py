@@ -208,6 +208,20 @@ check('--version: names the operating system calls in use (core/platform.hpp)',
 rc, out, err = run('--version', env={'MMGPT_ISA': 'scalar'})
 check('--version: the chosen kernels follow MMGPT_ISA', rc == 0 and 'in use: scalar, quantized scalar' in out,
       out)
+rc, out, err = run('--version')
+amx = re.search(r'^ +AMX tiles: (.+)$', out, re.M)
+check('--version: says whether the AMX tiles are in use', rc == 0 and amx is not None, out)
+on_cpu = amx is not None and not amx.group(1).startswith('not available')
+check('--version: AMX tiles in use exactly where the kernels named are the tile ones',
+      amx is not None and (('quantized amx-int8' in out or 'bf16 amx-bf16' in out) ==
+                           amx.group(1).startswith('in use')), out)
+rc, out, err = run('--version', env={'MMGPT_AMX': '0'})
+check('--version: MMGPT_AMX=0 keeps the tiles unused (said so where the CPU has them)',
+      rc == 0 and 'amx-int8' not in out and 'amx-bf16' not in out and
+      ('AMX tiles: off (MMGPT_AMX=0)' in out if on_cpu else 'AMX tiles: not available' in out), out)
+rc, out, err = run('--version', env={'MMGPT_AMX': 'sometimes'})
+check('MMGPT_AMX: an unknown value is refused with a warning and auto used',
+      rc == 0 and 'MMGPT_AMX=sometimes is not a setting' in err and amx is not None, f'{out!r} {err!r}')
 
 # --- the embedding example program, built beside mmgpt
 example = os.path.join(os.path.dirname(MM), 'mmgpt_embed_example')

@@ -12,9 +12,9 @@
 namespace mmgpt::kernels::detail {
 namespace {
 
-bool amx_int8() { return x86::has_avx512vnni() && x86::has_amx_int8() && amx_allowed(); }
+bool amx_int8() { return amx_allowed() && x86::has_avx512vnni() && x86::has_amx_int8(); }
 bool amx_bf16() {
-  static const bool usable = x86::has_avx512vnni() && x86::has_amx_bf16() && amx_allowed() && amx_bf16_agrees();
+  static const bool usable = amx_allowed() && x86::has_avx512vnni() && x86::has_amx_bf16() && amx_bf16_agrees();
   return usable;
 }
 
