@@ -5,7 +5,9 @@
     python3 bench/amx_ab.py --dry-run          # print the commands, run nothing (any host)
 
 GPT-2 124M and 355M shapes (random weights: bench/gpt2_shaped.py, then
-`mmgpt convert --dtype`; files in --models are reused) in f32, bf16, q8_0
+`mmgpt convert --dtype`; files in --models are reused; `--shapes
+smollm2-135m` and the other shapes of bench/llama_shaped.py give the modern
+block) in f32, bf16, q8_0
 and q4_0, at 1 and 2 threads, for a 512-token prefill (pp512, batch 1) and
 a batch-16 decode (16 sequences, 1 prompt token each, tg32). Each model runs
 under every variant of its dtype:
@@ -37,6 +39,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ab import measures, run  # noqa: E402
 from gpt2_shaped import SHAPES  # noqa: E402
+from llama_shaped import SHAPES as LLAMA_SHAPES  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANTS = {  # dtype: [(variant, environment)]
@@ -73,7 +76,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--mmgpt', default=os.path.join(HERE, '..', 'build', 'mmgpt'))
     ap.add_argument('--models', default='/tmp/mmgpt-amx-ab', help='where the models are written or found')
-    ap.add_argument('--shapes', default='124M,355M', help='GPT-2 sizes or LAYERSxHEADSxWIDTH (default 124M,355M)')
+    ap.add_argument('--shapes', default='124M,355M',
+                    help='GPT-2 sizes or LAYERSxHEADSxWIDTH, or a modern-block shape of bench/llama_shaped.py '
+                         '(smollm2-135m, ...) (default 124M,355M)')
     ap.add_argument('--dtypes', default='f32,bf16,q8_0,q4_0')
     ap.add_argument('--threads', default='1,2')
     ap.add_argument('--pairs', type=int, default=3, help='alternated pairs (default 3)')
@@ -83,8 +88,9 @@ def main():
     a = ap.parse_args()
     shapes, dtypes = a.shapes.split(','), a.dtypes.split(',')
     for s in shapes:
-        if s not in SHAPES and not re.fullmatch(r'\d+x\d+x\d+', s):
-            ap.error(f'--shapes: {s} is not one of {", ".join(SHAPES)} nor LAYERSxHEADSxWIDTH')
+        if s not in SHAPES and s not in LLAMA_SHAPES and not re.fullmatch(r'\d+x\d+x\d+', s):
+            ap.error(f'--shapes: {s} is not one of {", ".join(list(SHAPES) + list(LLAMA_SHAPES))} '
+                     'nor LAYERSxHEADSxWIDTH')
     for d in dtypes:
         if d not in VARIANTS:
             ap.error(f'--dtypes: {d} is not one of {", ".join(VARIANTS)}')
@@ -111,7 +117,8 @@ def main():
         todo = [d for d in dtypes if not os.path.exists(models[(s, d)])]
         if not todo:
             continue
-        steps = [[sys.executable, os.path.join(HERE, 'gpt2_shaped.py'), s, hf]]
+        writer = 'llama_shaped.py' if s in LLAMA_SHAPES else 'gpt2_shaped.py'
+        steps = [[sys.executable, os.path.join(HERE, writer), s, hf]]
         steps += [[a.mmgpt, 'convert', hf, '-o', models[(s, d)], '--dtype', d] for d in todo]
         if a.dry_run:
             for cmd in steps:
