@@ -263,6 +263,8 @@ std::string describe_amx() {
   if (quant_isa_name() == "amx-int8") used = "int8";
   if (bf16_isa_name() == "amx-bf16") used += used.empty() ? "bf16" : ", bf16";
   std::string s = used.empty() ? "available, not in use" : "in use (" + used + ")";
+  if (int8 && quant_isa_name() != "amx-int8" && std::string_view(isa_name()) == "avx512")
+    s += "; int8 tiles unused: they did not give the reference's bits on this CPU (a fault: please report it)";
   if (bf16 && bf16_isa_name() != "amx-bf16") {
     const detail::KernelSet* with_dot = detail::runnable_set(isa_name(), true);
     const bool tiles = with_dot && std::string_view(with_dot->matmul[static_cast<size_t>(WeightType::BF16)]->name) ==

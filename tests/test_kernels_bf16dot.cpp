@@ -273,6 +273,18 @@ TEST_CASE("AMX-BF16 tiles: every shape from a tile's rows up equals the TDPBF16P
   MESSAGE(compared << " products compared");
 }
 
+TEST_CASE("the AMX-BF16 probe tells TDPBF16PS's arithmetic from the other orders of rounding") {
+  CHECK(kd::amx_tile::bf16_agrees(kd::emulated_amx_bf16_kernels()));
+  CHECK(kd::amx_tile::bf16_agrees(kd::scalar_tdpbf16ps_kernels()));
+  for (const kd::MatmulKernels* s : kd::runnable_bf16dot_kernels())
+    if (&kt::bf16dot_reference_of(*s) == &kd::scalar_tdpbf16ps_kernels()) {
+      CAPTURE(std::string(s->name));
+      CHECK(kd::amx_tile::bf16_agrees(*s));
+    }
+  CHECK_FALSE(kd::amx_tile::bf16_agrees(kd::scalar_bf16dot_kernels()));      // one chain, odd element first
+  CHECK_FALSE(kd::amx_tile::bf16_agrees(kd::scalar_arm_bf16dot_kernels()));  // each pair summed first
+}
+
 TEST_CASE("AMX-BF16: used only where TDPBF16PS gives its reference's bits") {
   // Where the CPU has AMX-BF16, a probe product (x86/avx512/amx.cpp) decides
   // whether the tiles are used: the SDM's description of TDPBF16PS's

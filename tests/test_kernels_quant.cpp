@@ -534,6 +534,26 @@ TEST_CASE("AMX tiles: rows in several row blocks, and a NaN row, equal the refer
   }
 }
 
+namespace {
+// The reference with one output of a q8_0 product moved by an ulp: a kernel the probe must refuse.
+void off_by_an_ulp(const kd::PreparedX& x, const void* w, const float* bias, float* y, size_t M, size_t K, size_t N,
+                   size_t p0, size_t p1, Epilogue e) {
+  kd::scalar_quant_kernels().matmul.panels[static_cast<size_t>(WeightType::Q8_0)](x, w, bias, y, M, K, N, p0, p1, e);
+  if (M > 20 && p0 == 0) y[20 * N + 3] = std::nextafter(y[20 * N + 3], 1e30f);
+}
+}  // namespace
+
+TEST_CASE("the AMX-INT8 probe passes the tiles' bits and refuses any other") {
+  CHECK(kd::amx_tile::int8_agrees(kd::emulated_amx_int8_kernels().matmul));
+  for (const kd::QuantKernels* q : amx_sets()) {
+    CAPTURE(std::string(q->matmul.name));
+    CHECK(kd::amx_tile::int8_agrees(q->matmul));  // where the CPU has AMX-INT8, its tiles too
+  }
+  kd::MatmulKernels wrong = kd::scalar_quant_kernels().matmul;
+  wrong.panels[static_cast<size_t>(WeightType::Q8_0)] = &off_by_an_ulp;
+  CHECK_FALSE(kd::amx_tile::int8_agrees(wrong));
+}
+
 TEST_CASE("matmul_packed with quantized weights: threaded, any thread count, equals the reference") {
   for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0})
     for (size_t M : {size_t{1}, size_t{4}, size_t{37}}) {

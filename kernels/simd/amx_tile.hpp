@@ -55,6 +55,8 @@
 //   quant_rows<Q4>(PreparedX, ...), bf16_rows(PreparedX, ...)   the vector kernels
 #include <cstddef>
 #include <cstdint>
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -63,6 +65,7 @@
 #include "core/quant_layout.hpp"
 #include "kernels/epilogue.hpp"
 #include "kernels/prepared_x.hpp"
+#include "kernels/registry.hpp"
 
 namespace mmgpt::kernels::detail {
 namespace {
@@ -306,6 +309,70 @@ void bf16_panels(const PreparedX& px, const void* w, const float* bias, float* y
     }
   }
   Ops::release();
+}
+
+// ---- Probes: whether a kernel set gives its reference's bits -------------
+
+// Whether `k` gives the scalar reference's bits for q8_0 and q4_0 on a small
+// product that takes tiles: 32 rows and 5 on vectors, 3 panels (the last
+// partial), 3 blocks. The integer sums are exact, so a difference is a fault.
+inline bool int8_agrees(const MatmulKernels& k) {
+  constexpr size_t M = 37, N = 40, K = 96;
+  uint32_t state = 54321;
+  auto value = [&] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(static_cast<int32_t>(state >> 8) % 2001) / 1000.0f;
+  };
+  std::vector<float> x(M * K), w(N * K);
+  for (float& v : x) v = value();
+  for (float& v : w) v = value();
+  const size_t Kb = quant_blocks(K);
+  std::vector<int8_t> q(M * Kb * kQuantBlock);
+  std::vector<float> scale(M * Kb);
+  std::vector<int32_t> sum(M * Kb);
+  scalar_quant_kernels().quantize_rows(x.data(), M, K, q.data(), scale.data(), sum.data());
+  PreparedX px;
+  px.q8 = QuantizedRows{q.data(), scale.data(), sum.data(), Kb};
+  for (WeightType t : {WeightType::Q8_0, WeightType::Q4_0}) {
+    std::vector<uint8_t> wp(packed_weight_bytes(t, N, K));
+    quantize_panels(w.data(), N, K, t, wp.data());
+    std::vector<float> got(M * N), want(M * N);
+    const size_t i = static_cast<size_t>(t);
+    k.panels[i](px, wp.data(), nullptr, got.data(), M, K, N, 0, panel_count(N), {});
+    scalar_quant_kernels().matmul.panels[i](px, wp.data(), nullptr, want.data(), M, K, N, 0, panel_count(N), {});
+    if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
+// Whether `k` gives the TDPBF16PS reference's bits on a product built so
+// that another order of its roundings shows (one chain, odd or even element
+// first, or each pair summed first give other bits at many outputs).
+inline bool bf16_agrees(const MatmulKernels& k) {
+  // 32 rows x 2 panels x 64 k (two tile steps, all four C tiles): values of
+  // both signs over 2^-20 .. 2^20, and a subnormal weight (DAZ).
+  constexpr size_t M = 32, N = 32, K = 64;
+  uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  auto value = [&] {
+    const uint32_t r = next();
+    const int e = static_cast<int>(r % 41) - 20;
+    return std::ldexp(1.0f + static_cast<float>((r >> 8) & 0x7f) / 128.0f, e) * ((r >> 16) & 1 ? -1.0f : 1.0f);
+  };
+  std::vector<float> x(M * K), w(N * K);
+  for (float& v : x) v = value();
+  for (float& v : w) v = value();
+  w[5] = std::bit_cast<float>(0x00010000u);
+  std::vector<uint16_t> xr(M * K), wp(panel_floats(N, K));
+  bf16dot_round_rows(x.data(), M, K, xr.data());
+  pack_half_panels(w.data(), N, K, WeightType::BF16, wp.data());
+  PreparedX px;
+  px.bf16 = xr.data();
+  std::vector<float> got(M * N), want(M * N);
+  const size_t t = static_cast<size_t>(WeightType::BF16);
+  k.panels[t](px, wp.data(), nullptr, got.data(), M, K, N, 0, panel_count(N), {});
+  scalar_tdpbf16ps_kernels().panels[t](px, wp.data(), nullptr, want.data(), M, K, N, 0, panel_count(N), {});
+  return std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0;
 }
 
 }  // namespace amx_tile

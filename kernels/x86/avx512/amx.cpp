@@ -263,33 +263,7 @@ const MatmulKernels& amx_bf16_vector_kernels() {
   return k;
 }
 
-bool amx_bf16_agrees() {
-  // 32 rows x 2 panels x 64 k (two tile steps, all four C tiles): values of
-  // both signs over 2^-20 .. 2^20, so that sums in another order (one chain,
-  // or each pair summed first) round differently at many outputs, and a
-  // subnormal weight (DAZ). Deterministic: the answer is the CPU's.
-  constexpr size_t M = 32, N = 32, K = 64;
-  uint32_t state = 12345;
-  auto next = [&] { return state = state * 1664525u + 1013904223u; };
-  auto value = [&] {
-    const uint32_t r = next();
-    const int e = static_cast<int>(r % 41) - 20;
-    return std::ldexp(1.0f + static_cast<float>((r >> 8) & 0x7f) / 128.0f, e) * ((r >> 16) & 1 ? -1.0f : 1.0f);
-  };
-  std::vector<float> x(M * K), w(N * K);
-  for (float& v : x) v = value();
-  for (float& v : w) v = value();
-  w[5] = std::bit_cast<float>(0x00010000u);
-  std::vector<uint16_t> xr(M * K), wp(panel_floats(N, K));
-  bf16dot_round_rows(x.data(), M, K, xr.data());
-  pack_half_panels(w.data(), N, K, WeightType::BF16, wp.data());
-  PreparedX px;
-  px.bf16 = xr.data();
-  std::vector<float> got(M * N), want(M * N);
-  const size_t t = static_cast<size_t>(WeightType::BF16);
-  amx_bf16_kernels().panels[t](px, wp.data(), nullptr, got.data(), M, K, N, 0, panel_count(N), {});
-  scalar_tdpbf16ps_kernels().panels[t](px, wp.data(), nullptr, want.data(), M, K, N, 0, panel_count(N), {});
-  return std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0;
-}
+bool amx_int8_agrees() { return amx_tile::int8_agrees(amx_int8_quant_kernels().matmul); }
+bool amx_bf16_agrees() { return amx_tile::bf16_agrees(amx_bf16_kernels()); }
 
 }  // namespace mmgpt::kernels::detail

@@ -13,6 +13,10 @@ const QuantKernels& amx_int8_quant_kernels();
 const MatmulKernels& amx_bf16_kernels();
 // that arithmetic on FMAs alone, at every M (any CPU with AVX-512 VNNI: the TU's flags).
 const MatmulKernels& amx_bf16_vector_kernels();
+// Whether amx_int8_quant_kernels() gives the reference's bits on this CPU
+// (they are exact integer sums: a difference is a fault of the CPU or of
+// the kernel; asked once, only where the CPU has AMX-INT8).
+bool amx_int8_agrees();
 // Whether amx_bf16_kernels() gives its reference's bits on this CPU, on a
 // product built so that another order of TDPBF16PS's roundings shows (asked
 // once, only where the CPU has AMX-BF16).
