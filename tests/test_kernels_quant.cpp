@@ -76,7 +76,6 @@ Quantized quantize_with(const kd::QuantKernels& qk, const std::vector<float>& x,
 std::vector<const kd::QuantKernels*> quant_sets() {
   auto sets = kd::runnable_quant_kernels();
   for (const kd::QuantKernels* e : kd::emulated_quant_kernels()) sets.push_back(e);
-  sets.push_back(&kd::emulated_amx_int8_kernels());
   return sets;
 }
 
