@@ -35,6 +35,7 @@
 #include "kernels/simd/amx_tile.hpp"
 #include "kernels/simd/quant_tile.hpp"
 #include "kernels/x86/avx512/avx512.hpp"
+#include "kernels/x86/avx512/bf16_lines.hpp"
 #include "kernels/x86/avx512/tile_finish.hpp"
 
 namespace mmgpt::kernels::detail {
@@ -50,12 +51,6 @@ namespace {
 // that is not a multiple of 32.
 
 constexpr size_t kVecMR = 4;  // rows of a vector tile: 3 accumulators a row and panel
-
-// bf16 to f32 (as widen_simd.hpp): the 16 bits become the high half of the 32.
-inline __m512 widen16(const uint16_t* src) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
 
 // R rows of x (from row m, row stride ldx) times panels p .. p + P - 1, all
 // K, into sums[R][P * 16] (before the epilogue). DAZ and FTZ set by the caller.
@@ -85,10 +80,10 @@ template <size_t R, size_t P, Ahead Prefetch, DecodePrefetch H>
       for (size_t j = 0; j < P; ++j) {
         if (q < full) {
           if constexpr (Prefetch == Ahead::Decode) prefetch_decode<H>(line[j]);
-          we[j] = widen16(line[j]), wo[j] = widen16(line[j] + kPanelWidth);
+          we[j] = widen_bf16(line[j]), wo[j] = widen_bf16(line[j] + kPanelWidth);
           line[j] += st[j].pitch;
         } else {  // the last k alone (odd K): its pair in w is zero, and still added
-          we[j] = widen16(wp + st[j].tail), wo[j] = _mm512_setzero_ps();
+          we[j] = widen_bf16(wp + st[j].tail), wo[j] = _mm512_setzero_ps();
         }
       }
 #pragma GCC unroll 8
@@ -215,9 +210,7 @@ struct Ops {
   // A line of a bf16 panel (k for 16 rows, then k+1) to a B-tile row: lane j
   // = (w[j][k], w[j][k+1]).
   static void interleave(const uint16_t* line, uint16_t* row) {
-    alignas(64) static constexpr uint16_t kIdx[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    _mm512_store_si512(row, _mm512_permutexvar_epi16(_mm512_load_si512(kIdx), _mm512_loadu_si512(line)));
+    _mm512_store_si512(row, _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), _mm512_loadu_si512(line)));
   }
 
   template <bool Q4>

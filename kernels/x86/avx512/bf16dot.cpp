@@ -45,6 +45,7 @@
 #include "kernels/parallel.hpp"
 #include "kernels/registry.hpp"
 #include "kernels/x86/avx512/avx512.hpp"
+#include "kernels/x86/avx512/bf16_lines.hpp"
 #include "kernels/x86/avx512/tile_finish.hpp"
 
 namespace mmgpt::kernels::detail {
@@ -64,11 +65,6 @@ constexpr size_t NP = 2;
 // arithmetic runs on FMAs instead (decode_panels, below).
 // Rows of rounded activations kept in L2 while a panel pair sweeps them.
 constexpr size_t kActivationL2Budget = 256 * 1024;
-
-// Words 2j, 2j+1 of the result are words j, 16 + j of the source: lane j
-// becomes (w[j][2i], w[j][2i+1]).
-alignas(64) constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                  8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 
 // The pair x[k], x[k + 1] as one 32-bit value broadcast to all 16 lanes.
 inline __m512i bcast_pair(const uint16_t* p) {
@@ -157,11 +153,6 @@ template <size_t P, DecodePrefetch H>
     acc[j] = _mm512_setzero_ps();
     st[j] = half_panel_steps(N, K, p + j), line[j] = wp + st[j].first;
   }
-  // bf16 to f32 (as widen_simd.hpp): the 16 bits become the high half of the 32.
-  auto widen = [](const uint16_t* src) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  };
   const size_t pairs = K / 2;
   for (size_t k = 0; k < 2 * pairs; k += 2) {
     const __m512 xo = _mm512_set1_ps(xf[k + 1]), xe = _mm512_set1_ps(xf[k]);
@@ -169,7 +160,7 @@ template <size_t P, DecodePrefetch H>
     for (size_t j = 0; j < P; ++j) {
       const uint16_t* src = line[j];
       prefetch_decode<H>(src);
-      const __m512 we = widen(src), wo = widen(src + kPanelWidth);
+      const __m512 we = widen_bf16(src), wo = widen_bf16(src + kPanelWidth);
       acc[j] = _mm512_fmadd_ps(xo, wo, acc[j]);
       acc[j] = _mm512_fmadd_ps(xe, we, acc[j]);
       line[j] += st[j].pitch;
@@ -180,7 +171,7 @@ template <size_t P, DecodePrefetch H>
 #pragma GCC unroll 16
     for (size_t j = 0; j < P; ++j) {
       acc[j] = _mm512_fmadd_ps(xo, _mm512_setzero_ps(), acc[j]);
-      acc[j] = _mm512_fmadd_ps(xe, widen(wp + st[j].tail), acc[j]);
+      acc[j] = _mm512_fmadd_ps(xe, widen_bf16(wp + st[j].tail), acc[j]);
     }
   }
 #pragma GCC unroll 16
